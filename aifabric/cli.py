@@ -1,0 +1,230 @@
+"""The `aifabric` command: one click group, thin commands, library code does the work.
+
+Errors a user can cause (`AifabricError`) become one sentence and exit 1;
+misuse of the command line is click's usage error, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from aifabric import __version__
+from aifabric.table import render
+from fabric.errors import AifabricError
+
+
+class Group(click.Group):
+    """A click group that turns library errors into one clear sentence."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except AifabricError as e:
+            raise click.ClickException(str(e)) from None
+        except BrokenPipeError:  # `aifabric ... | head`
+            sys.stderr.close()
+            ctx.exit(0)
+
+
+def emit_json(data) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="aifabric")
+def main():
+    """A lab for the RoCE backend networks that train large models."""
+
+
+@main.group(cls=Group)
+def topo():
+    """Topology presets, summaries and exports."""
+
+
+@topo.command("presets")
+@json_option
+def topo_presets(as_json):
+    """List the topology presets."""
+    from topologies import load, preset_names
+
+    rows = []
+    for name in preset_names():
+        spec = load(name)
+        rows.append({"name": name, "kind": spec.kind, "description": spec["fabric"]["description"]})
+    if as_json:
+        emit_json(rows)
+    else:
+        click.echo(render(["preset", "kind", "description"], [r.values() for r in rows]))
+
+
+@topo.command("show")
+@click.argument("source")
+@json_option
+def topo_show(source, as_json):
+    """Summarize a topology: SOURCE is a preset name or a TOML file."""
+    from fabric.summary import summarize
+    from fabric.units import format_rate
+    from topologies import load_fabric
+
+    s = summarize(load_fabric(source))
+    if as_json:
+        emit_json(s)
+        return
+    click.echo(
+        f"{s['name']} ({s['kind']}): {sum(s['nodes'].values()):,} nodes, {s['links']:,} links"
+    )
+    click.echo()
+    click.echo(
+        render(
+            ["tier", "nodes", "down", "up", "down:up"],
+            [
+                [
+                    t["role"],
+                    f"{t['count']:,}",
+                    format_rate(t["down_bps"]) if t["down_bps"] else "-",
+                    format_rate(t["up_bps"]) if t["up_bps"] else "-",
+                    t["down_up"],
+                ]
+                for t in s["tiers"]
+            ],
+        )
+    )
+    click.echo()
+    click.echo(
+        render(
+            ["links", "count", "rate", "delay"],
+            [
+                [c["between"], f"{c['count']:,}", c["rate"], f"{c['delay_ns']}ns"]
+                for c in s["link_classes"]
+            ],
+        )
+    )
+    click.echo()
+    click.echo(f"bisection bandwidth  {format_rate(s['bisection_bps'])}bps")
+    click.echo(f"hop diameter         {s['hop_diameter']} links (NIC to NIC)")
+
+
+@topo.command("export")
+@click.argument("source")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "graphml", "dot"]),
+    default="json",
+    show_default=True,
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write to a file instead of stdout.",
+)
+def topo_export(source, fmt, output):
+    """Export a topology as JSON (the run directory's topology.json), GraphML or DOT."""
+    from fabric.export import to_dot, to_graphml, topology_dict
+    from topologies import load_fabric
+
+    fabric = load_fabric(source)
+    if fmt == "json":
+        text = json.dumps(topology_dict(fabric), indent=1) + "\n"
+    elif fmt == "graphml":
+        text = to_graphml(fabric)
+    else:
+        text = to_dot(fabric)
+    if output:
+        from aifabric.files import write_atomic
+
+        write_atomic(output, text)
+        click.echo(f"wrote {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command("ecmp")
+@click.argument("source")
+@click.option(
+    "--flows",
+    type=click.IntRange(1, 10_000_000),
+    default=1000,
+    show_default=True,
+    help="Flows between random NICs in different racks.",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["5tuple", "eecmp", "pinned", "spray", "adaptive"]),
+    default="5tuple",
+    show_default=True,
+)
+@click.option(
+    "--qps",
+    type=click.IntRange(1, 1024),
+    default=1,
+    show_default=True,
+    help="QPs per flow (QP scaling).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--same-seed", is_flag=True, help="Give every switch the same hash seed (shows polarization)."
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(1, 1000),
+    default=16,
+    show_default=True,
+    help="Draws for the uniform-hashing reference.",
+)
+@json_option
+def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
+    """How ECMP spreads random flows over SOURCE's uplinks, next to uniform hashing."""
+    import numpy as np
+
+    from fabric.routing import Routing
+    from fabric.spread import ecmp_spread, expand_qps, random_flows
+    from topologies import load_fabric
+
+    fabric = load_fabric(source)
+    rng = np.random.default_rng(seed)
+    src, dst = random_flows(fabric, flows, rng)
+    qp = expand_qps(src, dst, qps, rng)
+    routing = Routing(fabric, policy, seed, same_seed=same_seed)
+    result = ecmp_spread(routing, qp, trials=trials, rng=rng)
+    if as_json:
+        emit_json({"fabric": fabric.name, **result})
+        return
+    click.echo(
+        f"{fabric.name}: {flows:,} flows x {qps} QP, policy {policy}, seed {seed}"
+        + (" (same seed on every switch)" if same_seed else "")
+    )
+    rows = []
+    for t in result["tiers"]:
+        load, exp = t["load"], t["expected"]
+        rows.append(
+            [
+                t["tier"],
+                f"{load['bins']:,}",
+                f"{t['qp_flows']:,}",
+                f"{load['max_mean']:.2f}",
+                f"{exp['max_mean']:.2f}",
+                f"{load['cv']:.3f}",
+                f"{exp['cv']:.3f}",
+                f"{load['jain']:.3f}",
+            ]
+        )
+    click.echo(
+        render(
+            ["tier", "uplinks", "QP flows", "max/mean", "uniform", "CV", "uniform", "Jain"],
+            rows,
+        )
+    )
+    click.echo()
+    for t in result["tiers"]:
+        hist = ", ".join(f"{k}: {v}" for k, v in t["flows_per_uplink"].items())
+        click.echo(f"{t['tier']:<10} uplinks carrying n QP flows  {hist}")
+    if result["unreachable"]:
+        click.echo(f"{result['unreachable']} QP flows found no path", err=True)

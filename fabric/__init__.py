@@ -1,0 +1,28 @@
+"""The network model of a backend fabric, its units, ECMP routing and the engines."""
+
+from fabric.errors import AifabricError, SpecError
+from fabric.model import (
+    ROLES,
+    EcnProfile,
+    Fabric,
+    Link,
+    Node,
+    PfcProfile,
+    Port,
+    QueueProfile,
+    Role,
+)
+
+__all__ = [
+    "ROLES",
+    "AifabricError",
+    "EcnProfile",
+    "Fabric",
+    "Link",
+    "Node",
+    "PfcProfile",
+    "Port",
+    "QueueProfile",
+    "Role",
+    "SpecError",
+]

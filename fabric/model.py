@@ -1,0 +1,469 @@
+"""The network model: nodes, ports, links and queue profiles, held by a `Fabric`.
+
+A `Fabric` is a value. It stores its nodes and links as flat, typed numpy
+columns that engines use directly (`link_a`, `link_rate_bps`, `port_node`, ...),
+and hands out frozen dataclasses (`Node`, `Link`, `Port`) and a networkx view
+for code that prefers objects or graph algorithms.
+
+Every link is full duplex. Its two directions are the *ports* (egress queues)
+`2 * link` (from `link_a` to `link_b`) and `2 * link + 1` (back). A node's ports
+are numbered locally in the order its links were added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from fabric.errors import SpecError
+
+
+class Role(IntEnum):
+    """What a node does: a GPU's backend NIC or a switch of one tier."""
+
+    NIC = 0  # a backend NIC, one per GPU
+    RTSW = 1  # rack training switch (leaf, ToR; a rail switch in rail designs)
+    CTSW = 2  # cluster training switch (spine of an AI Zone)
+    ATSW = 3  # aggregator training switch (joins AI Zones)
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+ROLES = tuple(r.label for r in Role)
+SWITCH_ROLES = (Role.RTSW, Role.CTSW, Role.ATSW)
+
+
+@dataclass(frozen=True)
+class Node:
+    id: int
+    name: str
+    role: Role
+    zone: int = -1
+    rack: int = -1
+    server: int = -1
+    rail: int = -1  # the NIC's index in its server (its rail), or a rail switch's rail
+    plane: int = -1  # spine plane of a CTSW or ATSW
+    index: int = -1  # ordinal among the nodes of its role
+
+
+@dataclass(frozen=True)
+class Link:
+    id: int
+    a: int
+    b: int
+    rate_bps: int
+    delay_ns: int
+    mtu_bytes: int  # RoCE path MTU: payload bytes per packet
+    a_port: int  # local port number on a
+    b_port: int  # local port number on b
+
+
+@dataclass(frozen=True)
+class Port:
+    """One direction of a link: the egress queue of `node` towards `peer`."""
+
+    id: int
+    node: int
+    number: int  # local port number on node
+    link: int
+    peer: int
+
+
+@dataclass(frozen=True)
+class EcnProfile:
+    """RED-style ECN marking on the lossless class (the DCQCN switch profile)."""
+
+    kmin_bytes: int
+    kmax_bytes: int
+    pmax: float
+    enabled: bool = True
+
+    def __post_init__(self):
+        if not 0 <= self.kmin_bytes <= self.kmax_bytes:
+            raise SpecError(
+                f"ECN thresholds need 0 <= kmin <= kmax, got kmin={self.kmin_bytes} B "
+                f"and kmax={self.kmax_bytes} B"
+            )
+        if not 0.0 <= self.pmax <= 1.0:
+            raise SpecError(f"ECN pmax must be between 0 and 1, got {self.pmax}")
+
+    def probability(self, depth_bytes: float) -> float:
+        """The marking probability at a queue depth: 0 below Kmin, Pmax at Kmax, 1 above."""
+        if not self.enabled or depth_bytes <= self.kmin_bytes:
+            return 0.0
+        if depth_bytes > self.kmax_bytes:
+            return 1.0
+        if self.kmax_bytes == self.kmin_bytes:
+            return self.pmax
+        return self.pmax * (depth_bytes - self.kmin_bytes) / (self.kmax_bytes - self.kmin_bytes)
+
+
+@dataclass(frozen=True)
+class PfcProfile:
+    """802.1Qbb priority flow control, accounted per ingress port and priority."""
+
+    xoff_bytes: int
+    xon_bytes: int
+    headroom_bytes: int
+    pause_quanta: int = 0xFFFF  # one quantum is 512 bit times
+    enabled: bool = True
+
+    def __post_init__(self):
+        if not 0 <= self.xon_bytes < self.xoff_bytes:
+            raise SpecError(
+                f"PFC thresholds need 0 <= xon < xoff, got xon={self.xon_bytes} B "
+                f"and xoff={self.xoff_bytes} B"
+            )
+        if self.headroom_bytes < 0:
+            raise SpecError(f"PFC headroom must not be negative, got {self.headroom_bytes} B")
+        if not 0 < self.pause_quanta <= 0xFFFF:
+            raise SpecError(f"PFC pause quanta must be in 1..65535, got {self.pause_quanta}")
+
+
+@dataclass(frozen=True)
+class QueueProfile:
+    """Egress buffering of a switch port, with ECN and PFC settings.
+
+    Priority `lossless_priority` carries RoCE data (ECN-marked, PFC-protected);
+    `control_priority` is served strictly first and carries CNP, ACK and
+    clear-to-send packets.
+    """
+
+    buffer_bytes: int
+    ecn: EcnProfile
+    pfc: PfcProfile
+    lossless_priority: int = 3
+    control_priority: int = 6
+
+    def __post_init__(self):
+        if self.buffer_bytes <= 0:
+            raise SpecError(f"queue buffer must be positive, got {self.buffer_bytes} B")
+        if self.ecn.kmax_bytes > self.buffer_bytes:
+            raise SpecError(
+                f"ECN kmax ({self.ecn.kmax_bytes} B) exceeds the buffer ({self.buffer_bytes} B)"
+            )
+        if self.pfc.xoff_bytes + self.pfc.headroom_bytes > self.buffer_bytes:
+            raise SpecError(
+                f"PFC xoff + headroom ({self.pfc.xoff_bytes + self.pfc.headroom_bytes} B) "
+                f"exceeds the buffer ({self.buffer_bytes} B)"
+            )
+        for name in ("lossless_priority", "control_priority"):
+            value = getattr(self, name)
+            if not 0 <= value <= 7:
+                raise SpecError(f"queue {name} must be an 802.1p priority 0..7, got {value}")
+        if self.lossless_priority == self.control_priority:
+            raise SpecError(
+                f"the lossless and control priorities must differ, both are {self.control_priority}"
+            )
+
+
+def required_headroom_bytes(rate_bps: int, delay_ns: int, mtu_bytes: int) -> int:
+    """PFC headroom that keeps a port lossless: the bytes still arriving after XOFF.
+
+    One round trip of the cable at line rate, plus a maximum frame the sender
+    may have started and one the receiver may be sending its PAUSE behind.
+    """
+    return (2 * delay_ns * rate_bps) // (8 * 10**9) + 2 * (mtu_bytes + 100)
+
+
+DEFAULT_QUEUE = QueueProfile(
+    buffer_bytes=4 * 2**20,
+    ecn=EcnProfile(kmin_bytes=100 * 2**10, kmax_bytes=400 * 2**10, pmax=0.2),
+    pfc=PfcProfile(xoff_bytes=1 * 2**20, xon_bytes=768 * 2**10, headroom_bytes=256 * 2**10),
+)
+
+_I32 = np.int32
+_I64 = np.int64
+
+
+@dataclass(frozen=True, eq=False)
+class Fabric:
+    """A built fabric: columns of nodes and links, queue profiles per switch role."""
+
+    name: str
+    kind: str
+    node_name: tuple[str, ...]
+    node_role: np.ndarray  # int8, a Role
+    node_zone: np.ndarray  # int32, -1 where not applicable
+    node_rack: np.ndarray
+    node_server: np.ndarray
+    node_rail: np.ndarray
+    node_plane: np.ndarray
+    node_index: np.ndarray
+    link_a: np.ndarray  # int32 node ids
+    link_b: np.ndarray
+    link_rate_bps: np.ndarray  # int64
+    link_delay_ns: np.ndarray  # int64
+    link_mtu_bytes: np.ndarray  # int32
+    queues: dict[Role, QueueProfile] = field(default_factory=dict)
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        n = len(self.node_name)
+        for col in ("role", "zone", "rack", "server", "rail", "plane", "index"):
+            if len(getattr(self, f"node_{col}")) != n:
+                raise ValueError(f"node column {col} has the wrong length")
+        m = len(self.link_a)
+        for col in ("b", "rate_bps", "delay_ns", "mtu_bytes"):
+            if len(getattr(self, f"link_{col}")) != m:
+                raise ValueError(f"link column {col} has the wrong length")
+        if m and (
+            min(self.link_a.min(), self.link_b.min()) < 0
+            or max(self.link_a.max(), self.link_b.max()) >= n
+        ):
+            raise ValueError("a link names a node that does not exist")
+        if np.any(self.link_a == self.link_b):
+            raise ValueError("a link connects a node to itself")
+        for name in self.__dataclass_fields__:
+            value = getattr(self, name)
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+
+    # sizes -----------------------------------------------------------------
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_name)
+
+    @property
+    def n_links(self) -> int:
+        return len(self.link_a)
+
+    @property
+    def n_ports(self) -> int:
+        return 2 * self.n_links
+
+    def count(self, role: Role) -> int:
+        return int(np.count_nonzero(self.node_role == role))
+
+    # directed ports ----------------------------------------------------------
+    @cached_property
+    def port_node(self) -> np.ndarray:
+        """The node each port (egress queue) belongs to."""
+        out = np.empty(self.n_ports, dtype=_I32)
+        out[0::2] = self.link_a
+        out[1::2] = self.link_b
+        return out
+
+    @cached_property
+    def port_peer(self) -> np.ndarray:
+        """The node at the other end of each port."""
+        out = np.empty(self.n_ports, dtype=_I32)
+        out[0::2] = self.link_b
+        out[1::2] = self.link_a
+        return out
+
+    @cached_property
+    def port_rate_bps(self) -> np.ndarray:
+        return np.repeat(self.link_rate_bps, 2)
+
+    @cached_property
+    def port_delay_ns(self) -> np.ndarray:
+        return np.repeat(self.link_delay_ns, 2)
+
+    @cached_property
+    def _adjacency(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        order = np.argsort(self.port_node, kind="stable").astype(_I32)
+        counts = np.bincount(self.port_node, minlength=self.n_nodes)
+        ptr = np.zeros(self.n_nodes + 1, dtype=_I32)
+        np.cumsum(counts, out=ptr[1:])
+        number = np.empty(self.n_ports, dtype=_I32)
+        number[order] = np.arange(self.n_ports, dtype=_I32) - np.repeat(ptr[:-1], counts)
+        return ptr, order, number
+
+    @property
+    def adj_ptr(self) -> np.ndarray:
+        """CSR row pointers: the ports of node v are `adj_port[adj_ptr[v]:adj_ptr[v + 1]]`."""
+        return self._adjacency[0]
+
+    @property
+    def adj_port(self) -> np.ndarray:
+        """Port ids grouped by node, each node's ports in local port-number order."""
+        return self._adjacency[1]
+
+    @property
+    def port_number(self) -> np.ndarray:
+        """The local port number of each port on its node."""
+        return self._adjacency[2]
+
+    def ports_of(self, node: int) -> np.ndarray:
+        return self.adj_port[self.adj_ptr[node] : self.adj_ptr[node + 1]]
+
+    def degree(self, node: int) -> int:
+        return int(self.adj_ptr[node + 1] - self.adj_ptr[node])
+
+    # nodes by role -------------------------------------------------------------
+    @cached_property
+    def nic_ids(self) -> np.ndarray:
+        return np.flatnonzero(self.node_role == Role.NIC).astype(_I32)
+
+    @cached_property
+    def switch_ids(self) -> np.ndarray:
+        return np.flatnonzero(self.node_role != Role.NIC).astype(_I32)
+
+    @cached_property
+    def nic_switch(self) -> np.ndarray:
+        """For every node: the switch a NIC is cabled to, or -1 for switches."""
+        out = np.full(self.n_nodes, -1, dtype=_I32)
+        a_nic = self.node_role[self.link_a] == Role.NIC
+        b_nic = self.node_role[self.link_b] == Role.NIC
+        out[self.link_a[a_nic]] = self.link_b[a_nic]
+        out[self.link_b[b_nic]] = self.link_a[b_nic]
+        return out
+
+    @cached_property
+    def nic_port(self) -> np.ndarray:
+        """For every node: the port a NIC sends on, or -1 for switches."""
+        out = np.full(self.n_nodes, -1, dtype=_I32)
+        nic = self.node_role[self.port_node] == Role.NIC
+        out[self.port_node[nic]] = np.flatnonzero(nic)
+        return out
+
+    @cached_property
+    def _ids_by_name(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.node_name)}
+
+    def node_id(self, name: str) -> int:
+        try:
+            return self._ids_by_name[name]
+        except KeyError:
+            raise SpecError(f"fabric {self.name} has no node named {name!r}") from None
+
+    # object views ----------------------------------------------------------------
+    def node(self, i: int) -> Node:
+        return Node(
+            id=int(i),
+            name=self.node_name[i],
+            role=Role(int(self.node_role[i])),
+            zone=int(self.node_zone[i]),
+            rack=int(self.node_rack[i]),
+            server=int(self.node_server[i]),
+            rail=int(self.node_rail[i]),
+            plane=int(self.node_plane[i]),
+            index=int(self.node_index[i]),
+        )
+
+    def link(self, i: int) -> Link:
+        return Link(
+            id=int(i),
+            a=int(self.link_a[i]),
+            b=int(self.link_b[i]),
+            rate_bps=int(self.link_rate_bps[i]),
+            delay_ns=int(self.link_delay_ns[i]),
+            mtu_bytes=int(self.link_mtu_bytes[i]),
+            a_port=int(self.port_number[2 * i]),
+            b_port=int(self.port_number[2 * i + 1]),
+        )
+
+    def port(self, i: int) -> Port:
+        return Port(
+            id=int(i),
+            node=int(self.port_node[i]),
+            number=int(self.port_number[i]),
+            link=int(i) // 2,
+            peer=int(self.port_peer[i]),
+        )
+
+    @property
+    def nodes(self) -> list[Node]:
+        return [self.node(i) for i in range(self.n_nodes)]
+
+    @property
+    def links(self) -> list[Link]:
+        return [self.link(i) for i in range(self.n_links)]
+
+    def queue(self, role: Role) -> QueueProfile:
+        return self.queues.get(Role(role), DEFAULT_QUEUE)
+
+    def graph(self):
+        """A networkx MultiGraph: node attributes from `Node`, edges keyed by link id."""
+        import networkx as nx
+
+        g = nx.MultiGraph(name=self.name)
+        for node in self.nodes:
+            g.add_node(
+                node.id,
+                name=node.name,
+                role=node.role.label,
+                zone=node.zone,
+                rack=node.rack,
+                server=node.server,
+                rail=node.rail,
+                plane=node.plane,
+            )
+        for link in self.links:
+            g.add_edge(
+                link.a,
+                link.b,
+                key=link.id,
+                rate_bps=link.rate_bps,
+                delay_ns=link.delay_ns,
+                mtu_bytes=link.mtu_bytes,
+            )
+        return g
+
+
+class FabricBuilder:
+    """Collects nodes and links in plain lists, then freezes them into a `Fabric`."""
+
+    def __init__(self, name: str, kind: str):
+        self.name = name
+        self.kind = kind
+        self._nodes: list[tuple] = []
+        self._role_count = {role: 0 for role in Role}
+        self._links: list[tuple[int, int, int, int, int]] = []
+
+    def node(
+        self,
+        name: str,
+        role: Role,
+        *,
+        zone: int = -1,
+        rack: int = -1,
+        server: int = -1,
+        rail: int = -1,
+        plane: int = -1,
+    ) -> int:
+        index = self._role_count[role]
+        self._role_count[role] = index + 1
+        self._nodes.append((name, int(role), zone, rack, server, rail, plane, index))
+        return len(self._nodes) - 1
+
+    def link(self, a: int, b: int, rate_bps: int, delay_ns: int, mtu_bytes: int) -> int:
+        self._links.append((a, b, rate_bps, delay_ns, mtu_bytes))
+        return len(self._links) - 1
+
+    def build(
+        self,
+        queues: dict[Role, QueueProfile] | None = None,
+        spec: dict[str, Any] | None = None,
+    ) -> Fabric:
+        names = tuple(n[0] for n in self._nodes)
+        if len(set(names)) != len(names):
+            raise SpecError(f"fabric {self.name} names two nodes alike")
+        cols = np.array([n[1:] for n in self._nodes], dtype=_I32).reshape(-1, 7)
+        links = np.array(self._links, dtype=_I64).reshape(-1, 5)
+        return Fabric(
+            name=self.name,
+            kind=self.kind,
+            node_name=names,
+            node_role=cols[:, 0].astype(np.int8),
+            node_zone=cols[:, 1].copy(),
+            node_rack=cols[:, 2].copy(),
+            node_server=cols[:, 3].copy(),
+            node_rail=cols[:, 4].copy(),
+            node_plane=cols[:, 5].copy(),
+            node_index=cols[:, 6].copy(),
+            link_a=links[:, 0].astype(_I32),
+            link_b=links[:, 1].astype(_I32),
+            link_rate_bps=links[:, 2].copy(),
+            link_delay_ns=links[:, 3].copy(),
+            link_mtu_bytes=links[:, 4].astype(_I32),
+            queues=dict(queues or {}),
+            spec=dict(spec or {}),
+        )

@@ -1,0 +1,464 @@
+"""ECMP routing: next-hop sets, hash-based selection, and the path of every flow.
+
+Next hops come from hop distances. For every switch and every *leaf* (a
+switch that NICs are cabled to) `dist` holds the number of switch-to-switch
+hops between them; a switch's next hops towards a destination NIC are its
+live ports whose peer is one hop closer to the NIC's leaf. On a Clos that is
+exactly the set of equal-cost uplinks going up, and the one downlink coming
+down.
+
+Selection is a pure function of the packet's fields and a per-switch seed:
+a CRC-32 (the IEEE polynomial that switch ASICs offer alongside CRC-16 and
+XOR folding) over the fields the policy names, then the switch's seed mixed
+in with a non-linear finalizer, taken modulo the number of next hops. A CRC
+is affine in its initial value, so a seed fed only as the CRC's start would
+XOR every switch's hash with a constant: the low bits of one tier would still
+decide the next tier's choice, which is hash polarization whatever the
+seeds. With the same seed on every switch (`same_seed`) the hashes are equal
+at every hop and polarization is what you get. Policies:
+
+- `5tuple`: source and destination IP, protocol, UDP ports.
+- `eecmp`: the 5-tuple plus the destination QPN (Meta's enhanced ECMP, a
+  user-defined field over the BTH).
+- `pinned`: static by destination, the NIC's ordinal (Meta's path pinning).
+- `spray`: the 5-tuple plus the packet sequence number: every packet anew.
+- `adaptive`: least-loaded next hop given the flows routed before it, ties
+  broken by the 5-tuple hash; the bound that hashing is measured against.
+
+Failures keep hashing resilient, as switch ECMP groups with resilient
+hashing do: a flow keeps its next hop unless that next hop went away; only
+the flows of a lost member are re-spread over what is left.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from fabric.addressing import ROCE_UDP_PORT, nic_ipv4
+from fabric.errors import AifabricError
+from fabric.model import Fabric, Role
+
+POLICIES = ("5tuple", "eecmp", "pinned", "spray", "adaptive")
+_MODE = {name: i for i, name in enumerate(POLICIES)}
+MODE_RANDOM = len(POLICIES)  # uniform random choice per hop: the balls-into-bins reference
+UNREACHABLE = np.int16(32767)
+MAX_HOPS = 16
+
+
+def _crc_table() -> np.ndarray:
+    table = np.zeros(256, dtype=np.uint32)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        table[i] = c
+    return table
+
+
+CRC_TABLE = _crc_table()
+
+
+@njit(cache=True)
+def _crc_byte(crc, byte, table):
+    return table[(crc ^ byte) & 0xFF] ^ (crc >> np.uint32(8))
+
+
+@njit(cache=True)
+def _crc_word(crc, value, nbytes, table):
+    """Feed the low `nbytes` of `value`, most significant byte first (network order)."""
+    for i in range(nbytes - 1, -1, -1):
+        crc = _crc_byte(crc, np.uint32((value >> (8 * i)) & 0xFF), table)
+    return crc
+
+
+@njit(cache=True)
+def crc32_bytes(data, seed, table):
+    """CRC-32 of a uint8 array, continuing from `seed` exactly as zlib.crc32(data, seed)."""
+    crc = np.uint32(seed) ^ np.uint32(0xFFFFFFFF)
+    for b in data:
+        crc = _crc_byte(crc, np.uint32(b), table)
+    return crc ^ np.uint32(0xFFFFFFFF)
+
+
+@njit(cache=True)
+def mix32(x):
+    """A bijective 32-bit finalizer (MurmurHash3's fmix32): every output bit depends on all."""
+    x = np.uint32(x)
+    x ^= x >> np.uint32(16)
+    x = np.uint32(np.uint64(x) * np.uint64(0x85EBCA6B) & np.uint64(0xFFFFFFFF))
+    x ^= x >> np.uint32(13)
+    x = np.uint32(np.uint64(x) * np.uint64(0xC2B2AE35) & np.uint64(0xFFFFFFFF))
+    x ^= x >> np.uint32(16)
+    return x
+
+
+@njit(cache=True)
+def flow_hash(sip, dip, sport, dport, dqpn, psn, mode, seed, table):
+    """The ECMP hash of one packet at a switch with `seed`.
+
+    CRC-32 (as zlib computes it) over, in order: source IP (4 bytes),
+    destination IP (4), protocol (1, UDP), source port (2), destination port
+    (2); then the destination QPN (3) for `eecmp` or the PSN (3) for
+    `spray`; all in network byte order. Then `mix32(crc ^ seed)`.
+    """
+    crc = np.uint32(0xFFFFFFFF)
+    crc = _crc_word(crc, np.uint32(sip), 4, table)
+    crc = _crc_word(crc, np.uint32(dip), 4, table)
+    crc = _crc_byte(crc, np.uint32(17), table)
+    crc = _crc_word(crc, np.uint32(sport), 2, table)
+    crc = _crc_word(crc, np.uint32(dport), 2, table)
+    if mode == 1:
+        crc = _crc_word(crc, np.uint32(dqpn), 3, table)
+    elif mode == 3:
+        crc = _crc_word(crc, np.uint32(psn), 3, table)
+    return mix32((crc ^ np.uint32(0xFFFFFFFF)) ^ np.uint32(seed))
+
+
+@njit(cache=True)
+def _bfs_distances(n_switch, ptr, nbr, leaves, dist):
+    """dist[s, j]: switch hops from switch s to leaf j, over the live switch graph."""
+    queue = np.empty(n_switch, dtype=np.int32)
+    for j in range(leaves.shape[0]):
+        head = 0
+        tail = 1
+        queue[0] = leaves[j]
+        dist[leaves[j], j] = 0
+        while head < tail:
+            s = queue[head]
+            head += 1
+            d = dist[s, j] + 1
+            for k in range(ptr[s], ptr[s + 1]):
+                t = nbr[k]
+                if dist[t, j] > d:
+                    dist[t, j] = d
+                    queue[tail] = t
+                    tail += 1
+
+
+@njit(cache=True)
+def _walk(
+    src, dst, sip, dip, sport, dqpn, psn, mode, rnd,
+    seeds, table, nic_port, nic_sw, port_peer, adj_ptr, adj_port, port_alive,
+    sw_ord, leaf_ord, dist, dist0, load, weight, out,
+):  # fmt: skip
+    """Route one packet from NIC src to NIC dst; write its ports to out, return the count.
+
+    Returns -1 when dst cannot be reached over the live links.
+    """
+    p = nic_port[src]
+    if p < 0 or not port_alive[p]:
+        return -1
+    out[0] = p
+    n = 1
+    s = port_peer[p]
+    last = nic_sw[dst]
+    lj = leaf_ord[last]
+    while s != last:
+        if n >= out.shape[0] - 1:
+            return -1
+        si = sw_ord[s]
+        d = dist[si, lj]
+        if d >= 32767:
+            return -1
+        d0 = dist0[si, lj]
+        if mode == 2:
+            h = np.uint32(dst)
+        elif mode == 5:
+            h = np.uint32(rnd[n])
+        else:
+            h = flow_hash(sip, dip, sport, ROCE_UDP_PORT, dqpn, psn, mode, seeds[s], table)
+        # Candidates now, and the members of the intact group for resilience.
+        ncand = 0
+        nbase = 0
+        for k in range(adj_ptr[s], adj_ptr[s + 1]):
+            q = adj_port[k]
+            t = port_peer[q]
+            ti = sw_ord[t]
+            if ti < 0:
+                continue
+            if dist0[ti, lj] == d0 - 1:
+                nbase += 1
+            if port_alive[q] and dist[ti, lj] == d - 1:
+                ncand += 1
+        if ncand == 0:
+            return -1
+        chosen = -1
+        if mode == 4:
+            best = np.inf
+            pick = h % np.uint32(ncand)
+            i = 0
+            for k in range(adj_ptr[s], adj_ptr[s + 1]):
+                q = adj_port[k]
+                ti = sw_ord[port_peer[q]]
+                if ti >= 0 and port_alive[q] and dist[ti, lj] == d - 1:
+                    # least load; among equals, the hashed one
+                    key = load[q] - (1e-9 if i == pick else 0.0)
+                    if key < best:
+                        best = key
+                        chosen = q
+                    i += 1
+        else:
+            if nbase > 0:
+                want = h % np.uint32(nbase)
+                i = 0
+                for k in range(adj_ptr[s], adj_ptr[s + 1]):
+                    q = adj_port[k]
+                    ti = sw_ord[port_peer[q]]
+                    if ti >= 0 and dist0[ti, lj] == d0 - 1:
+                        if i == want:
+                            if port_alive[q] and dist[ti, lj] == d - 1:
+                                chosen = q
+                            break
+                        i += 1
+            if chosen < 0:
+                want = (h // np.uint32(max(nbase, 1))) % np.uint32(ncand)
+                i = 0
+                for k in range(adj_ptr[s], adj_ptr[s + 1]):
+                    q = adj_port[k]
+                    ti = sw_ord[port_peer[q]]
+                    if ti >= 0 and port_alive[q] and dist[ti, lj] == d - 1:
+                        if i == want:
+                            chosen = q
+                            break
+                        i += 1
+        load[chosen] += weight
+        out[n] = chosen
+        n += 1
+        s = port_peer[chosen]
+    q = nic_port[dst] ^ 1  # the leaf's port towards dst
+    if not port_alive[q]:
+        return -1
+    out[n] = q
+    return n + 1
+
+
+@njit(cache=True)
+def _walk_many(
+    src, dst, sip, dip, sport, dqpn, psn, weight, mode, rnd,
+    seeds, table, nic_port, nic_sw, port_peer, adj_ptr, adj_port, port_alive,
+    sw_ord, leaf_ord, dist, dist0, load, ptr, ports, reach,
+):  # fmt: skip
+    buf = np.empty(MAX_HOPS, dtype=np.int32)
+    total = 0
+    for f in range(src.shape[0]):
+        n = _walk(
+            src[f], dst[f], sip[src[f]], dip[dst[f]], sport[f], dqpn[f], psn[f], mode,
+            rnd[f], seeds, table, nic_port, nic_sw, port_peer, adj_ptr, adj_port,
+            port_alive, sw_ord, leaf_ord, dist, dist0, load, weight[f], buf,
+        )  # fmt: skip
+        reach[f] = n >= 0
+        if n < 0:
+            ptr[f + 1] = total
+            continue
+        for i in range(n):
+            ports[total + i] = buf[i]
+        total += n
+        ptr[f + 1] = total
+    return total
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Ports (directed links) per flow, CSR: flow f used `ports[ptr[f]:ptr[f + 1]]`.
+
+    `reachable[f]` is False where the flow's destination was cut off; its
+    slice is then empty.
+    """
+
+    ptr: np.ndarray
+    ports: np.ndarray
+    reachable: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ptr) - 1
+
+    def of(self, f: int) -> np.ndarray:
+        return self.ports[self.ptr[f] : self.ptr[f + 1]]
+
+    def links(self, f: int) -> np.ndarray:
+        return self.of(f) // 2
+
+    def port_counts(self, n_ports: int, weight: np.ndarray | None = None) -> np.ndarray:
+        """How many flows (or how much weight) each port carries."""
+        flow_of = np.repeat(np.arange(len(self)), np.diff(self.ptr))
+        w = None if weight is None else np.asarray(weight, dtype=np.float64)[flow_of]
+        return np.bincount(self.ports, weights=w, minlength=n_ports)
+
+
+class Routing:
+    """ECMP next hops of a fabric under a policy, a seed and a set of failures."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        policy: str = "5tuple",
+        seed: int = 0,
+        *,
+        same_seed: bool = False,
+        failed_links: Iterable[int] = (),
+        failed_nodes: Iterable[int] = (),
+        _intact: np.ndarray | None = None,
+    ):
+        if policy not in POLICIES:
+            raise AifabricError(
+                f"unknown ECMP policy {policy!r}; choose one of {', '.join(POLICIES)}"
+            )
+        self.fabric = fabric
+        self.policy = policy
+        self.seed = int(seed)
+        self.same_seed = same_seed
+        self.failed_links = frozenset(int(x) for x in failed_links)
+        self.failed_nodes = frozenset(int(x) for x in failed_nodes)
+        for link in self.failed_links:
+            if not 0 <= link < fabric.n_links:
+                raise AifabricError(f"fabric {fabric.name} has no link {link}")
+        for node in self.failed_nodes:
+            if not 0 <= node < fabric.n_nodes:
+                raise AifabricError(f"fabric {fabric.name} has no node {node}")
+
+        f = fabric
+        self.ip = nic_ipv4(f)
+        self.seeds = self._seeds()
+        alive = np.ones(f.n_links, dtype=np.bool_)
+        alive[list(self.failed_links)] = False
+        if self.failed_nodes:
+            dead = np.zeros(f.n_nodes, dtype=np.bool_)
+            dead[list(self.failed_nodes)] = True
+            alive &= ~(dead[f.link_a] | dead[f.link_b])
+        self.link_alive = alive
+        self.port_alive = np.repeat(alive, 2)
+
+        self.sw_ord = np.full(f.n_nodes, -1, dtype=np.int32)
+        self.sw_ord[f.switch_ids] = np.arange(len(f.switch_ids), dtype=np.int32)
+        leaves = np.unique(f.nic_switch[f.nic_ids])
+        self.leaf_ord = np.full(f.n_nodes, -1, dtype=np.int32)
+        self.leaf_ord[leaves] = np.arange(len(leaves), dtype=np.int32)
+        self._leaves = leaves
+        self.dist = self._distances(self.port_alive)
+        self.dist0 = self.dist if _intact is None else _intact
+        if _intact is None and (self.failed_links or self.failed_nodes):
+            self.dist0 = self._distances(np.ones(f.n_ports, dtype=np.bool_))
+
+    def _seeds(self) -> np.ndarray:
+        n = self.fabric.n_nodes
+        if self.same_seed:
+            return np.full(n, self.seed & 0xFFFFFFFF, dtype=np.uint32)
+        return np.array(
+            [zlib.crc32(v.to_bytes(4, "big"), self.seed & 0xFFFFFFFF) for v in range(n)],
+            dtype=np.uint32,
+        )
+
+    def _distances(self, port_alive: np.ndarray) -> np.ndarray:
+        f = self.fabric
+        a = f.port_node
+        b = f.port_peer
+        keep = port_alive & (self.sw_ord[a] >= 0) & (self.sw_ord[b] >= 0)
+        src = self.sw_ord[a[keep]]
+        dst = self.sw_ord[b[keep]]
+        order = np.argsort(src, kind="stable")
+        n_sw = len(f.switch_ids)
+        ptr = np.zeros(n_sw + 1, dtype=np.int32)
+        np.cumsum(np.bincount(src, minlength=n_sw), out=ptr[1:])
+        nbr = dst[order].astype(np.int32)
+        dist = np.full((n_sw, len(self._leaves)), UNREACHABLE, dtype=np.int16)
+        _bfs_distances(n_sw, ptr, nbr, self.sw_ord[self._leaves].astype(np.int32), dist)
+        return dist
+
+    def without(self, links: Iterable[int] = (), nodes: Iterable[int] = ()) -> Routing:
+        """The same routing with more links or switches down (or drained)."""
+        return Routing(
+            self.fabric,
+            self.policy,
+            self.seed,
+            same_seed=self.same_seed,
+            failed_links=self.failed_links | set(links),
+            failed_nodes=self.failed_nodes | set(nodes),
+            _intact=self.dist0,
+        )
+
+    def next_hops(self, switch: int, dst: int) -> np.ndarray:
+        """The live ports of `switch` on a shortest path to NIC `dst`."""
+        f = self.fabric
+        if f.node_role[switch] == Role.NIC:
+            raise AifabricError(f"{f.node_name[switch]} is a NIC, not a switch")
+        last = f.nic_switch[dst]
+        if switch == last:
+            q = f.nic_port[dst] ^ 1
+            return np.array([q] if self.port_alive[q] else [], dtype=np.int32)
+        d = self.dist[self.sw_ord[switch], self.leaf_ord[last]]
+        ports = f.ports_of(switch)
+        peers = self.sw_ord[f.port_peer[ports]]
+        ok = (peers >= 0) & self.port_alive[ports]
+        ok[ok] &= self.dist[peers[ok], self.leaf_ord[last]] == d - 1
+        return ports[ok].astype(np.int32)
+
+    def paths(
+        self,
+        src,
+        dst,
+        sport=None,
+        dqpn=None,
+        psn=None,
+        weight=None,
+        *,
+        rng: np.random.Generator | None = None,
+    ) -> Paths:
+        """Route many flows (or packets) at once; see `Paths`.
+
+        `src`, `dst` are NIC node ids; `sport` the RoCEv2 UDP source port,
+        `dqpn` the destination QPN, `psn` the packet sequence number (spray);
+        `weight` the load each flow adds (adaptive). With `rng`, every hop is
+        a uniform random choice instead: the balls-into-bins reference.
+        """
+        f = self.fabric
+        src = np.asarray(src, dtype=np.int32)
+        dst = np.asarray(dst, dtype=np.int32)
+        n = len(src)
+        if len(dst) != n:
+            raise ValueError("src and dst differ in length")
+        roles = f.node_role
+        if n and (roles[src] != Role.NIC).any() | (roles[dst] != Role.NIC).any():
+            raise AifabricError("flows must start and end at NICs")
+
+        def col(x, default):
+            if x is None:
+                return np.full(n, default, dtype=np.int64)
+            return np.broadcast_to(np.asarray(x, dtype=np.int64), (n,)).copy()
+
+        mode = _MODE[self.policy]
+        rnd = np.zeros((n, MAX_HOPS), dtype=np.uint32)
+        if rng is not None:
+            mode = MODE_RANDOM
+            rnd = rng.integers(0, 2**32, size=(n, MAX_HOPS), dtype=np.uint32)
+        load = np.zeros(f.n_ports, dtype=np.float64)
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        ports = np.empty(n * MAX_HOPS, dtype=np.int32)
+        reachable = np.zeros(n, dtype=np.bool_)
+        total = _walk_many(
+            src, dst, self.ip, self.ip, col(sport, 0xC000), col(dqpn, 0), col(psn, 0),
+            col(weight, 1).astype(np.float64), mode, rnd, self.seeds, CRC_TABLE,
+            f.nic_port, f.nic_switch, f.port_peer, f.adj_ptr, f.adj_port, self.port_alive,
+            self.sw_ord, self.leaf_ord, self.dist, self.dist0, load, ptr, ports, reachable,
+        )  # fmt: skip
+        return Paths(ptr=ptr, ports=ports[:total].copy(), reachable=reachable)
+
+    def path(self, src: int, dst: int, sport: int = 0xC000, dqpn: int = 0, psn: int = 0):
+        """The links one flow (or, under `spray`, one packet) takes, in order."""
+        p = self.paths([src], [dst], [sport], [dqpn], [psn])
+        if not p.reachable[0]:
+            f = self.fabric
+            raise AifabricError(
+                f"{f.node_name[dst]} cannot be reached from {f.node_name[src]} over the live links"
+            )
+        return [int(x) for x in p.links(0)]
+
+    def hop_diameter(self) -> int:
+        """The most links on any NIC-to-NIC shortest path (over the live fabric)."""
+        leaf_rows = self.dist[self.sw_ord[self._leaves]]
+        finite = leaf_rows[leaf_rows < UNREACHABLE]
+        return int(finite.max()) + 2 if finite.size else 0

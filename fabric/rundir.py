@@ -1,0 +1,221 @@
+"""The run directory: what every engine writes and the analyzer reads.
+
+One run = one scenario on one engine. Files, each written atomically (a
+temporary file renamed into place, so a reader never sees half of one):
+
+    run.json         schema, engine, status, scenario, versions, times, message
+    topology.json    fabric.export.topology_dict(fabric)
+    flows.npz        per flow (one QP's transfer): flow_id job op step channel src dst
+                     sqpn dqpn sport bytes start_ns end_ns (end_ns -1: unfinished),
+                     path_ptr int64[n + 1] and path_link: the links flow f used are
+                     path_link[path_ptr[f]:path_ptr[f + 1]], in order
+    ports.npz        per-port time series at a fixed interval:
+                     interval_ns; t_ns[s] (start of sample s); port[p] (the port ids
+                     recorded, see fabric.model); scale (emulation rate factor, 1 in sim);
+                     arrays [samples, ports]: tx_bytes, qdepth_max_bytes,
+                     qdepth_mean_bytes, ecn_marked, paused_ns, pfc_sent, drops
+    collectives.npz  per collective op: op job kind algorithm bytes ranks start_ns
+                     end_ns algbw_bps busbw_bps (nccl-tests convention)
+    captures/*.pcap  packet captures where taken
+
+`status` is "running" while an engine works, then "complete", "partial"
+(interrupted: what is there is real but not everything ran) or "failed".
+Arrays load with numpy alone (`np.load(path, allow_pickle=False)`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fabric.errors import AifabricError
+
+RUN_SCHEMA = "aifabric.run/1"
+STATUSES = ("running", "complete", "partial", "failed")
+FLOW_FIELDS = (
+    "flow_id", "job", "op", "step", "channel", "src", "dst", "sqpn", "dqpn", "sport",
+    "bytes", "start_ns", "end_ns", "path_ptr", "path_link",
+)  # fmt: skip
+PORT_SERIES = (
+    "tx_bytes", "qdepth_max_bytes", "qdepth_mean_bytes", "ecn_marked", "paused_ns",
+    "pfc_sent", "drops",
+)  # fmt: skip
+COLLECTIVE_FIELDS = (
+    "op", "job", "kind", "algorithm", "bytes", "ranks", "start_ns", "end_ns",
+    "algbw_bps", "busbw_bps",
+)  # fmt: skip
+
+
+def _atomic(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    def w(tmp):
+        with open(tmp, "w") as fh:
+            json.dump(data, fh, indent=1, default=_jsonable)
+            fh.write("\n")
+
+    _atomic(Path(path), w)
+
+
+def write_npz(path: Path, arrays: dict[str, Any]) -> None:
+    def w(tmp):
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+
+    _atomic(Path(path), w)
+
+
+def _jsonable(x):
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, Path):
+        return str(x)
+    raise TypeError(f"{type(x).__name__} is not JSON serializable")
+
+
+def versions() -> dict[str, str]:
+    import numba
+
+    from aifabric import __version__
+
+    return {
+        "aifabric": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+    }
+
+
+class RunWriter:
+    """Creates a run directory and keeps run.json's status honest."""
+
+    def __init__(self, path: str | Path, engine: str, scenario: dict[str, Any]):
+        self.path = Path(path)
+        if self.path.exists() and any(self.path.iterdir()):
+            raise AifabricError(f"run directory {self.path} already exists and is not empty")
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / "captures").mkdir(exist_ok=True)
+        self._started = time.time()
+        self.meta: dict[str, Any] = {
+            "schema": RUN_SCHEMA,
+            "engine": engine,
+            "status": "running",
+            "scenario": scenario,
+            "versions": versions(),
+            "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._started)),
+            "wall_time_s": None,
+            "message": "",
+            "results": {},
+        }
+        self._write_meta()
+
+    def _write_meta(self) -> None:
+        write_json(self.path / "run.json", self.meta)
+
+    def topology(self, fabric) -> None:
+        from fabric.export import topology_dict
+
+        write_json(self.path / "topology.json", topology_dict(fabric))
+
+    def flows(self, **cols) -> None:
+        missing = [k for k in FLOW_FIELDS if k not in cols]
+        if missing:
+            raise ValueError(f"flow records lack {', '.join(missing)}")
+        write_npz(self.path / "flows.npz", cols)
+
+    def ports(self, *, interval_ns: int, t_ns, port, scale: float = 1.0, **series) -> None:
+        missing = [k for k in PORT_SERIES if k not in series]
+        if missing:
+            raise ValueError(f"port series lack {', '.join(missing)}")
+        write_npz(
+            self.path / "ports.npz",
+            {"interval_ns": interval_ns, "t_ns": t_ns, "port": port, "scale": scale, **series},
+        )
+
+    def collectives(self, **cols) -> None:
+        missing = [k for k in COLLECTIVE_FIELDS if k not in cols]
+        if missing:
+            raise ValueError(f"collective records lack {', '.join(missing)}")
+        write_npz(self.path / "collectives.npz", cols)
+
+    def note(self, **results) -> None:
+        """Record results or facts about the run (mechanisms used, counters) in run.json."""
+        self.meta["results"].update(results)
+        self._write_meta()
+
+    def finish(self, status: str, message: str = "") -> None:
+        if status not in STATUSES[1:]:
+            raise ValueError(f"a run ends complete, partial or failed, not {status!r}")
+        self.meta["status"] = status
+        self.meta["message"] = message
+        self.meta["wall_time_s"] = round(time.time() - self._started, 3)
+        self._write_meta()
+
+
+class Run:
+    """A run directory opened for reading; arrays load lazily."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        meta = self.path / "run.json"
+        if not meta.is_file():
+            raise AifabricError(f"{self.path} is not a run directory (no run.json)")
+        try:
+            self.meta = json.loads(meta.read_text())
+        except (OSError, ValueError) as e:
+            raise AifabricError(f"{meta} cannot be read: {e}") from None
+        if self.meta.get("schema") != RUN_SCHEMA:
+            raise AifabricError(f"{meta} is not an {RUN_SCHEMA} run record")
+
+    @property
+    def status(self) -> str:
+        return self.meta["status"]
+
+    @property
+    def engine(self) -> str:
+        return self.meta["engine"]
+
+    def topology(self) -> dict:
+        return json.loads((self.path / "topology.json").read_text())
+
+    def _npz(self, name: str) -> dict[str, np.ndarray] | None:
+        path = self.path / name
+        if not path.is_file():
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+        except (OSError, ValueError) as e:
+            raise AifabricError(f"{path} cannot be read: {e}") from None
+
+    def flows(self) -> dict[str, np.ndarray] | None:
+        return self._npz("flows.npz")
+
+    def ports(self) -> dict[str, np.ndarray] | None:
+        return self._npz("ports.npz")
+
+    def collectives(self) -> dict[str, np.ndarray] | None:
+        return self._npz("collectives.npz")
+
+    def captures(self) -> list[Path]:
+        return sorted((self.path / "captures").glob("*.pcap*"))

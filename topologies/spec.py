@@ -1,0 +1,267 @@
+"""Topology specs: TOML files and presets, checked key by key before anything is built.
+
+A spec is a few TOML tables. `[fabric] kind` picks the builder; each kind
+takes its own tables (see `KINDS`). Every key is known here with its type,
+bounds and default, so an unknown key, a bad unit or an out-of-range value
+fails with one sentence that names the key and the value.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fabric.errors import SpecError, UnitError
+from fabric.model import DEFAULT_QUEUE, EcnProfile, PfcProfile, QueueProfile, Role
+from fabric.units import parse_rate, parse_size, parse_time
+
+
+@dataclass(frozen=True)
+class Key:
+    parse: Callable[[Any], Any]
+    default: Any = None  # None: required
+    minimum: float | None = None
+    doc: str = ""
+
+
+def _int(value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("must be a whole number")
+    return value
+
+
+def _float(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number")
+    return float(value)
+
+
+def _str(value):
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value
+
+
+def _bool(value):
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
+KINDS = {
+    "two-tier": ("servers", "zone"),
+    "leaf-spine": ("servers", "zone"),
+    "three-tier": ("servers", "zone", "aggregation"),
+    "rail": ("servers", "rail"),
+    "fat-tree": ("fat_tree",),
+}
+COMMON = ("fabric", "links", "radix", "queue")
+
+_QUEUE_KEYS = {
+    "buffer": Key(parse_size, DEFAULT_QUEUE.buffer_bytes, 1),
+    "ecn": Key(_bool, DEFAULT_QUEUE.ecn.enabled),
+    "ecn_kmin": Key(parse_size, DEFAULT_QUEUE.ecn.kmin_bytes, 0),
+    "ecn_kmax": Key(parse_size, DEFAULT_QUEUE.ecn.kmax_bytes, 0),
+    "ecn_pmax": Key(_float, DEFAULT_QUEUE.ecn.pmax, 0),
+    "pfc": Key(_bool, DEFAULT_QUEUE.pfc.enabled),
+    "pfc_xoff": Key(parse_size, DEFAULT_QUEUE.pfc.xoff_bytes, 1),
+    "pfc_xon": Key(parse_size, DEFAULT_QUEUE.pfc.xon_bytes, 0),
+    "pfc_headroom": Key(parse_size, DEFAULT_QUEUE.pfc.headroom_bytes, 0),
+    "pfc_quanta": Key(_int, DEFAULT_QUEUE.pfc.pause_quanta, 1),
+    "lossless_priority": Key(_int, DEFAULT_QUEUE.lossless_priority, 0),
+    "control_priority": Key(_int, DEFAULT_QUEUE.control_priority, 0),
+}
+
+SCHEMA: dict[str, dict[str, Key]] = {
+    "fabric": {
+        "kind": Key(_str, doc="two-tier, leaf-spine, three-tier, rail or fat-tree"),
+        "name": Key(_str, ""),
+        "description": Key(_str, ""),
+    },
+    "servers": {
+        "gpus_per_server": Key(_int, 8, 1, "one backend NIC per GPU"),
+        "servers_per_rack": Key(_int, 2, 1),
+    },
+    "zone": {
+        "racks": Key(_int, minimum=1, doc="racks per AI Zone, one RTSW each"),
+        "ctsw_planes": Key(_int, minimum=1, doc="CTSWs the RTSW uplinks need"),
+        "spine_redundancy": Key(_float, 1.0, 1, "CTSWs built per CTSW needed (Meta: 1.125)"),
+        "rtsw_up_down": Key(_float, 1.0, 0, "RTSW uplink : downlink capacity (Meta: 2)"),
+    },
+    "aggregation": {
+        "zones": Key(_int, minimum=1),
+        "atsw_per_plane": Key(_int, 1, 1, "ATSWs that each CTSW plane connects to"),
+        "oversubscription": Key(_float, 1.0, 1, "CTSW downlink : uplink capacity (Meta: 7)"),
+    },
+    "rail": {
+        "groups": Key(_int, minimum=1, doc="groups of servers, each with one switch per rail"),
+        "servers_per_group": Key(_int, minimum=1),
+        "spines": Key(_int, minimum=1),
+        "rail_up_down": Key(_float, 1.0, 0, "rail switch uplink : downlink capacity"),
+    },
+    "fat_tree": {
+        "k": Key(_int, minimum=2, doc="switch radix; k**3/4 hosts"),
+    },
+    "links": {
+        "rate": Key(parse_rate, 400 * 10**9, doc="NIC to switch"),
+        "fabric_rate": Key(parse_rate, 0, doc="switch to switch; default: rate"),
+        "delay": Key(parse_time, 100, 0, "propagation, NIC to switch"),
+        "fabric_delay": Key(parse_time, 500, 0, "propagation, switch to switch"),
+        "mtu": Key(_int, 4096, 256, "RoCE path MTU, payload bytes"),
+    },
+    "radix": {
+        "rtsw": Key(_int, 64, 1),
+        "ctsw": Key(_int, 576, 1),
+        "atsw": Key(_int, 576, 1),
+    },
+    "queue": dict(_QUEUE_KEYS),
+}
+QUEUE_ROLES = ("nic", "rtsw", "ctsw", "atsw")
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A checked spec: `values[table][key]`, parsed, with defaults filled in."""
+
+    name: str
+    kind: str
+    values: dict[str, dict[str, Any]]
+    queues: dict[Role, QueueProfile]
+    raw: dict[str, Any]
+
+    def __getitem__(self, table: str) -> dict[str, Any]:
+        return self.values[table]
+
+
+def preset_names() -> list[str]:
+    folder = resources.files("topologies") / "presets"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def preset_text(name: str) -> str:
+    path = resources.files("topologies") / "presets" / f"{name}.toml"
+    if not path.is_file():
+        raise SpecError(
+            f"unknown topology preset {name!r}; the presets are: {', '.join(preset_names())}"
+        )
+    return path.read_text()
+
+
+def load(source: str | Path) -> Spec:
+    """A preset name or a path to a TOML file -> a checked `Spec`."""
+    text_source = str(source)
+    if text_source.endswith(".toml") or "/" in text_source or Path(text_source).is_file():
+        path = Path(text_source)
+        if not path.is_file():
+            raise SpecError(f"topology file {text_source} does not exist")
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecError(f"topology file {text_source} cannot be read: {e}") from None
+        name = path.stem
+    else:
+        text = preset_text(text_source)
+        name = text_source
+    return parse(text, name)
+
+
+def parse(text: str, name: str) -> Spec:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"topology {name} is not valid TOML: {e}") from None
+    unknown = set(raw) - set(SCHEMA)
+    if unknown:
+        table = sorted(unknown)[0]
+        raise SpecError(
+            f"topology {name}: unknown table [{table}]; known tables: {', '.join(SCHEMA)}"
+        )
+    fabric_table = raw.get("fabric")
+    if not isinstance(fabric_table, dict) or "kind" not in fabric_table:
+        raise SpecError(f"topology {name}: [fabric] kind is missing ({', '.join(KINDS)})")
+    kind = fabric_table["kind"]
+    if kind not in KINDS:
+        raise SpecError(f"topology {name}: fabric.kind = {kind!r} is not one of {', '.join(KINDS)}")
+    allowed = set(COMMON) | set(KINDS[kind])
+    for table in raw:
+        if table not in allowed:
+            raise SpecError(
+                f"topology {name}: table [{table}] does not apply to a {kind} fabric "
+                f"(it takes {', '.join(t for t in SCHEMA if t in allowed)})"
+            )
+    values = {}
+    for table in (*COMMON, *KINDS[kind]):
+        body = raw.get(table, {})
+        if not isinstance(body, dict):
+            raise SpecError(f"topology {name}: {table} must be a table")
+        if table == "queue":
+            body = {k: v for k, v in body.items() if k not in QUEUE_ROLES}
+        values[table] = _check_table(name, table, body, SCHEMA[table])
+    display = values["fabric"]["name"] or name
+    queues = _queues(name, raw.get("queue", {}))
+    return Spec(name=display, kind=kind, values=values, queues=queues, raw=raw)
+
+
+def _check_table(name: str, table: str, body: dict, keys: dict[str, Key]) -> dict[str, Any]:
+    out = {}
+    for key in body:
+        if key not in keys:
+            raise SpecError(
+                f"topology {name}: unknown key {table}.{key} = {body[key]!r}; "
+                f"[{table}] takes {', '.join(keys)}"
+            )
+    for key, rule in keys.items():
+        if key not in body:
+            if rule.default is None:
+                raise SpecError(f"topology {name}: {table}.{key} is missing")
+            out[key] = rule.default
+            continue
+        value = body[key]
+        try:
+            parsed = rule.parse(value)
+        except UnitError as e:
+            raise SpecError(f"topology {name}: {table}.{key} = {value!r}: {e}") from None
+        except ValueError as e:
+            raise SpecError(f"topology {name}: {table}.{key} = {value!r} {e}") from None
+        if rule.minimum is not None and parsed < rule.minimum:
+            raise SpecError(
+                f"topology {name}: {table}.{key} = {value!r} must be at least {rule.minimum:g}"
+            )
+        out[key] = parsed
+    return out
+
+
+def _queues(name: str, body: dict) -> dict[Role, QueueProfile]:
+    if not isinstance(body, dict):
+        raise SpecError(f"topology {name}: queue must be a table")
+    base = {k: v for k, v in body.items() if k not in QUEUE_ROLES}
+    out = {}
+    for role_name in QUEUE_ROLES:
+        override = body.get(role_name, {})
+        if not isinstance(override, dict):
+            raise SpecError(f"topology {name}: queue.{role_name} must be a table")
+        table = f"queue.{role_name}"
+        merged = _check_table(name, table, {**base, **override}, _QUEUE_KEYS)
+        try:
+            out[Role[role_name.upper()]] = QueueProfile(
+                buffer_bytes=merged["buffer"],
+                ecn=EcnProfile(
+                    merged["ecn_kmin"], merged["ecn_kmax"], merged["ecn_pmax"], merged["ecn"]
+                ),
+                pfc=PfcProfile(
+                    merged["pfc_xoff"],
+                    merged["pfc_xon"],
+                    merged["pfc_headroom"],
+                    merged["pfc_quanta"],
+                    merged["pfc"],
+                ),
+                lossless_priority=merged["lossless_priority"],
+                control_priority=merged["control_priority"],
+            )
+        except SpecError as e:
+            raise SpecError(f"topology {name}: [{table}] {e}") from None
+    return out

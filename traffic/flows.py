@@ -1,0 +1,165 @@
+"""The flow table: the contract between workloads and the engines.
+
+A `FlowTable` is columns of equal length, one row per flow (one QP's share
+of one transfer), plus the dependencies that order them and a table of the
+collective operations they belong to. It saves to a single `.npz` that
+numpy alone loads back (no pickle):
+
+    schema       'aifabric.flows/1'
+    flow columns flow_id job op step channel src dst bytes sqpn dqpn sport priority
+                 start_ns (earliest start, e.g. compute time before a bucket)
+    dep_ptr      int64[n + 1]   flow f may start once every flow in
+    dep          int64[...]      dep[dep_ptr[f]:dep_ptr[f + 1]] has completed
+    op columns   op_id op_job op_kind op_algorithm op_bytes op_ranks op_busbw_factor
+
+`src` and `dst` are NIC node ids of the fabric the table was made for;
+`bytes` counts RoCE payload; `sport` is the RoCEv2 UDP source port derived
+from the QPNs. `op_busbw_factor` follows nccl-tests: busbw = algbw x factor
+(AllReduce 2(n-1)/n, AllGather and ReduceScatter (n-1)/n, AllToAll (n-1)/n,
+Broadcast and send/recv 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from fabric.errors import AifabricError
+
+SCHEMA = "aifabric.flows/1"
+
+FLOW_COLUMNS = {
+    "flow_id": np.int64,
+    "job": np.int32,
+    "op": np.int32,
+    "step": np.int32,
+    "channel": np.int32,
+    "src": np.int32,
+    "dst": np.int32,
+    "bytes": np.int64,
+    "sqpn": np.int32,
+    "dqpn": np.int32,
+    "sport": np.int32,
+    "priority": np.int8,
+    "start_ns": np.int64,
+}
+OP_COLUMNS = {
+    "op_id": np.int32,
+    "op_job": np.int32,
+    "op_kind": np.str_,
+    "op_algorithm": np.str_,
+    "op_bytes": np.int64,
+    "op_ranks": np.int32,
+    "op_busbw_factor": np.float64,
+}
+
+
+@dataclass(frozen=True, eq=False)
+class FlowTable:
+    flow_id: np.ndarray
+    job: np.ndarray
+    op: np.ndarray
+    step: np.ndarray
+    channel: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    bytes: np.ndarray
+    sqpn: np.ndarray
+    dqpn: np.ndarray
+    sport: np.ndarray
+    priority: np.ndarray
+    start_ns: np.ndarray
+    dep_ptr: np.ndarray
+    dep: np.ndarray
+    op_id: np.ndarray
+    op_job: np.ndarray
+    op_kind: np.ndarray
+    op_algorithm: np.ndarray
+    op_bytes: np.ndarray
+    op_ranks: np.ndarray
+    op_busbw_factor: np.ndarray
+
+    def __post_init__(self):
+        n = len(self.flow_id)
+        for name in FLOW_COLUMNS:
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"flow column {name} has {len(getattr(self, name))} rows, not {n}")
+        if len(self.dep_ptr) != n + 1 or (n and self.dep_ptr[-1] != len(self.dep)):
+            raise ValueError("dep_ptr does not match the flows and dep")
+        m = len(self.op_id)
+        for name in OP_COLUMNS:
+            if len(getattr(self, name)) != m:
+                raise ValueError(f"op column {name} has the wrong length")
+
+    def __len__(self) -> int:
+        return len(self.flow_id)
+
+    def deps_of(self, f: int) -> np.ndarray:
+        return self.dep[self.dep_ptr[f] : self.dep_ptr[f + 1]]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def save(self, path: str | Path) -> None:
+        """Write the table as one .npz (atomically: a temporary file renamed into place)."""
+        import os
+        import tempfile
+
+        path = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".npz")
+        os.close(fd)
+        try:
+            np.savez(tmp, schema=np.array(SCHEMA), **self.arrays())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | Path) -> FlowTable:
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                schema = str(z["schema"]) if "schema" in z else None
+                if schema != SCHEMA:
+                    raise AifabricError(f"{path} is not an aifabric flow table ({SCHEMA})")
+                return cls(**{f.name: z[f.name] for f in fields(cls)})
+        except (OSError, ValueError, KeyError) as e:
+            raise AifabricError(f"{path} cannot be read as a flow table: {e}") from None
+
+    @classmethod
+    def build(
+        cls,
+        flows: dict[str, np.ndarray],
+        deps: list | tuple[np.ndarray, np.ndarray],
+        ops: dict[str, list],
+    ) -> FlowTable:
+        """Assemble from columns (missing ones default to 0), dependencies and ops.
+
+        `deps` is either one list of prerequisite flow ids per flow, or a
+        ready CSR pair `(dep_ptr, dep)` (the fast path for large tables).
+        """
+        n = len(flows["src"])
+        cols = {}
+        for name, dtype in FLOW_COLUMNS.items():
+            if name == "flow_id":
+                cols[name] = np.arange(n, dtype=dtype)
+            elif name in flows:
+                cols[name] = np.asarray(flows[name], dtype=dtype)
+            else:
+                cols[name] = np.zeros(n, dtype=dtype)
+        op_cols = {
+            name: np.asarray(ops.get(name, []), dtype=dtype) for name, dtype in OP_COLUMNS.items()
+        }
+        if isinstance(deps, tuple):
+            dep_ptr, dep = (np.asarray(x, dtype=np.int64) for x in deps)
+        else:
+            if len(deps) != n:
+                raise ValueError("one dependency list per flow")
+            counts = np.fromiter((len(d) for d in deps), dtype=np.int64, count=n)
+            dep_ptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(counts, out=dep_ptr[1:])
+            total = int(dep_ptr[-1])
+            dep = np.fromiter((x for d in deps for x in d), dtype=np.int64, count=total)
+        return cls(**cols, dep_ptr=dep_ptr, dep=dep, **op_cols)
