@@ -228,3 +228,7 @@ def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
         click.echo(f"{t['tier']:<10} uplinks carrying n QP flows  {hist}")
     if result["unreachable"]:
         click.echo(f"{result['unreachable']} QP flows found no path", err=True)
+
+
+# Command modules add their commands to `main` when imported.
+from aifabric import cli_analysis, cli_emu, cli_run, cli_traffic  # noqa: E402, F401

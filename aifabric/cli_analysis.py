@@ -1,0 +1,1 @@
+"""`aifabric analyze | report | compare | pcap ...` (registered on import by aifabric.cli)."""

@@ -1,0 +1,1 @@
+"""`aifabric clean` and the Mininet engine's commands (registered on import by aifabric.cli)."""

@@ -1,0 +1,1 @@
+"""`aifabric run ...`: scenarios on an engine (registered on import by aifabric.cli)."""

@@ -1,0 +1,1 @@
+"""`aifabric traffic ...`: workloads shown and exported (registered on import by aifabric.cli)."""

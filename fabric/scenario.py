@@ -1,0 +1,75 @@
+"""A scenario: fabric + workload + ECMP policy + queues + congestion control + faults + seed.
+
+This is what both engines run. `to_dict()` is what run.json records under
+"scenario". Loading scenarios from TOML and the presets live in
+`fabric/sim/scenario_spec.py`-style code of the engine layer; this module
+only fixes the shape every engine reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fabric.model import Fabric
+from traffic.flows import FlowTable
+
+CONGESTION_CONTROLS = ("dcqcn", "none", "cts")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A link or switch taken down (or drained: no new flows, in-flight ones finish) at a time."""
+
+    kind: str  # "link" or "node"
+    target: int  # link id or node id
+    at_ns: int = 0
+    action: str = "down"  # "down" or "drain"
+
+
+@dataclass(frozen=True, eq=False)
+class Scenario:
+    name: str
+    fabric: Fabric
+    flows: FlowTable
+    topology: str  # the preset name or TOML path the fabric came from
+    workload: dict[str, Any]  # the workload spec as given
+    ecmp: str = "5tuple"
+    same_seed: bool = False
+    seed: int = 0
+    cc: str = "none"
+    cc_params: dict[str, Any] = field(default_factory=dict)
+    faults: tuple[Fault, ...] = ()
+    sample_interval_ns: int = 10_000
+    captures: tuple[str, ...] = ()  # port names to capture, "node:port"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "topology": self.topology,
+            "fabric": self.fabric.name,
+            "topology_spec": self.fabric.spec,
+            "workload": self.workload,
+            "ecmp": {"policy": self.ecmp, "same_seed": self.same_seed},
+            "queues": {role.label: _queue_dict(self.fabric, role) for role in _roles()},
+            "congestion_control": {"kind": self.cc, **self.cc_params},
+            "faults": [f.__dict__ for f in self.faults],
+            "seed": self.seed,
+            "sample_interval_ns": self.sample_interval_ns,
+            "captures": list(self.captures),
+            "flows": len(self.flows),
+            **self.extra,
+        }
+
+
+def _roles():
+    from fabric.model import Role
+
+    return tuple(Role)
+
+
+def _queue_dict(fabric: Fabric, role) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(fabric.queue(role))
