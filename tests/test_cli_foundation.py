@@ -1,0 +1,104 @@
+import json
+
+import networkx as nx
+import pytest
+from click.testing import CliRunner
+
+from aifabric import __version__
+from aifabric.cli import main
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_version():
+    r = run("--version")
+    assert r.exit_code == 0, r.output
+    assert __version__ in r.output
+
+
+def test_topo_presets_lists_every_preset():
+    r = run("topo", "presets", "--json")
+    assert r.exit_code == 0, r.output
+    names = {p["name"] for p in json.loads(r.output)}
+    assert {"lab-small", "lab-medium", "ai-zone", "cluster-24k"} <= names
+    table = run("topo", "presets")
+    assert "cluster-24k" in table.output and "three-tier" in table.output
+
+
+def test_topo_show_cluster_24k_reports_nics_and_the_7_to_1_tier():
+    r = run("topo", "show", "cluster-24k")
+    assert r.exit_code == 0, r.output
+    assert "24,576" in r.output
+    assert "6.98:1" in r.output
+    data = json.loads(run("topo", "show", "cluster-24k", "--json").output)
+    assert data["nodes"]["nic"] == 24576
+    ctsw = next(t for t in data["tiers"] if t["role"] == "ctsw")
+    assert 6.9 < ctsw["down_up_value"] <= 7
+
+
+def test_unknown_preset_is_one_sentence_and_non_zero():
+    r = run("topo", "show", "no-such-preset")
+    assert r.exit_code == 1, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: unknown topology preset")
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+
+
+def test_a_bad_spec_file_names_the_key(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[fabric]\nkind = "leaf-spine"\n[zone]\nracks = 4\nctsw_planez = 2\n')
+    r = run("topo", "show", str(path))
+    assert r.exit_code == 1, r.output
+    assert "zone.ctsw_planez" in r.output
+    assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("fmt", ["json", "graphml", "dot"])
+def test_topo_export(tmp_path, fmt):
+    out = tmp_path / f"lab.{fmt}"
+    r = run("topo", "export", "lab-small", "--format", fmt, "-o", str(out))
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    if fmt == "json":
+        data = json.loads(text)
+        assert data["schema"] == "aifabric.topology/1"
+        assert sum(n["role"] == "nic" for n in data["nodes"]) == 16
+        assert len(data["links"]) == 32
+        assert {n["ipv4"] for n in data["nodes"] if n["role"] == "nic"} >= {"10.0.0.1"}
+    elif fmt == "graphml":
+        g = nx.read_graphml(out)
+        assert g.number_of_nodes() == 22 and g.number_of_edges() == 32
+        assert g.nodes["z0-r0-rtsw"]["role"] == "rtsw"
+    else:
+        assert text.startswith('graph "lab-small"')
+        assert text.count(" -- ") == 32
+
+
+def test_ecmp_shows_tiers_and_the_uniform_reference():
+    r = run("ecmp", "lab-medium", "--flows", "300", "--seed", "1")
+    assert r.exit_code == 0, r.output
+    assert "rtsw>ctsw" in r.output and "uniform" in r.output
+    data = json.loads(run("ecmp", "lab-medium", "--flows", "300", "--json").output)
+    up = next(t for t in data["tiers"] if t["tier"] == "rtsw>ctsw")
+    assert up["qp_flows"] == 300
+    assert sum(up["uplinks"].values()) == 300
+    assert up["expected"]["cv"] > 0
+
+
+def test_ecmp_same_seed_shows_polarization():
+    def second_tier(*extra):
+        out = run("ecmp", "fat-tree-k8", "--flows", "2000", "--json", *extra).output
+        return next(t for t in json.loads(out)["tiers"] if t["tier"] == "ctsw>atsw")
+
+    polarized, spread = second_tier("--same-seed"), second_tier()
+    assert polarized["flows_per_uplink"]["0"] > 64  # 3 of 4 core uplinks idle
+    assert polarized["load"]["max_mean"] > 2 * spread["load"]["max_mean"]
+
+
+def test_ecmp_rejects_bad_options():
+    r = run("ecmp", "lab-small", "--flows", "0")
+    assert r.exit_code == 2, r.output
+    r = run("ecmp", "lab-small", "--policy", "magic")
+    assert r.exit_code == 2, r.output
