@@ -141,15 +141,86 @@ def _bfs_distances(n_switch, ptr, nbr, leaves, dist):
 
 
 @njit(cache=True)
-def _walk(
-    src, dst, sip, dip, sport, dqpn, psn, mode, rnd,
-    seeds, table, nic_port, nic_sw, port_peer, adj_ptr, adj_port, port_alive,
-    sw_ord, leaf_ord, dist, dist0, load, weight, out,
-):  # fmt: skip
+def _candidate(q, lj, d, net, live):
+    """Is port q a live next hop one step closer to leaf lj than distance d?"""
+    port_peer, sw_ord = net[2], net[5]
+    port_alive, dist = live[0], live[1]
+    ti = sw_ord[port_peer[q]]
+    return ti >= 0 and port_alive[q] and dist[ti, lj] == d - 1
+
+
+@njit(cache=True)
+def _choose(s, lj, h, mode, net, live, load):
+    """The port switch s forwards on towards leaf lj for hash h; -1 if there is none.
+
+    Resilient selection: h picks a member of the intact group (the next hops
+    before any failure); if that member is still a live next hop it is taken,
+    otherwise h picks again among the live next hops.
+    """
+    port_peer, adj_ptr, adj_port, sw_ord = net[2], net[3], net[4], net[5]
+    dist, dist0 = live[1], live[2]
+    si = sw_ord[s]
+    d = dist[si, lj]
+    d0 = dist0[si, lj]
+    if d >= 32767:
+        return -1
+    ncand = 0
+    nbase = 0
+    for k in range(adj_ptr[s], adj_ptr[s + 1]):
+        q = adj_port[k]
+        ti = sw_ord[port_peer[q]]
+        if ti >= 0 and dist0[ti, lj] == d0 - 1:
+            nbase += 1
+        if _candidate(q, lj, d, net, live):
+            ncand += 1
+    if ncand == 0:
+        return -1
+    if mode == 4:  # adaptive: least load; among equals, the hashed one
+        chosen = -1
+        best = np.inf
+        pick = h % np.uint32(ncand)
+        i = 0
+        for k in range(adj_ptr[s], adj_ptr[s + 1]):
+            q = adj_port[k]
+            if _candidate(q, lj, d, net, live):
+                key = load[q] - (1e-9 if i == pick else 0.0)
+                if key < best:
+                    best = key
+                    chosen = q
+                i += 1
+        return chosen
+    want = h % np.uint32(nbase)
+    i = 0
+    for k in range(adj_ptr[s], adj_ptr[s + 1]):
+        q = adj_port[k]
+        ti = sw_ord[port_peer[q]]
+        if ti >= 0 and dist0[ti, lj] == d0 - 1:
+            if i == want:
+                if _candidate(q, lj, d, net, live):
+                    return q
+                break
+            i += 1
+    want = (h // np.uint32(nbase)) % np.uint32(ncand)
+    i = 0
+    for k in range(adj_ptr[s], adj_ptr[s + 1]):
+        q = adj_port[k]
+        if _candidate(q, lj, d, net, live):
+            if i == want:
+                return q
+            i += 1
+    return -1
+
+
+@njit(cache=True)
+def _walk(src, dst, sip, dip, sport, dqpn, psn, rnd, mode, net, live, load, weight, out):
     """Route one packet from NIC src to NIC dst; write its ports to out, return the count.
 
-    Returns -1 when dst cannot be reached over the live links.
+    `net` is the fabric (nic_port, nic_switch, port_peer, adj_ptr, adj_port,
+    sw_ord, leaf_ord), `live` the routing state (port_alive, dist, dist0,
+    seeds, crc table). Returns -1 when dst cannot be reached over live links.
     """
+    nic_port, nic_sw, port_peer, leaf_ord = net[0], net[1], net[2], net[6]
+    port_alive, seeds, table = live[0], live[3], live[4]
     p = nic_port[src]
     if p < 0 or not port_alive[p]:
         return -1
@@ -161,75 +232,19 @@ def _walk(
     while s != last:
         if n >= out.shape[0] - 1:
             return -1
-        si = sw_ord[s]
-        d = dist[si, lj]
-        if d >= 32767:
-            return -1
-        d0 = dist0[si, lj]
         if mode == 2:
             h = np.uint32(dst)
         elif mode == 5:
             h = np.uint32(rnd[n])
         else:
             h = flow_hash(sip, dip, sport, ROCE_UDP_PORT, dqpn, psn, mode, seeds[s], table)
-        # Candidates now, and the members of the intact group for resilience.
-        ncand = 0
-        nbase = 0
-        for k in range(adj_ptr[s], adj_ptr[s + 1]):
-            q = adj_port[k]
-            t = port_peer[q]
-            ti = sw_ord[t]
-            if ti < 0:
-                continue
-            if dist0[ti, lj] == d0 - 1:
-                nbase += 1
-            if port_alive[q] and dist[ti, lj] == d - 1:
-                ncand += 1
-        if ncand == 0:
+        q = _choose(s, lj, h, mode, net, live, load)
+        if q < 0:
             return -1
-        chosen = -1
-        if mode == 4:
-            best = np.inf
-            pick = h % np.uint32(ncand)
-            i = 0
-            for k in range(adj_ptr[s], adj_ptr[s + 1]):
-                q = adj_port[k]
-                ti = sw_ord[port_peer[q]]
-                if ti >= 0 and port_alive[q] and dist[ti, lj] == d - 1:
-                    # least load; among equals, the hashed one
-                    key = load[q] - (1e-9 if i == pick else 0.0)
-                    if key < best:
-                        best = key
-                        chosen = q
-                    i += 1
-        else:
-            if nbase > 0:
-                want = h % np.uint32(nbase)
-                i = 0
-                for k in range(adj_ptr[s], adj_ptr[s + 1]):
-                    q = adj_port[k]
-                    ti = sw_ord[port_peer[q]]
-                    if ti >= 0 and dist0[ti, lj] == d0 - 1:
-                        if i == want:
-                            if port_alive[q] and dist[ti, lj] == d - 1:
-                                chosen = q
-                            break
-                        i += 1
-            if chosen < 0:
-                want = (h // np.uint32(max(nbase, 1))) % np.uint32(ncand)
-                i = 0
-                for k in range(adj_ptr[s], adj_ptr[s + 1]):
-                    q = adj_port[k]
-                    ti = sw_ord[port_peer[q]]
-                    if ti >= 0 and port_alive[q] and dist[ti, lj] == d - 1:
-                        if i == want:
-                            chosen = q
-                            break
-                        i += 1
-        load[chosen] += weight
-        out[n] = chosen
+        load[q] += weight
+        out[n] = q
         n += 1
-        s = port_peer[chosen]
+        s = port_peer[q]
     q = nic_port[dst] ^ 1  # the leaf's port towards dst
     if not port_alive[q]:
         return -1
@@ -238,26 +253,20 @@ def _walk(
 
 
 @njit(cache=True)
-def _walk_many(
-    src, dst, sip, dip, sport, dqpn, psn, weight, mode, rnd,
-    seeds, table, nic_port, nic_sw, port_peer, adj_ptr, adj_port, port_alive,
-    sw_ord, leaf_ord, dist, dist0, load, ptr, ports, reach,
-):  # fmt: skip
+def _walk_many(src, dst, ip, sport, dqpn, psn, weight, rnd, mode, net, live, load, out):
+    """Route every flow; out = (ptr, ports, reachable). Returns the ports written."""
+    ptr, ports, reach = out
     buf = np.empty(MAX_HOPS, dtype=np.int32)
     total = 0
     for f in range(src.shape[0]):
         n = _walk(
-            src[f], dst[f], sip[src[f]], dip[dst[f]], sport[f], dqpn[f], psn[f], mode,
-            rnd[f], seeds, table, nic_port, nic_sw, port_peer, adj_ptr, adj_port,
-            port_alive, sw_ord, leaf_ord, dist, dist0, load, weight[f], buf,
+            src[f], dst[f], ip[src[f]], ip[dst[f]], sport[f], dqpn[f], psn[f], rnd[f],
+            mode, net, live, load, weight[f], buf,
         )  # fmt: skip
         reach[f] = n >= 0
-        if n < 0:
-            ptr[f + 1] = total
-            continue
-        for i in range(n):
-            ports[total + i] = buf[i]
-        total += n
+        if n > 0:
+            ports[total : total + n] = buf[:n]
+            total += n
         ptr[f + 1] = total
     return total
 
@@ -439,11 +448,15 @@ class Routing:
         ptr = np.zeros(n + 1, dtype=np.int64)
         ports = np.empty(n * MAX_HOPS, dtype=np.int32)
         reachable = np.zeros(n, dtype=np.bool_)
+        net = (
+            f.nic_port, f.nic_switch, f.port_peer, f.adj_ptr, f.adj_port,
+            self.sw_ord, self.leaf_ord,
+        )  # fmt: skip
+        live = (self.port_alive, self.dist, self.dist0, self.seeds, CRC_TABLE)
         total = _walk_many(
-            src, dst, self.ip, self.ip, col(sport, 0xC000), col(dqpn, 0), col(psn, 0),
-            col(weight, 1).astype(np.float64), mode, rnd, self.seeds, CRC_TABLE,
-            f.nic_port, f.nic_switch, f.port_peer, f.adj_ptr, f.adj_port, self.port_alive,
-            self.sw_ord, self.leaf_ord, self.dist, self.dist0, load, ptr, ports, reachable,
+            src, dst, self.ip, col(sport, 0xC000), col(dqpn, 0), col(psn, 0),
+            col(weight, 1).astype(np.float64), rnd, mode, net, live, load,
+            (ptr, ports, reachable),
         )  # fmt: skip
         return Paths(ptr=ptr, ports=ports[:total].copy(), reachable=reachable)
 
