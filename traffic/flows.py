@@ -12,6 +12,19 @@ numpy alone loads back (no pickle):
     dep          int64[...]      dep[dep_ptr[f]:dep_ptr[f + 1]] has completed
     op columns   op_id op_job op_kind op_algorithm op_bytes op_ranks op_busbw_factor
 
+Added within schema 1 (absent from older files, then filled with defaults):
+
+    msg_bytes        per flow: message size on its QP (packets never cross a message
+                     boundary); 0 = the whole flow is one message
+    op_groups        communicators running the op at once (op_bytes, op_ranks are per one)
+    op_steps         algorithm steps of the op
+    op_channels      channels (parallel rings or trees)
+    op_qps           QPs per connection
+    op_qp_mode       "split" (each message cut across the QPs) or "round-robin"
+    op_chunk_bytes   chunk (message) size a channel posts at once
+    op_window        clear-to-send admission: outstanding chunks per channel a
+                     receiver grants; 0 = no receiver-driven admission
+
 `src` and `dst` are NIC node ids of the fabric the table was made for;
 `bytes` counts RoCE payload; `sport` is the RoCEv2 UDP source port derived
 from the QPNs. `op_busbw_factor` follows nccl-tests: busbw = algbw x factor
@@ -54,6 +67,18 @@ OP_COLUMNS = {
     "op_ranks": np.int32,
     "op_busbw_factor": np.float64,
 }
+# Added later within schema 1: default when absent (see the module docstring).
+EXTRA_FLOW_COLUMNS = {"msg_bytes": np.int64}
+EXTRA_OP_COLUMNS = {
+    "op_groups": np.int32,
+    "op_steps": np.int32,
+    "op_channels": np.int32,
+    "op_qps": np.int32,
+    "op_qp_mode": np.str_,
+    "op_chunk_bytes": np.int64,
+    "op_window": np.int32,
+}
+_EXTRA_DEFAULTS = {"op_groups": 1, "op_channels": 1, "op_qps": 1, "op_qp_mode": "split"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,16 +105,31 @@ class FlowTable:
     op_bytes: np.ndarray
     op_ranks: np.ndarray
     op_busbw_factor: np.ndarray
+    msg_bytes: np.ndarray | None = None
+    op_groups: np.ndarray | None = None
+    op_steps: np.ndarray | None = None
+    op_channels: np.ndarray | None = None
+    op_qps: np.ndarray | None = None
+    op_qp_mode: np.ndarray | None = None
+    op_chunk_bytes: np.ndarray | None = None
+    op_window: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.flow_id)
-        for name in FLOW_COLUMNS:
+        m = len(self.op_id)
+        for name, dtype in EXTRA_FLOW_COLUMNS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.zeros(n, dtype=dtype))
+        for name, dtype in EXTRA_OP_COLUMNS.items():
+            if getattr(self, name) is None:
+                value = _EXTRA_DEFAULTS.get(name, 0)
+                object.__setattr__(self, name, np.full(m, value, dtype=dtype))
+        for name in (*FLOW_COLUMNS, *EXTRA_FLOW_COLUMNS):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"flow column {name} has {len(getattr(self, name))} rows, not {n}")
         if len(self.dep_ptr) != n + 1 or (n and self.dep_ptr[-1] != len(self.dep)):
             raise ValueError("dep_ptr does not match the flows and dep")
-        m = len(self.op_id)
-        for name in OP_COLUMNS:
+        for name in (*OP_COLUMNS, *EXTRA_OP_COLUMNS):
             if len(getattr(self, name)) != m:
                 raise ValueError(f"op column {name} has the wrong length")
 
@@ -124,8 +164,8 @@ class FlowTable:
                 schema = str(z["schema"]) if "schema" in z else None
                 if schema != SCHEMA:
                     raise AifabricError(f"{path} is not an aifabric flow table ({SCHEMA})")
-                return cls(**{f.name: z[f.name] for f in fields(cls)})
-        except (OSError, ValueError, KeyError) as e:
+                return cls(**{f.name: z[f.name] for f in fields(cls) if f.name in z})
+        except (OSError, ValueError, KeyError, TypeError) as e:
             raise AifabricError(f"{path} cannot be read as a flow table: {e}") from None
 
     @classmethod
@@ -142,7 +182,7 @@ class FlowTable:
         """
         n = len(flows["src"])
         cols = {}
-        for name, dtype in FLOW_COLUMNS.items():
+        for name, dtype in {**FLOW_COLUMNS, **EXTRA_FLOW_COLUMNS}.items():
             if name == "flow_id":
                 cols[name] = np.arange(n, dtype=dtype)
             elif name in flows:
@@ -152,6 +192,13 @@ class FlowTable:
         op_cols = {
             name: np.asarray(ops.get(name, []), dtype=dtype) for name, dtype in OP_COLUMNS.items()
         }
+        op_cols.update(
+            {
+                name: np.asarray(ops[name], dtype=dtype)
+                for name, dtype in EXTRA_OP_COLUMNS.items()
+                if name in ops
+            }
+        )
         if isinstance(deps, tuple):
             dep_ptr, dep = (np.asarray(x, dtype=np.int64) for x in deps)
         else:

@@ -1,0 +1,383 @@
+"""From a checked workload to a `FlowTable`: placement, operations, QP expansion, QPNs.
+
+Every job is placed first (jobs never share a NIC), then its operations are
+issued in order. An operation is one collective run by one or more disjoint
+communicators at once (e.g. the gradient AllReduce of every data-parallel
+group of a pipeline stage). Operations of one job are ordered per NIC: the
+first flows of an operation from or to a NIC wait for the last flows of the
+previous operation that touched that NIC (rank-local, as a CUDA stream
+orders NCCL calls).
+
+QP scaling turns each transfer into `qps` flows on the same NIC pair:
+
+- `split`: every message (chunk) is cut across the QPs, each QP carries
+  its share of every message (messages of chunk/qps bytes);
+- `round-robin`: whole messages go to QP 0, 1, 2, ... in turn, numbered
+  per connection across the operation's step groups.
+
+A flow waits for every QP's flow of each transfer its transfer waits for.
+QPNs are 24-bit, allocated per NIC from a seeded base in connection order;
+a connection (job, src, dst, channel, QP) keeps its QPs across operations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fabric.addressing import roce_udp_sport
+from fabric.errors import SpecError
+from fabric.model import Fabric
+from traffic import collectives as coll
+from traffic.flows import FlowTable
+from traffic.placement import place, server_keys
+from traffic.spec import Job, Workload
+
+_I32 = np.int32
+_I64 = np.int64
+MAX_FLOWS = 50_000_000
+
+
+@dataclass
+class Op:
+    """One operation in NIC terms, before QP expansion."""
+
+    kind: str
+    algorithm: str
+    size: int  # bytes per communicator (nccl-tests convention)
+    ranks: int  # ranks per communicator
+    groups: int  # communicators running it at once
+    steps: int
+    tr: coll.Transfers  # src/dst already NIC node ids
+    start_ns: np.ndarray | None = None  # per transfer (patterns); None: the job's start
+    hierarchical: bool = False
+
+
+def map_groups(tr: coll.Transfers, nic_groups: np.ndarray) -> coll.Transfers:
+    """The same transfers run by every row of `nic_groups` (ranks -> NIC ids)."""
+    nic_groups = np.asarray(nic_groups, dtype=_I64)
+    g = len(nic_groups)
+    m = len(tr)
+    gi = np.repeat(np.arange(g, dtype=_I64), m)
+    src = nic_groups[gi, np.tile(tr.src, g)]
+    dst = nic_groups[gi, np.tile(tr.dst, g)]
+    nd = len(tr.dep)
+    dep_ptr = np.concatenate([[0], (tr.dep_ptr[1:][None, :] + nd * np.arange(g)[:, None]).ravel()])
+    dep = (tr.dep[None, :] + m * np.arange(g)[:, None]).ravel()
+    return coll.Transfers(
+        src=src.astype(_I32),
+        dst=dst.astype(_I32),
+        channel=np.tile(tr.channel, g),
+        step=np.tile(tr.step, g),
+        bytes=np.tile(tr.bytes, g),
+        dep_ptr=dep_ptr.astype(_I64),
+        dep=dep.astype(_I64),
+        steps=tr.steps,
+    )
+
+
+def ragged_arange(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """concatenate(arange(s, s + l) for s, l in zip(starts, lengths)), without a loop."""
+    lengths = np.asarray(lengths, dtype=_I64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=_I64)
+    ends = np.cumsum(lengths)
+    offsets = np.repeat(np.asarray(starts, dtype=_I64) - (ends - lengths), lengths)
+    return offsets + np.arange(total, dtype=_I64)
+
+
+def share(x: np.ndarray, q: np.ndarray, qps: int) -> np.ndarray:
+    """QP q's part of x bytes cut in qps floor/ceil pieces."""
+    return (x * (q + 1)) // qps - (x * q) // qps
+
+
+def expand_qps(
+    tr: coll.Transfers, qps: int, mode: str, chunk: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Transfers -> flows (transfer, qp, bytes, msg_bytes, dep_ptr, dep); flow t*qps + q."""
+    m = len(tr)
+    t = np.repeat(np.arange(m, dtype=_I64), qps)
+    q = np.tile(np.arange(qps, dtype=_I64), m)
+    b = tr.bytes[t]
+    if qps == 1:
+        return t, q, b.copy(), np.full(m, chunk, dtype=_I64), tr.dep_ptr, tr.dep
+    full = b // chunk
+    rem = b % chunk
+    if mode == "split":
+        nbytes = full * share(np.int64(chunk), q, qps) + share(rem, q, qps)
+        msg = np.maximum(share(np.int64(chunk), q, qps), 1)
+    else:
+        nmsg = -(-tr.bytes // chunk)
+        key = (tr.src.astype(_I64) << 28) | (tr.dst.astype(_I64) << 7) | tr.channel
+        order = np.argsort(key, kind="stable")
+        ks = key[order]
+        csum = np.cumsum(nmsg[order])
+        first = np.ones(m, dtype=bool)
+        first[1:] = ks[1:] != ks[:-1]
+        group_start = np.maximum.accumulate(np.where(first, np.arange(m), 0))
+        before = csum - nmsg[order]
+        offset = np.empty(m, dtype=_I64)
+        offset[order] = before - before[group_start]
+        o = offset[t]
+        r = (q - o) % qps
+        count = np.maximum(0, (full - r + qps - 1) // qps)
+        last = (rem > 0) & ((o + full) % qps == q)
+        nbytes = count * chunk + np.where(last, rem, 0)
+        msg = np.full(len(t), chunk, dtype=_I64)
+    deg = np.diff(tr.dep_ptr)
+    lengths = np.repeat(deg * qps, qps)
+    dep_ptr = np.zeros(len(t) + 1, dtype=_I64)
+    np.cumsum(lengths, out=dep_ptr[1:])
+    expanded = (tr.dep[:, None] * qps + np.arange(qps)[None, :]).ravel()
+    dep = expanded[ragged_arange(np.repeat(tr.dep_ptr[:-1] * qps, qps), lengths)]
+    return t, q, nbytes, msg, dep_ptr, dep
+
+
+@dataclass
+class _Table:
+    """Flow columns collected op by op."""
+
+    cols: dict[str, list] = field(default_factory=dict)
+    dep_ptr: list = field(default_factory=list)
+    dep: list = field(default_factory=list)
+    ops: dict[str, list] = field(default_factory=dict)
+    n: int = 0
+    n_dep: int = 0
+
+    def add(self, name, value):
+        self.cols.setdefault(name, []).append(value)
+
+    def op(self, **values):
+        for k, v in values.items():
+            self.ops.setdefault(k, []).append(v)
+
+
+class _Builder:
+    def __init__(self, fabric: Fabric, seed: int):
+        self.fabric = fabric
+        self.rng = np.random.default_rng(seed)
+        self.table = _Table()
+        self.taken = np.zeros(fabric.n_nodes, dtype=bool)
+        self.n_ops = 0
+
+    def add_ops(self, job_index: int, job: Job, ops: list[Op]):
+        last_of = np.full(self.fabric.n_nodes, -1, dtype=_I64)
+        # per op: its last flows at each NIC, sorted by NIC
+        sinks: list[tuple[np.ndarray, np.ndarray]] = []
+        for op in ops:
+            tr = op.tr
+            t, q, nbytes, msg, dep_ptr, dep = expand_qps(
+                tr, job["qps"], job["qp_mode"], job["chunk"]
+            )
+            nf = len(t)
+            if self.table.n + nf > MAX_FLOWS:
+                raise SpecError(
+                    f"the workload makes more than {MAX_FLOWS:,} flows "
+                    f"({op.kind} over {op.ranks} ranks adds {nf:,}); use fewer GPUs, "
+                    "fewer segments, channels or QPs, or hierarchical = true"
+                )
+            base = self.table.n
+            src = tr.src[t]
+            dst = tr.dst[t]
+            # local pairs (flow pt waits for flow pd) and each flow's first/last role per NIC
+            pt = np.repeat(np.arange(nf, dtype=_I64), np.diff(dep_ptr))
+            pd = dep
+            head_src = np.ones(nf, dtype=bool)
+            head_dst = np.ones(nf, dtype=bool)
+            head_src[pt[(src[pt] == src[pd]) | (src[pt] == dst[pd])]] = False
+            head_dst[pt[(dst[pt] == src[pd]) | (dst[pt] == dst[pd])]] = False
+            cross_t, cross_d = [], []
+            for end, first in ((src, head_src), (dst, head_dst)):
+                mine_all = np.flatnonzero(first)
+                prev = last_of[end[mine_all]]
+                for p in np.unique(prev[prev >= 0]):
+                    s_nic, s_flow = sinks[p]
+                    mine = mine_all[prev == p]
+                    lo = np.searchsorted(s_nic, end[mine], "left")
+                    hi = np.searchsorted(s_nic, end[mine], "right")
+                    cross_t.append(np.repeat(mine, hi - lo))
+                    cross_d.append(s_flow[ragged_arange(lo, hi - lo)] - base)
+            if sum(len(x) for x in cross_t):
+                dep_ptr, dep = coll.csr_from_pairs(
+                    nf, np.concatenate([pt, *cross_t]), np.concatenate([pd, *cross_d])
+                )
+            # this op's last flows at each NIC: flows touching it that no later flow
+            # touching the same NIC waits for
+            tail_src = np.ones(nf, dtype=bool)
+            tail_dst = np.ones(nf, dtype=bool)
+            tail_src[pd[(src[pd] == src[pt]) | (src[pd] == dst[pt])]] = False
+            tail_dst[pd[(dst[pd] == src[pt]) | (dst[pd] == dst[pt])]] = False
+            f_src = np.flatnonzero(tail_src)
+            f_dst = np.flatnonzero(tail_dst)
+            s_nic = np.concatenate([src[f_src], dst[f_dst]]).astype(_I64)
+            s_flow = np.concatenate([f_src, f_dst]) + base
+            order = np.argsort(s_nic, kind="stable")
+            sinks.append((s_nic[order], s_flow[order]))
+            touched = np.unique(np.concatenate([src, dst]))
+            last_of[touched] = len(sinks) - 1
+
+            tb = self.table
+            op_id = self.n_ops
+            tb.add("job", np.full(nf, job_index, dtype=_I32))
+            tb.add("op", np.full(nf, op_id, dtype=_I32))
+            tb.add("step", tr.step[t])
+            tb.add("channel", tr.channel[t])
+            tb.add("qp", q.astype(_I32))
+            tb.add("src", src)
+            tb.add("dst", dst)
+            tb.add("bytes", nbytes)
+            tb.add("msg_bytes", msg)
+            tb.add("priority", np.full(nf, job["priority"], dtype=np.int8))
+            start = job["start"] + (op.start_ns[t] if op.start_ns is not None else 0)
+            tb.add("start_ns", np.broadcast_to(np.asarray(start, dtype=_I64), (nf,)))
+            tb.dep_ptr.append(dep_ptr[1:] + tb.n_dep)
+            tb.dep.append(dep + base)
+            tb.n += nf
+            tb.n_dep += len(dep)
+            tb.op(
+                op_id=op_id,
+                op_job=job_index,
+                op_kind=op.kind,
+                op_algorithm=op.algorithm + ("/hier" if op.hierarchical else ""),
+                op_bytes=op.size,
+                op_ranks=op.ranks,
+                op_busbw_factor=coll.BUSBW_FACTOR.get(op.kind, lambda n: 1.0)(op.ranks),
+                op_groups=op.groups,
+                op_steps=op.steps,
+                op_channels=job["channels"],
+                op_qps=job["qps"],
+                op_qp_mode=job["qp_mode"],
+                op_chunk_bytes=job["chunk"],
+                op_window=job["window"],
+            )
+            self.n_ops += 1
+
+    def finish(self) -> FlowTable:
+        tb = self.table
+        cols = {k: np.concatenate(v) if v else np.zeros(0) for k, v in tb.cols.items()}
+        n = tb.n
+        if n == 0:
+            cols = {k: np.zeros(0, dtype=_I64) for k in ("src", "dst")}
+            return FlowTable.build(cols, (np.zeros(1, _I64), np.zeros(0, _I64)), tb.ops)
+        sqpn, dqpn = self._qpns(cols)
+        cols["sqpn"] = sqpn
+        cols["dqpn"] = dqpn
+        cols["sport"] = roce_udp_sport(sqpn, dqpn).astype(_I32)
+        del cols["qp"]  # the QP index lives on in sqpn/dqpn
+        dep_ptr = np.concatenate([np.zeros(1, _I64), *tb.dep_ptr])
+        dep = np.concatenate(tb.dep) if tb.dep else np.zeros(0, _I64)
+        return FlowTable.build(cols, (dep_ptr, dep), tb.ops)
+
+    def _qpns(self, cols) -> tuple[np.ndarray, np.ndarray]:
+        key = (
+            (cols["job"].astype(_I64) << 56)
+            | (cols["src"].astype(_I64) << 35)
+            | (cols["dst"].astype(_I64) << 14)
+            | (cols["channel"].astype(_I64) << 8)
+            | cols["qp"].astype(_I64)
+        )
+        conns, conn_of = np.unique(key, return_inverse=True)
+        nc = len(conns)
+        c_src = (conns >> 35) & ((1 << 21) - 1)
+        c_dst = (conns >> 14) & ((1 << 21) - 1)
+        nic = np.concatenate([c_src, c_dst])
+        order = np.argsort(nic, kind="stable")
+        sorted_nic = nic[order]
+        first = np.searchsorted(sorted_nic, sorted_nic, "left")
+        local = np.empty(2 * nc, dtype=_I64)
+        local[order] = np.arange(2 * nc) - first
+        base = self.rng.integers(0x100, 1 << 24, size=self.fabric.n_nodes, dtype=_I64)
+        span = (1 << 24) - 0x100
+        qpn = (base[nic] - 0x100 + local) % span + 0x100
+        return qpn[:nc][conn_of].astype(_I32), qpn[nc:][conn_of].astype(_I32)
+
+
+def generate(fabric: Fabric, workload: Workload, seed: int = 0) -> FlowTable:
+    """The flows of `workload` on `fabric`: place every job, issue its operations."""
+    if len(workload.jobs) > 127:
+        raise SpecError(f"workload {workload.name} has {len(workload.jobs)} jobs; at most 127")
+    if fabric.n_nodes >= 1 << 21:
+        raise SpecError(f"fabric {fabric.name} has too many nodes for a flow table")
+    b = _Builder(fabric, seed)
+    placed = []
+    for job in workload.jobs:
+        nics = place(fabric, _gpus_wanted(job), job["placement"], b.rng, b.taken)
+        placed.append(nics)
+    for j, (job, nics) in enumerate(zip(workload.jobs, placed, strict=True)):
+        b.add_ops(j, job, job_ops(fabric, job, nics, b.rng, f"{workload.name}"))
+    return b.finish()
+
+
+def _gpus_wanted(job: Job) -> int:
+    if job.kind == "pattern" and job["pattern"] == "incast" and job["gpus"] == 0:
+        return job["senders"] + 1
+    return job["gpus"]
+
+
+def job_ops(fabric: Fabric, job: Job, nics: np.ndarray, rng, name: str) -> list[Op]:
+    if job.kind == "collective":
+        return _collective_ops(fabric, job, nics, name)
+    if job.kind == "pattern":
+        from traffic.patterns import pattern_op
+
+        return [pattern_op(fabric, job, nics, rng, name)]
+    from traffic.training import training_ops
+
+    return training_ops(fabric, job, nics, name)
+
+
+def server_matrix(fabric: Fabric, nics: np.ndarray, what: str) -> np.ndarray:
+    """The job's NICs as (servers, GPUs per server), servers and rails in topology order."""
+    topo = np.sort(nics)
+    server = server_keys(fabric, topo)[0]
+    counts = np.bincount(server)
+    counts = counts[counts > 0]
+    if len(set(counts.tolist())) != 1:
+        raise SpecError(
+            f"{what} needs the same number of GPUs on every server of the job; "
+            f"this placement has {counts.min()} to {counts.max()}"
+        )
+    return topo.reshape(len(counts), int(counts[0]))
+
+
+def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list[Op]:
+    kind, algorithm, size = job["collective"], job["algorithm"], job["size"]
+    n = len(nics)
+    ch, seg, chunk = job["channels"], job["segments"], job["chunk"]
+    if kind == "sendrecv" and n % job["stages"]:
+        raise SpecError(
+            f"workload {name}: sendrecv over {n} GPUs cannot form stages = {job['stages']} "
+            "equal pipeline stages"
+        )
+    if kind == "broadcast" and job["root"] >= n:
+        raise SpecError(
+            f"workload {name}: broadcast root = {job['root']} is not a rank of {n} GPUs"
+        )
+    if job["hierarchical"]:
+        grid = server_matrix(fabric, nics, f"workload {name}: hierarchical {kind}")
+        servers, per = grid.shape
+        if kind == "sendrecv" and servers % job["stages"]:
+            raise SpecError(
+                f"workload {name}: hierarchical sendrecv needs the {servers} servers "
+                f"to form stages = {job['stages']} equal stages"
+            )
+        sizes = [size] * per if kind in ("alltoall", "sendrecv") else parts_list(size, per)
+        root = job["root"] // per
+        blocks = []
+        for rail in range(per):
+            tr = coll.collective(
+                kind, algorithm, servers, sizes[rail], ch, seg, chunk, root, job["stages"]
+            )
+            blocks.append(map_groups(tr, grid[:, rail][None, :]))
+        tr = coll.concat(blocks)
+        op = Op(kind, algorithm, size, n, 1, tr.steps, tr, hierarchical=True)
+    else:
+        tr = coll.collective(kind, algorithm, n, size, ch, seg, chunk, job["root"], job["stages"])
+        op = Op(kind, algorithm, size, n, 1, tr.steps, map_groups(tr, nics[None, :]))
+    return [op] * job["iterations"]
+
+
+def parts_list(total: int, n: int) -> list[int]:
+    return [int(x) for x in coll.parts(total, n)]

@@ -1,0 +1,326 @@
+"""Workload specs: TOML files, presets and inline tables, checked key by key.
+
+A workload is one job or several. A file either holds one job's keys at its
+top level or an array of `[[jobs]]` tables (with `name` and `description`
+beside it). A job is one of three kinds, chosen by the key it carries:
+`collective = ...`, `pattern = ...` or `model = ...` (a training iteration).
+Every key is known here with its type, bounds and default, so an unknown key,
+a bad unit or a value out of range fails with one sentence that names the
+key and the value.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fabric.errors import SpecError, UnitError
+from fabric.units import parse_size, parse_time
+
+COLLECTIVES = {
+    "allreduce": ("ring", "tree", "halving-doubling"),
+    "allgather": ("ring",),
+    "reducescatter": ("ring",),
+    "alltoall": ("pairwise",),
+    "broadcast": ("ring",),
+    "sendrecv": ("p2p",),
+}
+PATTERNS = ("permutation", "incast", "uniform")
+PLACEMENTS = ("packed", "fragmented", "rail-aligned")
+QP_MODES = ("split", "round-robin")
+DISTRIBUTIONS = ("fixed", "exponential", "pareto")
+
+
+@dataclass(frozen=True)
+class Key:
+    parse: Callable[[Any], Any]
+    default: Any = None  # None: required (or decided later, see `optional`)
+    minimum: float | None = None
+    doc: str = ""
+    optional: bool = False  # None is a legal "not given" value
+
+
+def _int(value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("must be a whole number")
+    return value
+
+
+def _number(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number")
+    return float(value)
+
+
+def _count(value):
+    """A whole count that may be written as a float (70e9) or with a suffix ('70B')."""
+    if isinstance(value, str):
+        text = value.strip()
+        scale = {"k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
+        factor = scale.get(text[-1:].lower())
+        try:
+            number = float(text[:-1] if factor else text) * (factor or 1)
+        except ValueError:
+            raise ValueError("must be a count such as 70e9 or '70B'") from None
+        value = number
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a count such as 70e9 or '70B'")
+    if value != int(value):
+        raise ValueError("must be a whole count")
+    return int(value)
+
+
+def _str(value):
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value
+
+
+def _bool(value):
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
+
+
+def _choice(options: tuple[str, ...]):
+    def parse(value):
+        if value not in options:
+            raise ValueError(f"is not one of {', '.join(options)}")
+        return value
+
+    return parse
+
+
+def _gpus(value):
+    if value == "all":
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError('must be a positive whole number or "all"')
+    return value
+
+
+def _sizes(value):
+    if not isinstance(value, list) or not value:
+        raise ValueError("must be a non-empty list of sizes")
+    return tuple(parse_size(v) for v in value)
+
+
+# Keys every job takes.
+COMMON = {
+    "name": Key(_str, "", doc="job name"),
+    "gpus": Key(_gpus, 0, doc='GPUs of the job, or "all" (the default: every free GPU)'),
+    "placement": Key(_choice(PLACEMENTS), "packed", doc=", ".join(PLACEMENTS)),
+    "priority": Key(_int, 3, 0, "802.1p priority of the flows (the lossless class)"),
+    "start": Key(parse_time, 0, 0, "earliest start of the job's first flows"),
+    "channels": Key(_int, 1, 1, "parallel rings or trees per connection"),
+    "qps": Key(_int, 1, 1, "QPs per connection (QP scaling)"),
+    "qp_mode": Key(_choice(QP_MODES), "split", doc="split each message, or round-robin them"),
+    "chunk": Key(parse_size, 512 * 2**10, 1, "message (chunk) size a channel posts at once"),
+    "window": Key(_int, 0, 0, "clear-to-send: outstanding chunks per channel, 0 = no limit"),
+    "segments": Key(_int, 16, 0, "pipelined flows per connection, 0 = one per algorithm step"),
+}
+COLLECTIVE = {
+    "collective": Key(_choice(tuple(COLLECTIVES)), doc=", ".join(COLLECTIVES)),
+    "algorithm": Key(_str, "", doc="ring, tree, halving-doubling, pairwise, p2p"),
+    "size": Key(parse_size, 64 * 2**20, 1, "bytes of the operation (nccl-tests convention)"),
+    "hierarchical": Key(_bool, False, doc="intra-server step on NVLink, rails on the fabric"),
+    "root": Key(_int, 0, 0, "broadcast root rank"),
+    "stages": Key(_int, 2, 2, "sendrecv: pipeline stages"),
+    "iterations": Key(_int, 1, 1, "times the operation runs, one after the other"),
+}
+PATTERN = {
+    "pattern": Key(_choice(PATTERNS), doc=", ".join(PATTERNS)),
+    "size": Key(parse_size, 2 * 10**6, 1, "bytes per flow (the mean for uniform)"),
+    "senders": Key(_int, 8, 1, "incast: senders into rank 0"),
+    "flows": Key(_int, 0, 0, "uniform: number of flows, 0 = one per GPU"),
+    "distribution": Key(_choice(DISTRIBUTIONS), "fixed", doc="uniform: flow sizes"),
+    "pareto_shape": Key(_number, 1.5, 1.01, "uniform: Pareto shape"),
+    "load": Key(_number, 0.0, 0, "uniform: offered load per NIC (Poisson arrivals), 0 = all at 0"),
+}
+TRAINING = {
+    "model": Key(_str, doc="a label for the model; marks a training iteration"),
+    "tp": Key(_int, 8, 1, "tensor parallel, inside a server (NVLink)"),
+    "pp": Key(_int, 1, 1, "pipeline stages"),
+    "dp": Key(_int, 0, 0, "data parallel; 0 = the GPUs left over"),
+    "ep": Key(_int, 1, 1, "expert parallel, within the data-parallel group"),
+    "params": Key(_count, 0, 0, "parameters of the model"),
+    "layers": Key(_int, 32, 1, "transformer layers, split evenly over the stages"),
+    "layer_sizes": Key(_sizes, (), doc="per-layer parameter bytes (instead of params)"),
+    "dtype_bytes": Key(_int, 2, 1, "bytes per parameter and gradient"),
+    "bucket": Key(parse_size, 25 * 2**20, 1, "gradient AllReduce bucket"),
+    "fsdp": Key(_bool, False, doc="shard parameters: AllGather and ReduceScatter per bucket"),
+    "micro_batches": Key(_int, 0, 0, "micro-batches per iteration; 0 = 2 x pp"),
+    "activation": Key(parse_size, 16 * 2**20, 0, "pipeline send per micro-batch and GPU"),
+    "moe_layers": Key(_int, 0, 0, "MoE layers (each: 2 AllToAll forward, 2 backward)"),
+    "moe_alltoall": Key(parse_size, 32 * 2**20, 0, "AllToAll size per GPU per MoE layer"),
+}
+KINDS = {"collective": COLLECTIVE, "pattern": PATTERN, "model": TRAINING}
+WORKLOAD_KEYS = ("name", "description", "jobs")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A checked job: its kind ("collective", "pattern", "training") and parsed values."""
+
+    kind: str
+    values: dict[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A checked workload: its jobs, and the table it came from (for run.json)."""
+
+    name: str
+    description: str
+    jobs: tuple[Job, ...]
+    raw: dict[str, Any]
+
+
+def workload_presets() -> list[str]:
+    folder = resources.files("traffic") / "presets"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def _preset_text(name: str) -> str:
+    path = resources.files("traffic") / "presets" / f"{name}.toml"
+    if not path.is_file():
+        raise SpecError(
+            f"unknown workload {name!r}; the presets are {', '.join(workload_presets())}, "
+            "or give a TOML file"
+        )
+    return path.read_text()
+
+
+def load_workload(source: str | Path) -> Workload:
+    """A preset name or a path to a TOML file -> a checked `Workload`."""
+    text_source = str(source)
+    if text_source.endswith(".toml") or "/" in text_source or Path(text_source).is_file():
+        path = Path(text_source)
+        if not path.is_file():
+            raise SpecError(f"workload file {text_source} does not exist")
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecError(f"workload file {text_source} cannot be read: {e}") from None
+        name = path.stem
+    else:
+        text = _preset_text(text_source)
+        name = text_source
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"workload {name} is not valid TOML: {e}") from None
+    return workload_from_dict(table, name)
+
+
+def workload_from_dict(table: dict, name: str) -> Workload:
+    """The keys of a workload TOML (e.g. a scenario's inline [workload] table) -> `Workload`."""
+    if not isinstance(table, dict):
+        raise SpecError(f"workload {name} must be a table")
+    if "jobs" in table:
+        extra = sorted(set(table) - set(WORKLOAD_KEYS))
+        if extra:
+            raise SpecError(
+                f"workload {name}: key {extra[0]} = {table[extra[0]]!r} cannot stand beside "
+                "[[jobs]]; put it inside a job"
+            )
+        bodies = table["jobs"]
+        if (
+            not isinstance(bodies, list)
+            or not bodies
+            or not all(isinstance(b, dict) for b in bodies)
+        ):
+            raise SpecError(f"workload {name}: jobs must be a non-empty array of tables")
+        jobs = tuple(_job(name, f"jobs[{i}].", body) for i, body in enumerate(bodies))
+        display = table.get("name", name)
+        description = table.get("description", "")
+    else:
+        body = {k: v for k, v in table.items() if k != "description"}
+        jobs = (_job(name, "", body),)
+        display = name
+        description = table.get("description", "")
+    for key, value in (("name", display), ("description", description)):
+        if not isinstance(value, str):
+            raise SpecError(f"workload {name}: {key} = {value!r} must be a string")
+    return Workload(name=display, description=description, jobs=jobs, raw=dict(table))
+
+
+def _job(name: str, where: str, body: dict) -> Job:
+    kinds = [k for k in KINDS if k in body]
+    if len(kinds) != 1:
+        if kinds:
+            raise SpecError(
+                f"workload {name}: a job takes one of {', '.join(KINDS)}, "
+                f"not both {kinds[0]} and {kinds[1]}"
+            )
+        raise SpecError(
+            f"workload {name}: {where or 'the workload'} needs collective = ..., "
+            "pattern = ... or model = ... (a training iteration)"
+        )
+    kind = kinds[0]
+    keys = {**COMMON, **KINDS[kind]}
+    for key, value in body.items():
+        if key not in keys:
+            raise SpecError(
+                f"workload {name}: unknown key {where}{key} = {value!r}; "
+                f"a {kind} job takes {', '.join(keys)}"
+            )
+    values: dict[str, Any] = {}
+    for key, rule in keys.items():
+        if key not in body:
+            if rule.default is None:
+                raise SpecError(f"workload {name}: {where}{key} is missing")
+            values[key] = rule.default
+            continue
+        value = body[key]
+        try:
+            parsed = rule.parse(value)
+        except UnitError as e:
+            raise SpecError(f"workload {name}: {where}{key} = {value!r}: {e}") from None
+        except ValueError as e:
+            raise SpecError(f"workload {name}: {where}{key} = {value!r} {e}") from None
+        if rule.minimum is not None and parsed < rule.minimum:
+            raise SpecError(
+                f"workload {name}: {where}{key} = {value!r} must be at least {rule.minimum:g}"
+            )
+        values[key] = parsed
+    if values["priority"] > 7:
+        raise SpecError(
+            f"workload {name}: {where}priority = {values['priority']} must be an 802.1p "
+            "priority 0..7"
+        )
+    if values["channels"] > 64 or values["qps"] > 256:
+        raise SpecError(
+            f"workload {name}: {where}channels = {values['channels']} and "
+            f"qps = {values['qps']} must stay within 64 and 256"
+        )
+    if kind == "collective":
+        options = COLLECTIVES[values["collective"]]
+        algorithm = values["algorithm"] or options[0]
+        if algorithm not in options:
+            raise SpecError(
+                f"workload {name}: {where}algorithm = {algorithm!r} does not run "
+                f"{values['collective']}; it takes {', '.join(options)}"
+            )
+        values["algorithm"] = algorithm
+    if kind == "model":
+        kind = "training"
+        if values["ep"] > 1 and not values["moe_layers"]:
+            raise SpecError(
+                f"workload {name}: {where}ep = {values['ep']} needs moe_layers, "
+                "the layers whose experts it spreads"
+            )
+        if not values["params"] and not values["layer_sizes"]:
+            raise SpecError(f"workload {name}: {where}params or layer_sizes must be given")
+    if kind == "pattern" and values["pattern"] == "uniform" and values["load"] > 1:
+        raise SpecError(
+            f"workload {name}: {where}load = {values['load']:g} must be at most 1 (of the NIC rate)"
+        )
+    return Job(kind=kind, values=values)

@@ -1,0 +1,62 @@
+"""What each operation of a flow table asks of the fabric: bytes, flows, steps, ideal time."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fabric.model import Fabric
+from traffic.flows import FlowTable
+
+
+def op_stats(fabric: Fabric, table: FlowTable) -> list[dict]:
+    """One dict per op. `ideal_ns` is the busiest NIC's bytes (sent or received) at its
+    line rate: the time the op takes if the fabric never congests and steps overlap."""
+    rate = np.zeros(fabric.n_nodes, dtype=np.float64)
+    nics = fabric.nic_ids
+    rate[nics] = fabric.port_rate_bps[fabric.nic_port[nics]]
+    bounds = np.searchsorted(table.op, np.arange(len(table.op_id) + 1))
+    out = []
+    for i in range(len(table.op_id)):
+        lo, hi = bounds[i], bounds[i + 1]
+        b = table.bytes[lo:hi].astype(np.float64)
+        sent = np.bincount(table.src[lo:hi], weights=b, minlength=fabric.n_nodes)
+        recv = np.bincount(table.dst[lo:hi], weights=b, minlength=fabric.n_nodes)
+        busy = np.maximum(sent, recv)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            seconds = np.where(rate > 0, busy * 8 / np.where(rate > 0, rate, 1), 0.0)
+        senders = np.count_nonzero(sent)
+        out.append(
+            {
+                "op": int(table.op_id[i]),
+                "job": int(table.op_job[i]),
+                "kind": str(table.op_kind[i]),
+                "algorithm": str(table.op_algorithm[i]),
+                "size_bytes": int(table.op_bytes[i]),
+                "ranks": int(table.op_ranks[i]),
+                "groups": int(table.op_groups[i]),
+                "flows": int(hi - lo),
+                "steps": int(table.op_steps[i]),
+                "bytes": int(table.bytes[lo:hi].sum()),
+                "max_rank_bytes": int(sent.max()) if hi > lo else 0,
+                "mean_rank_bytes": int(round(sent.sum() / senders)) if senders else 0,
+                "ideal_ns": int(np.ceil(seconds.max() * 1e9)) if hi > lo else 0,
+                "busbw_factor": float(table.op_busbw_factor[i]),
+                "channels": int(table.op_channels[i]),
+                "qps": int(table.op_qps[i]),
+                "qp_mode": str(table.op_qp_mode[i]),
+                "chunk_bytes": int(table.op_chunk_bytes[i]),
+                "window": int(table.op_window[i]),
+            }
+        )
+    return out
+
+
+def summarize(fabric: Fabric, table: FlowTable) -> dict:
+    ops = op_stats(fabric, table)
+    return {
+        "fabric": fabric.name,
+        "flows": len(table),
+        "dependencies": int(len(table.dep)),
+        "bytes": int(table.bytes.sum()),
+        "ops": ops,
+    }
