@@ -178,7 +178,9 @@ def scapy_fields(data: bytes, linktype: int = C.LINK_ETHERNET) -> dict[str, int]
     if n < nxt + 20:
         f["flags"] = C.FLAG_CUT
         return f
-    bth = L["roce"].BTH(data[nxt + 8 :])
+    # the 12 header bytes only: scapy's BTH also wants the 4-byte ICRC trailer, which a
+    # short snap length cuts off and which no metric reads
+    bth = L["roce"].BTH(data[nxt + 8 : nxt + 20] + bytes(4))
     f.update(opcode=bth.opcode, fecn=bth.fecn, becn=bth.becn, dqpn=bth.dqpn, psn=bth.psn)
     f["kind"] = C.KIND_CNP if bth.opcode == C.CNP_OPCODE else C.KIND_ROCE
     return f

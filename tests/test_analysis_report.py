@@ -1,0 +1,58 @@
+"""The HTML report: self-contained, and every plot renders in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from aifabric.cli import main
+from tests.test_analysis_run import make_run
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("report")
+    make_run(folder / "run")
+    out = folder / "report.html"
+    r = CliRunner().invoke(main, ["report", str(folder / "run"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def test_report_is_self_contained(report):
+    text = report.read_text()
+    assert not re.search(r"<script[^>]+src=", text), "a script is loaded from elsewhere"
+    assert not re.search(r"<link[^>]+href=", text), "a stylesheet is loaded from elsewhere"
+    assert "plotly.js v" in text  # the library itself is inlined
+    assert "Plotly.newPlot" in text
+    expected = int(re.search(r'data-plots="(\d+)"', text).group(1))
+    # fabric, one uplink tier, queue heat map, ECN/PFC, completion times, collectives
+    assert expected == 6
+    summary = json.loads(
+        re.search(r'id="aifabric-summary">([^<]*)</script>', text).group(1).replace("&quot;", '"')
+    )
+    assert summary["pfc_frames"] == 5
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=10000", "--dump-dom", report.as_uri(),
+    ]  # fmt: skip
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r'<pre id="aifabric-check">([^<]*)</pre>', dom)
+    assert m and m.group(1), "the page's load hook did not run"
+    check = json.loads(m.group(1).replace("&quot;", '"'))
+    assert check["errors"] == []
+    assert check["plots"] == check["expected"] == 6
+    assert check["rendered"] == check["plots"]
