@@ -453,6 +453,45 @@ def collective(
     raise ValueError(f"unknown collective {kind}")
 
 
+def transfer_count(
+    kind: str,
+    algorithm: str,
+    n: int,
+    size: int,
+    channels: int = 1,
+    segments: int = 16,
+    chunk: int = 512 * 2**10,
+    stages: int = 2,
+) -> int:
+    """How many transfers `collective` makes, in closed form (checked before building)."""
+    if n < 2:
+        return 0
+
+    def pieces(nbytes: int, hops: int) -> int:
+        p = max(1, -(-nbytes // chunk)) if hops > 1 else 1
+        return p if segments == 0 else min(segments, p)
+
+    def groups(steps: int) -> int:
+        return steps if segments == 0 else min(segments, steps)
+
+    per_channel = [int(x) for x in parts(size, channels)]
+    if kind == "allreduce" and algorithm == "ring":
+        return channels * n * groups(2 * (n - 1))
+    if kind in ("allgather", "reducescatter"):
+        return channels * n * groups(n - 1)
+    if kind == "allreduce" and algorithm == "tree":
+        return sum(2 * (n - 1) * pieces(int(h), 2) for s in per_channel for h in parts(s, 2))
+    if kind == "allreduce":
+        p = 1 << (n.bit_length() - 1)
+        return channels * (p * (p.bit_length() - 1) * 2 + 2 * (n - p))
+    if kind == "alltoall":
+        return channels * n * (n - 1)
+    if kind == "broadcast":
+        return sum((n - 1) * pieces(s, n - 1) for s in per_channel)
+    lanes = n // stages
+    return sum(lanes * (stages - 1) * pieces(s, stages - 1) for s in per_channel)
+
+
 BUSBW_FACTOR = {
     "allreduce": lambda n: 2 * (n - 1) / n,
     "allgather": lambda n: (n - 1) / n,

@@ -355,6 +355,21 @@ def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> li
         raise SpecError(
             f"workload {name}: broadcast root = {job['root']} is not a rank of {n} GPUs"
         )
+
+    def check(ranks: int, instances: int, sizes: list[int]):
+        count = job["qps"] * sum(
+            coll.transfer_count(kind, algorithm, ranks, s, ch, seg, chunk, job["stages"])
+            for s in sizes
+        )
+        count *= job["iterations"] * instances // len(sizes)
+        if count > MAX_FLOWS:
+            raise SpecError(
+                f"workload {name}: {kind} over {n:,} GPUs makes {count:,} flows, more than "
+                f"the {MAX_FLOWS:,} a flow table holds; use fewer GPUs"
+                + ("" if job["hierarchical"] else " or hierarchical = true")
+                + ", or fewer segments, channels or QPs"
+            )
+
     if job["hierarchical"]:
         grid = server_matrix(fabric, nics, f"workload {name}: hierarchical {kind}")
         servers, per = grid.shape
@@ -365,6 +380,7 @@ def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> li
             )
         sizes = [size] * per if kind in ("alltoall", "sendrecv") else parts_list(size, per)
         root = job["root"] // per
+        check(servers, per, sizes)
         blocks = []
         for rail in range(per):
             tr = coll.collective(
@@ -374,6 +390,7 @@ def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> li
         tr = coll.concat(blocks)
         op = Op(kind, algorithm, size, n, 1, tr.steps, tr, hierarchical=True)
     else:
+        check(n, 1, [size])
         tr = coll.collective(kind, algorithm, n, size, ch, seg, chunk, job["root"], job["stages"])
         op = Op(kind, algorithm, size, n, 1, tr.steps, map_groups(tr, nics[None, :]))
     return [op] * job["iterations"]
