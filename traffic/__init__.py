@@ -1,8 +1,44 @@
 """Workloads: jobs placed on a fabric, collectives as NCCL runs them, flows and packets.
 
-The public API: `load_workload`, `workload_from_dict`, `workload_presets`,
-`generate` (a workload on a fabric -> `FlowTable`) and `packetize` (flows ->
-packets at a rate and MTU). See `traffic.spec` for the workload keys.
+The API the engines and the CLI use:
+
+    load_workload(source) -> Workload         a preset name (dense, moe) or a TOML path
+    workload_from_dict(table, name)           the same keys as a TOML (a scenario's [workload])
+    workload_presets() -> list[str]
+    generate(fabric, workload, seed=0)        -> FlowTable (traffic.flows: the contract)
+    packetize(flows, rate_bps, mtu_bytes)     -> Packets (numba kernel)
+
+A workload is one job (its keys at the top level) or several (`[[jobs]]`
+tables, with `name` and `description` beside them). Jobs never share a NIC.
+
+    key            kinds  default     meaning
+    collective     c      -           allreduce allgather reducescatter alltoall broadcast sendrecv
+    algorithm      c      first       ring|tree|halving-doubling (allreduce); ring; pairwise; p2p
+    size           c p    64MiB/2MB   op bytes, nccl-tests convention (per flow, mean for patterns)
+    hierarchical   c      false       intra-server step on NVLink; per-rail ops across servers
+    root, stages   c      0, 2        broadcast root rank; sendrecv pipeline stages
+    iterations     c      1           the op repeated, one after the other
+    pattern        p      -           permutation | incast | uniform
+    senders        p      8           incast: senders into rank 0 (the job gets senders + 1 GPUs)
+    flows, load    p      n, 0        uniform: flow count; offered load per NIC (Poisson arrivals)
+    distribution   p      fixed       uniform sizes: fixed | exponential | pareto (pareto_shape 1.5)
+    model          t      -           a label; marks a training iteration (see traffic.training)
+    tp pp dp ep    t      8 1 rest 1  parallelism (tp inside a server)
+    params, layers t      -, 32       model size (or layer_sizes = ["..", ..]), dtype_bytes = 2
+    bucket, fsdp   t      25MiB, no   gradient AllReduce bucket; FSDP AllGather/ReduceScatter
+    micro_batches  t      2 x pp      pipeline micro-batches; activation = 16MiB per send
+    moe_layers     t      0           MoE layers, moe_alltoall = 32MiB per GPU per AllToAll
+    gpus           all    "all"       GPUs of the job
+    placement      all    packed      packed | fragmented | rail-aligned (traffic.placement)
+    channels, qps  all    1, 1        parallel rings/trees; QPs per connection
+    qp_mode        all    split       split each message over the QPs | round-robin messages
+    chunk          all    512KiB      message a channel posts at once
+    window         all    0           clear-to-send: outstanding chunks per channel (0: none)
+    segments       all    16          pipelined flows per connection (0: one per algorithm step)
+    priority       all    3           802.1p priority of the flows; start = earliest start time
+
+(c: collective, p: pattern, t: training.) Flow granularity: see
+`traffic.collectives`; dependencies across ops: see `traffic.generate`.
 """
 
 from traffic.flows import FlowTable
