@@ -73,6 +73,13 @@ def pattern_op(fabric: Fabric, job: Job, nics: np.ndarray, rng, name: str):
         nbytes = np.full(senders, job["size"], dtype=_I64)
     else:
         count = job["flows"] or n
+        from traffic.generate import MAX_FLOWS
+
+        if count * job["channels"] * job["qps"] > MAX_FLOWS:
+            raise SpecError(
+                f"workload {name}: flows = {count:,} x channels x qps is more than the "
+                f"{MAX_FLOWS:,} flows a flow table holds"
+            )
         src = rng.integers(0, n, count)
         dst = (src + rng.integers(1, n, count)) % n
         nbytes = flow_sizes(job, count, rng)
