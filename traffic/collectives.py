@@ -57,15 +57,19 @@ def _big_edges(total: int, n: int) -> np.ndarray:
 
 
 def csr_from_pairs(n: int, t: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Pairs (flow t waits for flow d) -> (dep_ptr, dep), rows in t order, pairs deduplicated."""
+    """Pairs (flow t waits for flow d) -> (dep_ptr, dep), rows in t order, pairs deduplicated.
+
+    `d` may be negative (flows of earlier operations, relative to this one)."""
     t = np.asarray(t, dtype=_I64)
     d = np.asarray(d, dtype=_I64)
     if len(t):
-        order = np.lexsort((d, t))
-        t, d = t[order], d[order]
-        keep = np.ones(len(t), dtype=bool)
-        keep[1:] = (t[1:] != t[:-1]) | (d[1:] != d[:-1])
-        t, d = t[keep], d[keep]
+        low = min(int(d.min()), 0)
+        span = max(int(d.max()), 0) - low + 1
+        key = np.sort(t * span + (d - low))  # one int64 key: row, then prerequisite
+        if len(key) > 1:
+            key = key[np.concatenate(([True], key[1:] != key[:-1]))]
+        t = key // span
+        d = key % span + low
     ptr = np.zeros(n + 1, dtype=_I64)
     np.cumsum(np.bincount(t, minlength=n), out=ptr[1:])
     return ptr, d
