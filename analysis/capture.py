@@ -1,20 +1,19 @@
 """Reading packet captures fast: pcap and pcapng into columnar arrays.
 
-One numba kernel walks the file's bytes (a read-only memory map) record by
-record and decodes every packet at fixed offsets: Ethernet (or Linux cooked
-SLL/SLL2, or raw IP), up to two 802.1Q/802.1ad tags, IPv4 / IPv6, UDP, the
-RoCEv2 base transport header (UDP destination port 4791) and MAC control
-frames (ethertype 0x8808): 802.1Qbb PFC (opcode 0x0101) and 802.3x PAUSE
-(opcode 0x0001) are kept apart. It runs twice: once to count the records
-(the same walk with nothing to fill), once to fill arrays of exactly that
-size.
+Two numba kernels read the file's bytes (a read-only memory map): a walk over
+the records (run twice: once to count them, once to fill arrays of exactly
+that size with time, lengths and offsets), then one pass that decodes every
+packet at fixed offsets: Ethernet (or Linux cooked SLL/SLL2, or raw IP), up
+to two 802.1Q/802.1ad tags, IPv4 / IPv6, UDP, the RoCEv2 base transport header
+(UDP destination port 4791) and MAC control frames (ethertype 0x8808): 802.1Qbb
+PFC (opcode 0x0101) and 802.3x PAUSE (opcode 0x0001) are kept apart.
 
 A capture that ends in the middle of a record, or whose record or block
 length is impossible, is read up to that point; `Capture.problem` says in
 one sentence what was wrong and how much was read. A file that is not a
 capture at all raises `AifabricError`.
 
-The columns (one row per packet) are grouped by dtype so the kernel takes a
+The columns (one row per packet) are grouped by dtype so the kernels take a
 handful of arrays: `u8[U8_FIELDS]`, `u32[U32_FIELDS]`, `u64[U64_FIELDS]`,
 `time_ns` and `quanta[:, 8]`; `Capture` exposes each as an attribute.
 """
@@ -88,17 +87,17 @@ PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
 # --- byte helpers ---------------------------------------------------------------------
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _be16(b, o):
     return (np.uint32(b[o]) << 8) | np.uint32(b[o + 1])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _be24(b, o):
     return (np.uint32(b[o]) << 16) | (np.uint32(b[o + 1]) << 8) | np.uint32(b[o + 2])
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _be32(b, o):
     return (
         (np.uint32(b[o]) << 24)
@@ -108,19 +107,19 @@ def _be32(b, o):
     )
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _be64(b, o):
     return (np.uint64(_be32(b, o)) << np.uint64(32)) | np.uint64(_be32(b, o + 4))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _u16(b, o, le):
     if le:
         return np.uint32(b[o]) | (np.uint32(b[o + 1]) << 8)
     return _be16(b, o)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _u32(b, o, le):
     if le:
         return (
@@ -135,164 +134,177 @@ def _u32(b, o, le):
 # --- one packet -------------------------------------------------------------------------
 
 
-@njit(cache=True, inline="always")
-def _decode(b, o, caplen, linktype, i, u8, u32, u64, quanta):
-    """Decode the packet of `caplen` bytes at b[o:]; write row i. Returns nothing."""
-    end = o + caplen
-    p = o
-    etype = np.uint32(0)
-    if linktype == LINK_ETHERNET:
-        if p + 14 > end:
-            u8[1, i] = FLAG_CUT
-            return
-        etype = _be16(b, p + 12)
-        p += 14
-    elif linktype == LINK_SLL:
-        if p + 16 > end:
-            u8[1, i] = FLAG_CUT
-            return
-        etype = _be16(b, p + 14)
-        p += 16
-    elif linktype == LINK_SLL2:
-        if p + 20 > end:
-            u8[1, i] = FLAG_CUT
-            return
-        etype = _be16(b, p)
-        p += 20
-    elif linktype in (LINK_RAW, LINK_IPV4, LINK_IPV6):
-        if p + 1 > end:
-            u8[1, i] = FLAG_CUT
-            return
-        v = b[p] >> 4
-        if v == 4:
-            etype = np.uint32(0x0800)
-        elif v == 6:
-            etype = np.uint32(0x86DD)
-        else:
-            return
-    else:
-        return
-    ntags = 0
-    while (etype == 0x8100 or etype == 0x88A8) and ntags < 2:
-        if p + 4 > end:
-            u32[8, i] = etype
-            u8[1, i] = FLAG_CUT
-            return
-        tci = _be16(b, p)
-        if ntags == 0:
-            u8[3, i] = tci >> 13
-            u32[3, i] = tci & 0xFFF
-        etype = _be16(b, p + 2)
-        p += 4
-        ntags += 1
-    u8[2, i] = ntags
-    u32[8, i] = etype
+@njit(cache=True)
+def _decode_all(b, linktypes, u8, u32, u64, quanta):
+    """Decode every packet whose record the walk found (offset, caplen, iface columns).
 
-    if etype == ETH_MACCTL:
-        if p + 2 > end:
-            u8[1, i] = FLAG_CUT
-            return
-        op = _be16(b, p)
-        if op == 0x0001:
-            if p + 4 > end:
+    One loop, no calls per packet (a call that takes arrays costs reference counting).
+    A `continue` ends a packet: at an unknown type, or where the snap length cut a header
+    (FLAG_CUT; `kind` then says what was decoded before it).
+    """
+    n = u8.shape[1]
+    for i in range(n):
+        o = np.int64(u64[4, i])
+        end = o + np.int64(u32[1, i])
+        linktype = linktypes[u32[2, i]]
+        p = o
+        etype = np.uint32(0)
+        if linktype == LINK_ETHERNET:
+            if p + 14 > end:
                 u8[1, i] = FLAG_CUT
-                return
-            u8[0, i] = KIND_PAUSE
-            quanta[i, 0] = _be16(b, p + 2)
-        elif op == 0x0101:
+                continue
+            etype = _be16(b, p + 12)
+            p += 14
+        elif linktype == LINK_SLL:
+            if p + 16 > end:
+                u8[1, i] = FLAG_CUT
+                continue
+            etype = _be16(b, p + 14)
+            p += 16
+        elif linktype == LINK_SLL2:
             if p + 20 > end:
                 u8[1, i] = FLAG_CUT
-                return
-            u8[0, i] = KIND_PFC
-            u8[11, i] = b[p + 3]
-            for k in range(8):
-                quanta[i, k] = _be16(b, p + 4 + 2 * k)
-        else:
-            u8[0, i] = KIND_MACCTL
-        return
-
-    proto = np.uint32(0)
-    if etype == 0x0800:
-        if p + 20 > end:
-            u8[1, i] = FLAG_CUT
-            return
-        ihl = (b[p] & 0xF) * 4
-        if (b[p] >> 4) != 4 or ihl < 20:
-            return
-        u8[4, i] = 4
-        u8[6, i] = b[p + 1] >> 2
-        u8[7, i] = b[p + 1] & 3
-        proto = np.uint32(b[p + 9])
-        u8[5, i] = proto
-        u64[1, i] = np.uint64(0xFFFF00000000) | np.uint64(_be32(b, p + 12))
-        u64[3, i] = np.uint64(0xFFFF00000000) | np.uint64(_be32(b, p + 16))
-        u8[0, i] = KIND_IP
-        if (_be16(b, p + 6) & 0x1FFF) != 0:
-            return  # a later fragment: no transport header here
-        if p + ihl > end:
-            u8[1, i] = FLAG_CUT
-            return
-        p += ihl
-    elif etype == 0x86DD:
-        if p + 40 > end:
-            u8[1, i] = FLAG_CUT
-            return
-        if (b[p] >> 4) != 6:
-            return
-        tc = ((b[p] & 0xF) << 4) | (b[p + 1] >> 4)
-        u8[4, i] = 6
-        u8[6, i] = tc >> 2
-        u8[7, i] = tc & 3
-        proto = np.uint32(b[p + 6])
-        u64[0, i] = _be64(b, p + 8)
-        u64[1, i] = _be64(b, p + 16)
-        u64[2, i] = _be64(b, p + 24)
-        u64[3, i] = _be64(b, p + 32)
-        u8[0, i] = KIND_IP
-        p += 40
-        # hop-by-hop, routing and destination options extension headers
-        while proto == 0 or proto == 43 or proto == 60:
-            if p + 8 > end:
-                u8[5, i] = proto
+                continue
+            etype = _be16(b, p)
+            p += 20
+        elif linktype in (LINK_RAW, LINK_IPV4, LINK_IPV6):
+            if p + 1 > end:
                 u8[1, i] = FLAG_CUT
-                return
-            nxt = np.uint32(b[p])
-            p += (np.int64(b[p + 1]) + 1) * 8
-            proto = nxt
-        u8[5, i] = proto
-    else:
-        return
+                continue
+            v = b[p] >> 4
+            if v == 4:
+                etype = np.uint32(0x0800)
+            elif v == 6:
+                etype = np.uint32(0x86DD)
+            else:
+                continue
+        else:
+            continue
+        ntags = 0
+        cut = False
+        while (etype == 0x8100 or etype == 0x88A8) and ntags < 2:
+            if p + 4 > end:
+                cut = True
+                break
+            tci = _be16(b, p)
+            if ntags == 0:
+                u8[3, i] = tci >> 13
+                u32[3, i] = tci & 0xFFF
+            etype = _be16(b, p + 2)
+            p += 4
+            ntags += 1
+        u8[2, i] = ntags
+        u32[8, i] = etype
+        if cut:
+            u8[1, i] = FLAG_CUT
+            continue
 
-    if proto != 17:
-        return
-    if p + 8 > end:
-        u8[1, i] = FLAG_CUT
-        return
-    sport = _be16(b, p)
-    dport = _be16(b, p + 2)
-    u32[4, i] = sport
-    u32[5, i] = dport
-    u8[0, i] = KIND_UDP
-    p += 8
-    if dport != ROCE_PORT:
-        return
-    if p + 12 > end:
-        u8[1, i] = FLAG_CUT
-        return
-    opcode = b[p]
-    u8[8, i] = opcode
-    u8[9, i] = b[p + 4] >> 7
-    u8[10, i] = (b[p + 4] >> 6) & 1
-    u32[6, i] = _be24(b, p + 5)
-    u32[7, i] = _be24(b, p + 9)
-    u8[0, i] = KIND_CNP if opcode == CNP_OPCODE else KIND_ROCE
+        if etype == ETH_MACCTL:
+            if p + 2 > end:
+                u8[1, i] = FLAG_CUT
+                continue
+            op = _be16(b, p)
+            if op == 0x0001:
+                if p + 4 > end:
+                    u8[1, i] = FLAG_CUT
+                    continue
+                u8[0, i] = KIND_PAUSE
+                quanta[i, 0] = _be16(b, p + 2)
+            elif op == 0x0101:
+                if p + 20 > end:
+                    u8[1, i] = FLAG_CUT
+                    continue
+                u8[0, i] = KIND_PFC
+                u8[11, i] = b[p + 3]
+                for k in range(8):
+                    quanta[i, k] = _be16(b, p + 4 + 2 * k)
+            else:
+                u8[0, i] = KIND_MACCTL
+            continue
+
+        proto = np.uint32(0)
+        if etype == 0x0800:
+            if p + 20 > end:
+                u8[1, i] = FLAG_CUT
+                continue
+            ihl = np.int64(b[p] & 0xF) * 4
+            if (b[p] >> 4) != 4 or ihl < 20:
+                continue
+            u8[4, i] = 4
+            u8[6, i] = b[p + 1] >> 2
+            u8[7, i] = b[p + 1] & 3
+            proto = np.uint32(b[p + 9])
+            u8[5, i] = proto
+            u64[1, i] = np.uint64(0xFFFF00000000) | np.uint64(_be32(b, p + 12))
+            u64[3, i] = np.uint64(0xFFFF00000000) | np.uint64(_be32(b, p + 16))
+            u8[0, i] = KIND_IP
+            if (_be16(b, p + 6) & 0x1FFF) != 0:
+                continue  # a later fragment: no transport header here
+            if p + ihl > end:
+                u8[1, i] = FLAG_CUT
+                continue
+            p += ihl
+        elif etype == 0x86DD:
+            if p + 40 > end:
+                u8[1, i] = FLAG_CUT
+                continue
+            if (b[p] >> 4) != 6:
+                continue
+            tc = ((b[p] & 0xF) << 4) | (b[p + 1] >> 4)
+            u8[4, i] = 6
+            u8[6, i] = tc >> 2
+            u8[7, i] = tc & 3
+            proto = np.uint32(b[p + 6])
+            u64[0, i] = _be64(b, p + 8)
+            u64[1, i] = _be64(b, p + 16)
+            u64[2, i] = _be64(b, p + 24)
+            u64[3, i] = _be64(b, p + 32)
+            u8[0, i] = KIND_IP
+            p += 40
+            # hop-by-hop, routing and destination options extension headers
+            while proto == 0 or proto == 43 or proto == 60:
+                if p + 8 > end:
+                    cut = True
+                    break
+                nxt = np.uint32(b[p])
+                p += (np.int64(b[p + 1]) + 1) * 8
+                proto = nxt
+            u8[5, i] = proto
+            if cut:
+                u8[1, i] = FLAG_CUT
+                continue
+        else:
+            continue
+
+        if proto != 17:
+            continue
+        if p + 8 > end:
+            u8[1, i] = FLAG_CUT
+            continue
+        dport = _be16(b, p + 2)
+        u32[4, i] = _be16(b, p)
+        u32[5, i] = dport
+        u8[0, i] = KIND_UDP
+        p += 8
+        if dport != ROCE_PORT:
+            continue
+        if p + 12 > end:
+            u8[1, i] = FLAG_CUT
+            continue
+        opcode = b[p]
+        u8[8, i] = opcode
+        u8[9, i] = b[p + 4] >> 7
+        u8[10, i] = (b[p + 4] >> 6) & 1
+        u32[6, i] = _be24(b, p + 5)
+        u32[7, i] = _be24(b, p + 9)
+        u8[0, i] = KIND_CNP if opcode == CNP_OPCODE else KIND_ROCE
 
 
 # --- record walks -----------------------------------------------------------------------
 
 
 @njit(cache=True)
-def _walk_pcap(b, le, ts_mul, linktype, snaplen, fill, time_ns, u8, u32, u64, quanta):
+def _walk_pcap(b, le, ts_mul, snaplen, fill, time_ns, u32, u64):
     """Walk the records of a pcap file (after its 24-byte header).
 
     Returns (records, status, stop offset). With `fill` False only counts.
@@ -316,7 +328,6 @@ def _walk_pcap(b, le, ts_mul, linktype, snaplen, fill, time_ns, u8, u32, u64, qu
             u32[0, i] = _u32(b, o + 12, le)
             u32[1, i] = incl
             u64[4, i] = o + 16
-            _decode(b, o + 16, np.int64(incl), linktype, i, u8, u32, u64, quanta)
         i += 1
         o += 16 + np.int64(incl)
     return i, ST_OK, o
@@ -335,7 +346,7 @@ def _ng_ts(ts, mul, div, shift):
 
 
 @njit(cache=True)
-def _walk_pcapng(b, fill, time_ns, u8, u32, u64, quanta, ifaces):
+def _walk_pcapng(b, fill, time_ns, u32, u64, ifaces):
     """Walk the blocks of a pcapng file; EPB, SPB and (obsolete) PB carry packets.
 
     `ifaces[k]` receives (linktype, snaplen, mul, div, shift) of interface k of the
@@ -445,7 +456,6 @@ def _walk_pcapng(b, fill, time_ns, u8, u32, u64, quanta, ifaces):
                 u32[1, i] = incl
                 u32[2, i] = iface_base + k
                 u64[4, i] = body + 20
-                _decode(b, body + 20, incl, link[k], i, u8, u32, u64, quanta)
             i += 1
         elif btype == 3:  # simple packet block: interface 0, no timestamp
             if n_if == 0:
@@ -462,7 +472,6 @@ def _walk_pcapng(b, fill, time_ns, u8, u32, u64, quanta, ifaces):
                 u32[1, i] = incl
                 u32[2, i] = iface_base
                 u64[4, i] = body + 4
-                _decode(b, body + 4, incl, link[0], i, u8, u32, u64, quanta)
             i += 1
         o += blen
     return i, ST_OK, o, iface_base + n_if
@@ -584,18 +593,18 @@ def read_capture(path: str | Path) -> Capture:
         snaplen = int.from_bytes(hdr[16:20], "little" if le else "big")
         linktype = int.from_bytes(hdr[20:24], "little" if le else "big") & 0x0FFFFFFF
         empty = _alloc(0)
-        n, status, stop = _walk_pcap(b, le, ts_mul, linktype, snaplen, False, *empty)
+        n, status, stop = _walk_pcap(b, le, ts_mul, snaplen, False, empty[0], empty[2], empty[3])
         cols = _alloc(n)
-        _walk_pcap(b, le, ts_mul, linktype, snaplen, True, *cols)
+        _walk_pcap(b, le, ts_mul, snaplen, True, cols[0], cols[2], cols[3])
         linktypes = np.array([linktype], dtype=np.int64)
         snaplens = np.array([snaplen], dtype=np.int64)
     elif head == PCAPNG_MAGIC:
         fmt = "pcapng"
         ifaces = np.zeros((MAX_IFACES, 2), dtype=np.int64)
         empty = _alloc(0)
-        n, status, stop, n_if = _walk_pcapng(b, False, *empty, ifaces)
+        n, status, stop, n_if = _walk_pcapng(b, False, empty[0], empty[2], empty[3], ifaces)
         cols = _alloc(n)
-        _walk_pcapng(b, True, *cols, ifaces)
+        _walk_pcapng(b, True, cols[0], cols[2], cols[3], ifaces)
         linktypes = ifaces[:n_if, 0].copy()
         snaplens = ifaces[:n_if, 1].copy()
     else:
@@ -603,6 +612,7 @@ def read_capture(path: str | Path) -> Capture:
             f"{path} is not a pcap or pcapng capture (it starts with 0x{head.hex()})"
         )
     time_ns, u8, u32, u64, quanta = cols
+    _decode_all(b, linktypes, u8, u32, u64, quanta)
     cap = Capture(
         path=path,
         format=fmt,

@@ -276,3 +276,20 @@ def test_cli_errors_are_one_sentence(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("Error: "), (args, r.output)
         assert "Traceback" not in r.output
     assert not (tmp_path / "r.html").exists()
+
+
+def test_captures_in_a_run_are_mapped_to_nics(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    path = tmp_path / "run-c"
+    make_run(path, n_flows=8, pause=False)
+    golden = Path(__file__).parent / "data" / "golden_roce.pcap"
+    shutil.copy(golden, path / "captures" / "leaf0.pcap")
+    m = run_metrics(Run(path))
+    (cap,) = m["captures"]
+    assert cap["packets"] == 25
+    top = cap["flows"]["top"][0]
+    # 10.zone.rack.slot: 10.0.0.1 is rack 0's first NIC, 10.0.1.1 rack 1's
+    assert (top["src"], top["dst"]) == ("z0-r0-h0-nic0", "z0-r1-h0-nic0")
+    assert cap["pfc"]["rate_bps"] == 100 * 10**9  # lab-small's links
