@@ -303,7 +303,7 @@ def test_packed_keeps_a_rack_job_in_one_rack(medium):
     for size in (16, 12, 8, 3):
         nics = place(medium, size, "packed", rng, taken)
         assert len(np.unique(medium.node_rack[nics])) == 1
-        if size <= 8 and size != 8:
+        if size < 8:
             assert len(np.unique(medium.node_server[nics] + 100 * medium.node_rack[nics])) == 1
 
 
