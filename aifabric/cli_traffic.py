@@ -114,18 +114,26 @@ def traffic_show(workload, fabric_name, seed, as_json, **options):
     (e.g. `allreduce --algorithm ring --size 64MiB --gpus 128`).
     """
     from fabric.units import format_time
-    from traffic.stats import summarize
+    from topologies import load_fabric
+    from traffic.generate import MAX_FLOWS
+    from traffic.stats import describe
 
-    wl, fabric, table = _build(workload, fabric_name, seed, options)
-    s = summarize(fabric, table)
+    wl, _ = _workload(workload, options)
+    fabric = load_fabric(fabric_name)
+    s = describe(fabric, wl, seed=seed)
     if as_json:
         emit_json({"workload": wl.name, "seed": seed, **s})
         return
+    deps = "" if s["closed_form"] else f"{s['dependencies']:,} dependencies, "
     click.echo(
         f"{wl.name} on {fabric.name}: {len(wl.jobs)} job(s), {len(s['ops']):,} ops, "
-        f"{s['flows']:,} flows, {s['dependencies']:,} dependencies, "
-        f"{_size(s['bytes'])} on the fabric"
+        f"{s['flows']:,} flows, {deps}{_size(s['bytes'])} on the fabric"
     )
+    if s["closed_form"]:
+        click.echo(
+            f"(in closed form: more flows than the {MAX_FLOWS:,} a flow table holds, "
+            "so `traffic export` needs fewer GPUs)"
+        )
     click.echo()
     groups: dict[tuple, list] = {}
     for op in s["ops"]:

@@ -218,6 +218,64 @@ def test_transfer_count_closed_form(spec):
             assert coll.transfer_count(*args, stages=stages) == len(tr)
 
 
+@pytest.mark.parametrize(
+    "kind, algorithm",
+    [
+        ("allreduce", "ring"),
+        ("allreduce", "tree"),
+        ("allreduce", "halving-doubling"),
+        ("allgather", "ring"),
+        ("reducescatter", "ring"),
+        ("alltoall", "pairwise"),
+        ("broadcast", "ring"),
+        ("sendrecv", "p2p"),
+    ],
+)
+@pytest.mark.parametrize("hierarchical", [False, True])
+def test_closed_form_plan_equals_the_table(medium, kind, algorithm, hierarchical):
+    """rank by rank: bytes sent and received, flows, steps, ideal time."""
+    from traffic.placement import place
+    from traffic.plan import collective_stats
+    from traffic.stats import op_stats
+
+    for gpus, size, channels, segments in ((12, 10**6 + 1, 1, 0), (32, 3 * MiB + 5, 2, 5)):
+        spec = dict(collective=kind, algorithm=algorithm, gpus=gpus, size=size, channels=channels,
+                    segments=segments, qps=3, chunk="64KiB", hierarchical=hierarchical, root=5,
+                    stages=2 if hierarchical else 4, placement="fragmented")  # fmt: skip
+        if hierarchical and gpus % 8:
+            spec["gpus"] = 16
+        w = traffic.workload_from_dict(spec, "t")
+        t = traffic.generate(medium, w, seed=9)
+        nics = place(medium, spec["gpus"], "fragmented", np.random.default_rng(9))
+        planned = collective_stats(medium, w.jobs[0], nics, "t")[0]
+        built = op_stats(medium, t)[0]
+        for key in ("flows", "steps", "bytes", "max_rank_bytes", "mean_rank_bytes", "ideal_ns"):
+            assert planned[key] == built[key], key
+        sent = np.bincount(t.src, weights=t.bytes, minlength=medium.n_nodes)
+        recv = np.bincount(t.dst, weights=t.bytes, minlength=medium.n_nodes)
+        from traffic.generate import collective_instances
+        from traffic.plan import rank_bytes
+
+        want_s = np.zeros(medium.n_nodes)
+        want_r = np.zeros(medium.n_nodes)
+        for ranks, part, root in collective_instances(medium, w.jobs[0], nics, "t"):
+            s_, r_ = rank_bytes(kind, algorithm, len(ranks), part, channels, root, spec["stages"])
+            want_s[ranks] += s_
+            want_r[ranks] += r_
+        assert np.array_equal(sent, want_s) and np.array_equal(recv, want_r)
+
+
+def test_show_falls_back_to_closed_form_only_when_too_big(medium):
+    from traffic.stats import describe
+
+    w = traffic.workload_from_dict(dict(collective="alltoall", gpus=64), "t")
+    assert describe(medium, w)["closed_form"] is False
+    big = topologies.load_fabric("cluster-24k")
+    d = describe(big, traffic.workload_from_dict(dict(collective="alltoall"), "t"))
+    assert d["closed_form"] is True and d["flows"] == 24576 * 24575
+    assert d["ops"][0]["max_rank_bytes"] == 64 * MiB - 64 * MiB // 24576  # minus its own block
+
+
 # dependencies and several ops ------------------------------------------------------------
 
 

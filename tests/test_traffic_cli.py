@@ -65,6 +65,12 @@ def test_export(tmp_path):
     assert len(table) > 0 and set(table.op_kind) >= {"alltoall", "allreduce", "sendrecv"}
 
 
+def test_show_too_big_for_a_table_is_closed_form():
+    r = run("traffic", "show", "alltoall", "--fabric", "cluster-24k")
+    assert r.exit_code == 0, r.output
+    assert "closed form" in r.output and "603,955,200" in r.output
+
+
 def test_presets_command():
     r = run("traffic", "presets")
     assert r.exit_code == 0, r.output
@@ -79,7 +85,7 @@ def test_presets_command():
         (["show", "allreduce", "--gpus", "500", "--fabric", "lab-medium"], 1, ["500"]),
         (["show", "allreduce", "--fabric", "no-fabric"], 1, ["no-fabric"]),
         (["show", "dense", "--size", "1MiB", "--fabric", "lab-medium"], 2, ["--size"]),
-        (["show", "alltoall", "--gpus", "all", "--fabric", "cluster-24k"], 1, ["flows"]),
+        (["export", "alltoall", "--fabric", "cluster-24k", "-o", "a.npz"], 1, ["flows"]),
         (["export", "dense", "--fabric", "lab-medium", "-o", "x.txt"], 2, [".npz"]),
         (["export", "dense", "--fabric", "lab-medium", "-o", "/no/such/x.npz"], 1, ["folder"]),
     ],

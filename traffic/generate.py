@@ -342,10 +342,23 @@ def server_matrix(fabric: Fabric, nics: np.ndarray, what: str) -> np.ndarray:
     return topo.reshape(len(counts), int(counts[0]))
 
 
-def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list[Op]:
-    kind, algorithm, size = job["collective"], job["algorithm"], job["size"]
+class TooManyFlows(SpecError):
+    """A workload whose flow table would not fit (`traffic.stats.describe` can still
+    describe a single collective in closed form)."""
+
+
+def collective_instances(
+    fabric: Fabric, job: Job, nics: np.ndarray, name: str
+) -> list[tuple[np.ndarray, int, int]]:
+    """The communicators a collective job runs: (NIC per rank, size, root) each.
+
+    One over every rank, or with `hierarchical` one per rail over the servers (the
+    intra-server step rides NVLink): AllReduce, AllGather, ReduceScatter and Broadcast
+    give each rail 1/g of the data; AllToAll and send/recv move all of it on every rail
+    (AllToAll aggregated per destination server first, as PXN does).
+    """
+    kind, size = job["collective"], job["size"]
     n = len(nics)
-    ch, seg, chunk = job["channels"], job["segments"], job["chunk"]
     if kind == "sendrecv" and n % job["stages"]:
         raise SpecError(
             f"workload {name}: sendrecv over {n} GPUs cannot form stages = {job['stages']} "
@@ -355,44 +368,49 @@ def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> li
         raise SpecError(
             f"workload {name}: broadcast root = {job['root']} is not a rank of {n} GPUs"
         )
-
-    def check(ranks: int, instances: int, sizes: list[int]):
-        count = job["qps"] * sum(
-            coll.transfer_count(kind, algorithm, ranks, s, ch, seg, chunk, job["stages"])
-            for s in sizes
+    if not job["hierarchical"]:
+        return [(nics, size, job["root"])]
+    grid = server_matrix(fabric, nics, f"workload {name}: hierarchical {kind}")
+    servers, per = grid.shape
+    if kind == "sendrecv" and servers % job["stages"]:
+        raise SpecError(
+            f"workload {name}: hierarchical sendrecv needs the {servers} servers "
+            f"to form stages = {job['stages']} equal stages"
         )
-        count *= job["iterations"] * instances // len(sizes)
-        if count > MAX_FLOWS:
-            raise SpecError(
-                f"workload {name}: {kind} over {n:,} GPUs makes {count:,} flows, more than "
-                f"the {MAX_FLOWS:,} a flow table holds; use fewer GPUs"
-                + ("" if job["hierarchical"] else " or hierarchical = true")
-                + ", or fewer segments, channels or QPs"
-            )
+    sizes = [size] * per if kind in ("alltoall", "sendrecv") else parts_list(size, per)
+    return [(grid[:, rail], sizes[rail], job["root"] // per) for rail in range(per)]
 
-    if job["hierarchical"]:
-        grid = server_matrix(fabric, nics, f"workload {name}: hierarchical {kind}")
-        servers, per = grid.shape
-        if kind == "sendrecv" and servers % job["stages"]:
-            raise SpecError(
-                f"workload {name}: hierarchical sendrecv needs the {servers} servers "
-                f"to form stages = {job['stages']} equal stages"
-            )
-        sizes = [size] * per if kind in ("alltoall", "sendrecv") else parts_list(size, per)
-        root = job["root"] // per
-        check(servers, per, sizes)
-        blocks = []
-        for rail in range(per):
-            tr = coll.collective(
-                kind, algorithm, servers, sizes[rail], ch, seg, chunk, root, job["stages"]
-            )
-            blocks.append(map_groups(tr, grid[:, rail][None, :]))
-        tr = coll.concat(blocks)
-        op = Op(kind, algorithm, size, n, 1, tr.steps, tr, hierarchical=True)
-    else:
-        check(n, 1, [size])
-        tr = coll.collective(kind, algorithm, n, size, ch, seg, chunk, job["root"], job["stages"])
-        op = Op(kind, algorithm, size, n, 1, tr.steps, map_groups(tr, nics[None, :]))
+
+def collective_flow_count(job: Job, instances) -> int:
+    kind, algorithm = job["collective"], job["algorithm"]
+    per_op = sum(
+        coll.transfer_count(
+            kind, algorithm, len(ranks), size, job["channels"], job["segments"], job["chunk"],
+            job["stages"],
+        )
+        for ranks, size, _ in instances
+    )  # fmt: skip
+    return job["qps"] * per_op * job["iterations"]
+
+
+def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list[Op]:
+    kind, algorithm, size = job["collective"], job["algorithm"], job["size"]
+    ch, seg, chunk = job["channels"], job["segments"], job["chunk"]
+    instances = collective_instances(fabric, job, nics, name)
+    count = collective_flow_count(job, instances)
+    if count > MAX_FLOWS:
+        raise TooManyFlows(
+            f"workload {name}: {kind} over {len(nics):,} GPUs makes {count:,} flows, more "
+            f"than the {MAX_FLOWS:,} a flow table holds; use fewer GPUs"
+            + ("" if job["hierarchical"] else " or hierarchical = true")
+            + ", or fewer segments, channels or QPs"
+        )
+    blocks = []
+    for ranks, part, root in instances:
+        tr = coll.collective(kind, algorithm, len(ranks), part, ch, seg, chunk, root, job["stages"])
+        blocks.append(map_groups(tr, ranks[None, :]))
+    tr = coll.concat(blocks)
+    op = Op(kind, algorithm, size, len(nics), 1, tr.steps, tr, hierarchical=job["hierarchical"])
     return [op] * job["iterations"]
 
 

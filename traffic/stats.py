@@ -55,8 +55,37 @@ def summarize(fabric: Fabric, table: FlowTable) -> dict:
     ops = op_stats(fabric, table)
     return {
         "fabric": fabric.name,
+        "closed_form": False,
         "flows": len(table),
         "dependencies": int(len(table.dep)),
         "bytes": int(table.bytes.sum()),
+        "ops": ops,
+    }
+
+
+def describe(fabric: Fabric, workload, seed: int = 0) -> dict:
+    """`summarize` of the workload's flow table; for a single collective too large for a
+    flow table, the same figures in closed form (`closed_form` true, no dependencies)."""
+    from traffic.generate import TooManyFlows, generate
+
+    try:
+        return summarize(fabric, generate(fabric, workload, seed=seed))
+    except TooManyFlows:
+        if len(workload.jobs) != 1 or workload.jobs[0].kind != "collective":
+            raise
+    import numpy as np
+
+    from traffic.placement import place
+    from traffic.plan import collective_stats
+
+    job = workload.jobs[0]
+    nics = place(fabric, job["gpus"], job["placement"], np.random.default_rng(seed))
+    ops = collective_stats(fabric, job, nics, workload.name)
+    return {
+        "fabric": fabric.name,
+        "closed_form": True,
+        "flows": sum(op["flows"] for op in ops),
+        "dependencies": None,
+        "bytes": sum(op["bytes"] for op in ops),
         "ops": ops,
     }
