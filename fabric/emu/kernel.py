@@ -1,0 +1,138 @@
+"""What this machine's kernel and tools offer, and running commands inside a node's namespace."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import tempfile
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+
+from fabric.errors import AifabricError
+
+CLONE_NEWNET = 0x40000000
+ENV_MARK = "AIFABRIC_EMU"  # set in every process the engine starts; `aifabric clean` looks for it
+TOOLS = ("ip", "tc", "nsenter", "mnexec")
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def missing_tools() -> list[str]:
+    return [t for t in TOOLS if shutil.which(t) is None]
+
+
+def mininet_importable() -> bool:
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def in_netns(pid: int, argv: list[str], **kw) -> subprocess.CompletedProcess:
+    """Run a command in the network namespace of process `pid`."""
+    return subprocess.run(
+        ["nsenter", f"--net=/proc/{pid}/ns/net", *argv], capture_output=True, text=True, **kw
+    )
+
+
+def popen_in_netns(pid: int, argv: list[str], **kw) -> subprocess.Popen:
+    return subprocess.Popen(["nsenter", f"--net=/proc/{pid}/ns/net", *argv], **kw)
+
+
+@contextmanager
+def netns_of(pid: int):
+    """Enter the network namespace of `pid` in this thread; sockets made inside stay there."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+    try:
+        if _libc.setns(target, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns failed")
+        try:
+            yield
+        finally:
+            if _libc.setns(own, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back failed")
+    finally:
+        os.close(own)
+        os.close(target)
+
+
+def marker_source() -> str:
+    return resources.files("fabric.emu").joinpath("ecn_marker.c").read_text()
+
+
+def compile_marker(
+    out_dir: Path, key: str, rate_bps: int, kmin: int, kmax: int, pmax: float
+) -> Path:
+    """Compile the eBPF ECN marker for one (rate, Kmin, Kmax, Pmax) into `out_dir`."""
+    src = out_dir / "ecn_marker.c"
+    if not src.exists():
+        src.write_text(marker_source())
+    obj = out_dir / f"{key}.o"
+    arch = os.uname().machine
+    cmd = [
+        "clang", "-O2", "-g", "-target", "bpf", f"-I/usr/include/{arch}-linux-gnu",
+        f"-DRATE_BPS={int(rate_bps)}ULL", f"-DKMIN_BYTES={int(kmin)}ULL",
+        f"-DKMAX_BYTES={int(kmax)}ULL", f"-DPMAX_Q16={round(pmax * 65536)}ULL",
+        "-c", str(src), "-o", str(obj),
+    ]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        first = (r.stderr.strip().splitlines() or ["clang failed"])[0]
+        raise AifabricError(f"the eBPF ECN marker does not compile: {first}")
+    return obj
+
+
+def _probe_ns(name: str, script: str) -> bool:
+    """Run `script` (sh) in a scratch namespace with veths afpa/afpb; True on success."""
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        return False
+    try:
+        setup = (
+            "ip link add afpa type veth peer name afpb && ip link set afpa up && "
+            "ip link set afpb up && "
+        )
+        r = subprocess.run(
+            ["ip", "netns", "exec", name, "sh", "-c", setup + script], capture_output=True
+        )
+        return r.returncode == 0
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def has_red() -> bool:
+    return _probe_ns(
+        f"af-probe-{os.getpid()}",
+        "tc qdisc add dev afpa root red limit 400000 min 30000 max 90000 avpkt 1000 "
+        "burst 55 probability 0.1 bandwidth 10mbit ecn",
+    )
+
+
+def has_bpf_marker() -> bool:
+    if shutil.which("clang") is None:
+        return False
+    with tempfile.TemporaryDirectory(prefix="aifabric-emu-probe-") as d:
+        try:
+            obj = compile_marker(Path(d), "probe", 10_000_000, 1000, 2000, 0.5)
+        except AifabricError:
+            return False
+        return _probe_ns(
+            f"af-probe-{os.getpid()}",
+            f"tc qdisc add dev afpa clsact && tc filter add dev afpa egress prio 1 bpf da "
+            f"obj {obj} sec tc",
+        )
+
+
+def ecn_mechanism(prefer: str | None = None) -> str:
+    """red where the kernel has it, else the eBPF marker, else none (or `prefer` if it works)."""
+    if prefer == "none":
+        return "none"
+    if prefer in (None, "red") and has_red():
+        return "red"
+    if prefer in (None, "red", "ebpf") and has_bpf_marker():
+        return "ebpf"
+    return "none"

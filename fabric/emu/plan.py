@@ -1,0 +1,355 @@
+"""The emulated fabric as data: names, addresses and the kernel configuration of every node.
+
+Nothing here touches the kernel. `plan(scenario, ...)` returns a `Plan`: a short
+Linux name for every node and port (a table back to the fabric's names), MAC
+and IPv4 addresses, and per node the sysctls, `ip -batch` lines and `tc -batch`
+lines that build it. `fabric.emu.net` applies a plan in one place.
+
+Names: NIC n (its ordinal among NICs) is host `afh{n}`, switch s (its ordinal
+among switches) is `afs{s}`, and the port with local number k of a node is
+interface `{node}p{k}` (`afs12p15`: at most 15 characters up to 10**5 nodes).
+The `af` prefix is how `aifabric clean` recognises what is ours.
+
+Addresses: NIC ports carry the NIC's `10.zone.rack.slot` (fabric.addressing);
+every switch port p carries `100.64.0.0 + p` on the /31 of its link, so both
+ends of link l share `100.64.0.0 + 2l` / 31. MAC of port p: `02:af` and p in
+four bytes. Neighbours are static (no ARP on the wire), so a paused egress
+never holds back address resolution.
+
+Rates are divided by `scale` (HTB cannot run 400 Gb/s on veth); time
+stretches by the same factor, so buffers and thresholds keep their bytes.
+Link delays are not emulated: the kernel here has no netem.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fabric.addressing import ROCE_UDP_PORT, format_ipv4, nic_ipv4
+from fabric.errors import AifabricError
+from fabric.model import Fabric, Role
+from fabric.routing import Routing
+
+PREFIX = "af"
+P2P_BASE = int(ipaddress.IPv4Address("100.64.0.0"))
+MTU_BYTES = 9000
+HOST_BUFFER_BYTES = 64 * 2**20  # a sender's NIC queue: large, senders block on their socket
+MAX_PACKET_BYTES = 9100  # the pause burst: at most one frame leaves after PAUSE
+DSCP_DATA = 26  # priority 3, the lossless class
+DSCP_CNP = 48  # priority 6, the control class
+TOS_DATA_ECT0 = (DSCP_DATA << 2) | 0x2
+TOS_CNP = DSCP_CNP << 2
+HASH_POLICY = {"5tuple": 1, "eecmp": 1, "pinned": 0, "spray": 1, "adaptive": 1}
+ECN_MECHANISMS = ("red", "ebpf", "none")
+DEFAULT_TARGET_BPS = 20_000_000  # the fastest link after scaling
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    name: str  # short Linux name
+    fabric_name: str
+    node: int
+    sysctl: tuple[tuple[str, str], ...]
+    ip: tuple[str, ...]  # `ip -batch` lines
+    tc: tuple[str, ...]  # `tc -batch` lines
+    ecn_ifaces: tuple[tuple[str, int], ...] = ()  # (interface, port) with an eBPF marker
+
+
+@dataclass(frozen=True)
+class Plan:
+    scale: int
+    ecn: str  # red | ebpf | none
+    hash_policy: int
+    nodes: tuple[NodeConfig, ...]
+    port_iface: tuple[str, ...]  # interface name of every fabric port
+    port_mac: tuple[str, ...]
+    port_rate_bps: np.ndarray  # scaled
+    node_short: tuple[str, ...]
+    hash_seed: np.ndarray  # uint32 per node (switches)
+    nic_ip: np.ndarray  # uint32 per node
+    notes: dict = field(default_factory=dict)
+
+    def node_of(self, short: str) -> int:
+        return self.node_short.index(short)
+
+    def table(self) -> dict[str, str]:
+        """Short Linux name -> fabric name, for nodes and interfaces alike."""
+        return {c.name: c.fabric_name for c in self.nodes}
+
+
+def short_names(fabric: Fabric) -> tuple[str, ...]:
+    out = []
+    nic_ord = np.cumsum(fabric.node_role == Role.NIC) - 1
+    sw_ord = np.cumsum(fabric.node_role != Role.NIC) - 1
+    for i in range(fabric.n_nodes):
+        if fabric.node_role[i] == Role.NIC:
+            out.append(f"{PREFIX}h{int(nic_ord[i])}")
+        else:
+            out.append(f"{PREFIX}s{int(sw_ord[i])}")
+    return tuple(out)
+
+
+def port_mac(port: int) -> str:
+    b = int(port).to_bytes(4, "big")
+    return "02:af:" + ":".join(f"{x:02x}" for x in b)
+
+
+def p2p_ip(port: int) -> int:
+    return P2P_BASE + int(port)
+
+
+def switch_seeds(fabric: Fabric, seed: int, same_seed: bool) -> np.ndarray:
+    """Per-switch multipath hash seeds as fabric.routing derives them; never 0 (random)."""
+    n = fabric.n_nodes
+    if same_seed:
+        seeds = np.full(n, seed & 0xFFFFFFFF, dtype=np.uint32)
+    else:
+        seeds = np.array(
+            [zlib.crc32(v.to_bytes(4, "big"), seed & 0xFFFFFFFF) for v in range(n)],
+            dtype=np.uint32,
+        )
+    seeds[seeds == 0] = 1
+    return seeds
+
+
+def choose_scale(fabric: Fabric, target_bps: int = DEFAULT_TARGET_BPS) -> int:
+    """The rate divisor that brings the fastest link down to about `target_bps`."""
+    top = int(fabric.link_rate_bps.max()) if fabric.n_links else 1
+    return max(1, -(-top // target_bps))
+
+
+def _rate(bps: int) -> str:
+    return f"{max(int(bps), 8)}bit"
+
+
+def port_tc(
+    iface: str,
+    rate_bps: int,
+    buffer_bytes: int,
+    *,
+    ecn: str,
+    kmin_bytes: int = 0,
+    kmax_bytes: int = 0,
+    pmax: float = 0.0,
+) -> list[str]:
+    """`tc -batch` lines for one egress: HTB at the link rate, two classes, pausable TBF, FIFO.
+
+    Class 1:10 (DSCP 48: CNPs) is served first and never paused; class 1:30
+    carries the lossless priority through TBF 30: (transparent until a PAUSE
+    turns its rate to nothing) into a byte-limited FIFO, or RED with ECN when
+    `ecn == "red"`.
+    """
+    r = _rate(rate_bps)
+    lines = [
+        f"qdisc replace dev {iface} root handle 1: htb default 30",
+        f"class add dev {iface} parent 1: classid 1:1 htb rate {r} ceil {r} "
+        f"burst {MAX_PACKET_BYTES * 2} cburst {MAX_PACKET_BYTES * 2} quantum {MAX_PACKET_BYTES}",
+        f"class add dev {iface} parent 1:1 classid 1:10 htb rate {_rate(rate_bps // 10)} "
+        f"ceil {r} prio 0 quantum {MAX_PACKET_BYTES}",
+        f"class add dev {iface} parent 1:1 classid 1:30 htb rate {_rate(rate_bps - rate_bps // 10)}"
+        f" ceil {r} prio 1 quantum {MAX_PACKET_BYTES}",
+        f"qdisc add dev {iface} parent 1:10 handle 10: pfifo limit 1000",
+        tbf_line(iface, paused=False, rate_bps=rate_bps, buffer_bytes=buffer_bytes, verb="add"),
+    ]
+    if ecn == "red":
+        avpkt = 4200
+        burst = max(1, (2 * kmin_bytes + kmax_bytes) // (3 * avpkt))
+        lines.append(
+            f"qdisc add dev {iface} parent 30:1 handle 31: red limit {buffer_bytes} "
+            f"min {kmin_bytes} max {kmax_bytes} avpkt {avpkt} burst {burst} "
+            f"probability {pmax:g} bandwidth {r} ecn"
+        )
+    else:
+        lines.append(f"qdisc add dev {iface} parent 30:1 handle 31: bfifo limit {buffer_bytes}")
+    lines.append(
+        f"filter add dev {iface} parent 1: protocol ip prio 1 u32 "
+        f"match ip dsfield {DSCP_CNP << 2:#x} 0xfc flowid 1:10"
+    )
+    return lines
+
+
+def tbf_line(
+    iface: str, *, paused: bool, rate_bps: int, buffer_bytes: int, verb: str = "change"
+) -> str:
+    """The TBF that PFC turns off (PAUSE) and on (resume); its child keeps the queue."""
+    rate = "8bit" if paused else _rate(4 * rate_bps)
+    burst = MAX_PACKET_BYTES if paused else 8 * MAX_PACKET_BYTES
+    return (
+        f"qdisc {verb} dev {iface} parent 1:30 handle 30: tbf rate {rate} "
+        f"burst {burst} limit {buffer_bytes}"
+    )
+
+
+def ecn_tc(iface: str, obj: str) -> list[str]:
+    """The eBPF marker on clsact egress (direct action: it only marks, never drops)."""
+    return [
+        f"qdisc add dev {iface} clsact",
+        f"filter add dev {iface} egress prio 1 bpf da obj {obj} sec tc",
+    ]
+
+
+def ecn_object_key(rate_bps: int, kmin: int, kmax: int, pmax: float) -> str:
+    return f"ecn_{rate_bps}_{kmin}_{kmax}_{round(pmax * 65536)}"
+
+
+def plan(
+    scenario,
+    *,
+    ecn: str,
+    scale: int | None = None,
+    ecn_objects: dict[str, str] | None = None,
+) -> Plan:
+    """The whole emulated fabric of `scenario` as data (see the module docstring)."""
+    fabric: Fabric = scenario.fabric
+    if ecn not in ECN_MECHANISMS:
+        raise AifabricError(f"ECN mechanism {ecn!r} is not one of {', '.join(ECN_MECHANISMS)}")
+    scale = choose_scale(fabric) if scale is None else int(scale)
+    if scale < 1:
+        raise AifabricError(f"the emulation scale must be a positive whole number, not {scale}")
+    names = short_names(fabric)
+    ips = nic_ipv4(fabric)
+    n_ports = fabric.n_ports
+    pnum = fabric.port_number
+    iface = tuple(f"{names[fabric.port_node[p]]}p{int(pnum[p])}" for p in range(n_ports))
+    if max((len(x) for x in iface), default=0) > 15:
+        raise AifabricError(f"fabric {fabric.name} is too large for 15-character interface names")
+    macs = tuple(port_mac(p) for p in range(n_ports))
+    rates = np.maximum(fabric.port_rate_bps // scale, 8).astype(np.int64)
+    seeds = switch_seeds(fabric, scenario.seed, scenario.same_seed)
+    policy = HASH_POLICY[scenario.ecmp]
+    notes = {}
+    if scenario.ecmp in ("spray", "adaptive"):
+        notes["ecmp"] = (
+            f"Linux multipath routing cannot do {scenario.ecmp}; "
+            "the emulator hashes the 5-tuple instead"
+        )
+    elif scenario.ecmp == "eecmp":
+        notes["ecmp"] = "Linux hashes the 5-tuple; the QPN-derived UDP source port carries the QP"
+    elif scenario.ecmp == "pinned":
+        notes["ecmp"] = "Linux hashes source and destination address (L3) for pinned"
+    down = [f.target for f in scenario.faults if f.kind == "link" and f.at_ns == 0]
+    down_nodes = [f.target for f in scenario.faults if f.kind == "node" and f.at_ns == 0]
+    routing = Routing(fabric, "5tuple", scenario.seed).without(down, down_nodes)
+    if any(f.at_ns > 0 for f in scenario.faults):
+        notes["faults"] = "faults during the run are not emulated; faults at time 0 are"
+
+    configs = []
+    for v in range(fabric.n_nodes):
+        ports = [int(p) for p in fabric.ports_of(v)]
+        role = Role(int(fabric.node_role[v]))
+        ip_lines: list[str] = []
+        tc_lines: list[str] = []
+        ecn_ifaces: list[tuple[str, int]] = []
+        common = [
+            ("net.ipv4.conf.all.rp_filter", "0"),
+            ("net.ipv4.conf.default.rp_filter", "0"),
+            ("net.ipv6.conf.all.disable_ipv6", "1"),
+            ("net.ipv6.conf.default.disable_ipv6", "1"),
+        ]
+        if role == Role.NIC:
+            p = ports[0]
+            peer_p = p ^ 1
+            dev = iface[p]
+            gw = format_ipv4(p2p_ip(peer_p))
+            ip_lines += [
+                f"link set dev {dev} mtu {MTU_BYTES} up",
+                f"addr add {format_ipv4(ips[v])}/32 dev {dev}",
+                f"neigh replace {gw} lladdr {macs[peer_p]} dev {dev} nud permanent",
+                f"route add {gw}/32 dev {dev} scope link",
+                f"route add default via {gw} dev {dev} onlink",
+            ]
+            tc_lines += port_tc(dev, int(rates[p]), HOST_BUFFER_BYTES, ecn="none")
+            sysctl = tuple(common)
+        else:
+            q = fabric.queue(role)
+            sysctl = (
+                ("net.ipv4.ip_forward", "1"),
+                ("net.ipv4.fib_multipath_hash_policy", str(policy)),
+                ("net.ipv4.fib_multipath_hash_seed", str(int(seeds[v]))),
+                *common,
+            )
+            for p in ports:
+                dev = iface[p]
+                peer_p = p ^ 1
+                peer = int(fabric.port_peer[p])
+                ip_lines.append(f"link set dev {dev} mtu {MTU_BYTES} up")
+                ip_lines.append(f"addr add {format_ipv4(p2p_ip(p))}/31 dev {dev}")
+                if fabric.node_role[peer] == Role.NIC:
+                    nip = format_ipv4(ips[peer])
+                    ip_lines.append(
+                        f"neigh replace {nip} lladdr {macs[peer_p]} dev {dev} nud permanent"
+                    )
+                else:
+                    ip_lines.append(
+                        f"neigh replace {format_ipv4(p2p_ip(peer_p))} lladdr {macs[peer_p]} "
+                        f"dev {dev} nud permanent"
+                    )
+                e = q.ecn if q.ecn.enabled else None
+                tc_lines += port_tc(
+                    dev,
+                    int(rates[p]),
+                    q.buffer_bytes,
+                    ecn=ecn if e else "none",
+                    kmin_bytes=e.kmin_bytes if e else 0,
+                    kmax_bytes=e.kmax_bytes if e else 0,
+                    pmax=e.pmax if e else 0.0,
+                )
+                if ecn == "ebpf" and e is not None:
+                    key = ecn_object_key(int(rates[p]), e.kmin_bytes, e.kmax_bytes, e.pmax)
+                    obj = (ecn_objects or {}).get(key, f"{key}.o")
+                    tc_lines += ecn_tc(dev, obj)
+                    ecn_ifaces.append((dev, p))
+            for dst in fabric.nic_ids:
+                hops = routing.next_hops(v, int(dst))
+                if len(hops) == 0:
+                    continue
+                target = f"{format_ipv4(ips[dst])}/32"
+                if fabric.port_peer[hops[0]] == dst:
+                    ip_lines.append(f"route add {target} dev {iface[hops[0]]} scope link")
+                elif len(hops) == 1:
+                    h = int(hops[0])
+                    ip_lines.append(
+                        f"route add {target} via {format_ipv4(p2p_ip(h ^ 1))} dev {iface[h]}"
+                    )
+                else:
+                    nh = " ".join(
+                        f"nexthop via {format_ipv4(p2p_ip(int(h) ^ 1))} dev {iface[int(h)]}"
+                        for h in hops
+                    )
+                    ip_lines.append(f"route add {target} {nh}")
+        configs.append(
+            NodeConfig(
+                name=names[v],
+                fabric_name=fabric.node_name[v],
+                node=v,
+                sysctl=sysctl,
+                ip=tuple(ip_lines),
+                tc=tuple(tc_lines),
+                ecn_ifaces=tuple(ecn_ifaces),
+            )
+        )
+    return Plan(
+        scale=scale,
+        ecn=ecn,
+        hash_policy=policy,
+        nodes=tuple(configs),
+        port_iface=iface,
+        port_mac=macs,
+        port_rate_bps=rates,
+        node_short=names,
+        hash_seed=seeds,
+        nic_ip=ips,
+        notes=notes,
+    )
+
+
+def route_get_line(dst_ip: int, src_ip: int, iif: str, sport: int) -> str:
+    """The `ip route get` that asks a switch where it forwards a flow arriving on `iif`."""
+    return (
+        f"ip route get {format_ipv4(dst_ip)} from {format_ipv4(src_ip)} iif {iif} "
+        f"ipproto udp sport {sport} dport {ROCE_UDP_PORT}"
+    )
