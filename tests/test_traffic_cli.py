@@ -96,3 +96,26 @@ def test_errors_are_one_sentence(args, code, words):
     assert "Traceback" not in r.output
     for w in words:
         assert w in r.output, r.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workload",
+    [
+        "allreduce",
+        "allgather",
+        "reducescatter",
+        "alltoall",
+        "broadcast",
+        "sendrecv",
+        "dense",
+        "moe",
+    ],
+)
+def test_show_on_cluster_24k(workload):
+    extra = ["--algorithm", "tree"] if workload == "allreduce" else []
+    r = run("traffic", "show", workload, "--fabric", "cluster-24k", "--json", *extra)
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert all(op["ranks"] * op["groups"] <= 24576 for op in data["ops"])
+    assert sum(op["bytes"] for op in data["ops"]) == data["bytes"]
