@@ -39,6 +39,11 @@ _I64 = np.int64
 MAX_FLOWS = 50_000_000
 
 
+class TooManyFlows(SpecError):
+    """A workload whose flow table would not fit (`traffic.stats.describe` can still
+    describe a single collective in closed form)."""
+
+
 @dataclass
 class Op:
     """One operation in NIC terms, before QP expansion."""
@@ -173,7 +178,7 @@ class _Builder:
             )
             nf = len(t)
             if self.table.n + nf > MAX_FLOWS:
-                raise SpecError(
+                raise TooManyFlows(
                     f"the workload makes more than {MAX_FLOWS:,} flows "
                     f"({op.kind} over {op.ranks} ranks adds {nf:,}); use fewer GPUs, "
                     "fewer segments, channels or QPs, or hierarchical = true"
@@ -340,11 +345,6 @@ def server_matrix(fabric: Fabric, nics: np.ndarray, what: str) -> np.ndarray:
             f"this placement has {counts.min()} to {counts.max()}"
         )
     return topo.reshape(len(counts), int(counts[0]))
-
-
-class TooManyFlows(SpecError):
-    """A workload whose flow table would not fit (`traffic.stats.describe` can still
-    describe a single collective in closed form)."""
 
 
 def collective_instances(
