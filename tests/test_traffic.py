@@ -561,6 +561,17 @@ def test_presets_load_and_files(tmp_path):
         traffic.load_workload(str(path))
 
 
+def test_preset_key_with_overrides():
+    w = traffic.workload_from_dict({"preset": "dense", "gpus": 64, "pp": 2}, "scenario")
+    job = w.jobs[0]
+    assert (job["gpus"], job["pp"], job["tp"]) == (64, 2, 8)
+    assert w.description == traffic.load_workload("dense").description
+    with pytest.raises(SpecError, match="preset"):
+        traffic.workload_from_dict({"preset": "nope"}, "scenario")
+    with pytest.raises(SpecError, match="gpu"):
+        traffic.workload_from_dict({"preset": "moe", "gpu": 3}, "scenario")
+
+
 def test_flow_table_round_trip(medium, tmp_path):
     t = flows_of(medium, collective="allreduce", gpus=16, qps=2, window=4)
     t.save(tmp_path / "f.npz")

@@ -2,11 +2,12 @@
 
 A workload is one job or several. A file either holds one job's keys at its
 top level or an array of `[[jobs]]` tables (with `name` and `description`
-beside it). A job is one of three kinds, chosen by the key it carries:
-`collective = ...`, `pattern = ...` or `model = ...` (a training iteration).
-Every key is known here with its type, bounds and default, so an unknown key,
-a bad unit or a value out of range fails with one sentence that names the
-key and the value.
+beside it). `preset = "dense"` starts from a preset and lets the other keys
+override it (e.g. `gpus = 64` in a scenario's [workload] table). A job is one
+of three kinds, chosen by the key it carries: `collective = ...`,
+`pattern = ...` or `model = ...` (a training iteration). Every key is known
+here with its type, bounds and default, so an unknown key, a bad unit or a
+value out of range fails with one sentence that names the key and the value.
 """
 
 from __future__ import annotations
@@ -224,6 +225,8 @@ def workload_from_dict(table: dict, name: str) -> Workload:
     """The keys of a workload TOML (e.g. a scenario's inline [workload] table) -> `Workload`."""
     if not isinstance(table, dict):
         raise SpecError(f"workload {name} must be a table")
+    if "preset" in table:
+        table = _from_preset(table, name)
     if "jobs" in table:
         extra = sorted(set(table) - set(WORKLOAD_KEYS))
         if extra:
@@ -250,6 +253,24 @@ def workload_from_dict(table: dict, name: str) -> Workload:
         if not isinstance(value, str):
             raise SpecError(f"workload {name}: {key} = {value!r} must be a string")
     return Workload(name=display, description=description, jobs=jobs, raw=dict(table))
+
+
+def _from_preset(table: dict, name: str) -> dict:
+    """`preset = "dense"` plus keys that override the preset's (single-job presets)."""
+    preset = table["preset"]
+    if not isinstance(preset, str):
+        raise SpecError(f"workload {name}: preset = {preset!r} must be a preset name")
+    base = tomllib.loads(_preset_text(preset))
+    overrides = {k: v for k, v in table.items() if k != "preset"}
+    if "jobs" in base and overrides:
+        key = sorted(overrides)[0]
+        raise SpecError(
+            f"workload {name}: preset {preset} has several jobs, so {key} = "
+            f"{overrides[key]!r} cannot override it"
+        )
+    if "jobs" in overrides:
+        raise SpecError(f"workload {name}: preset = {preset!r} cannot stand beside [[jobs]]")
+    return {**base, **overrides}
 
 
 def _job(name: str, where: str, body: dict) -> Job:
