@@ -12,6 +12,7 @@ A workload is one job (its keys at the top level) or several (`[[jobs]]`
 tables, with `name` and `description` beside them). Jobs never share a NIC.
 
     key            kinds  default     meaning
+    preset         -      -           start from a preset (dense, moe); the other keys override it
     collective     c      -           allreduce allgather reducescatter alltoall broadcast sendrecv
     algorithm      c      first       ring|tree|halving-doubling (allreduce); ring; pairwise; p2p
     size           c p    64MiB/2MB   op bytes, nccl-tests convention (per flow, mean for patterns)
