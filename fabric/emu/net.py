@@ -116,8 +116,8 @@ class Network:
         self.timings["apply_s"] = time.perf_counter() - t0
 
     # use --------------------------------------------------------------------------------
-    def run(self, node: int, argv: list[str]) -> subprocess.CompletedProcess:
-        return kernel.in_netns(self.pid[node], argv)
+    def run(self, node: int, argv: list[str], **kw) -> subprocess.CompletedProcess:
+        return kernel.in_netns(self.pid[node], argv, **kw)
 
     def popen(self, node: int, argv: list[str], **kw) -> subprocess.Popen:
         proc = kernel.popen_in_netns(self.pid[node], argv, **kw)

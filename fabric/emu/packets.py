@@ -1,0 +1,159 @@
+"""RoCEv2-like packets for the replay: UDP payloads that numba fills, sent with sendmmsg(2).
+
+A data packet is the UDP payload of a RoCEv2 RDMA WRITE ONLY: the BTH (12
+bytes: opcode 0x0A, P_Key 0xFFFF, destination QPN, PSN), a RETH (16 bytes:
+virtual address = the byte offset in the flow, R_Key = the flow's row in the
+flow table, DMA length = this packet's payload), the payload (zeros) and a
+4-byte ICRC left zero (no NIC checks it here). The kernel adds IP (DSCP 26,
+ECT(0)) and UDP (source port from the QPNs, destination 4791). A CNP is BTH
+opcode 0x81 with the sender's QPN, 16 reserved bytes and the ICRC.
+
+`pfc_frame` builds an 802.1Qbb frame (MAC control opcode 0x0101) for one
+priority, as scapy.contrib.mac_control declares it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import socket
+import struct
+
+import numpy as np
+from numba import njit
+
+OP_WRITE_ONLY = 0x0A
+OP_CNP = 0x81
+BTH_BYTES = 12
+RETH_BYTES = 16
+ICRC_BYTES = 4
+HEADER_BYTES = BTH_BYTES + RETH_BYTES  # before the payload
+OVERHEAD_BYTES = HEADER_BYTES + ICRC_BYTES
+PFC_DST = bytes.fromhex("0180c2000001")
+
+
+@njit(cache=True)
+def fill_writes(buf, lens, flow, dqpn, psn0, offset0, remaining, mtu):
+    """Fill up to len(buf) WRITE ONLY packets of one flow; return how many were filled.
+
+    Row i gets PSN psn0 + i (24 bits) and the payload bytes at flow offset
+    offset0 + i * mtu; lens[i] is the UDP payload length.
+    """
+    n = 0
+    offset = offset0
+    for i in range(buf.shape[0]):
+        if remaining <= 0:
+            break
+        pay = min(mtu, remaining)
+        psn = (psn0 + i) & 0xFFFFFF
+        row = buf[i]
+        row[0] = OP_WRITE_ONLY
+        row[1] = 0
+        row[2] = 0xFF
+        row[3] = 0xFF
+        row[4] = 0
+        row[5] = (dqpn >> 16) & 0xFF
+        row[6] = (dqpn >> 8) & 0xFF
+        row[7] = dqpn & 0xFF
+        row[8] = 0
+        row[9] = (psn >> 16) & 0xFF
+        row[10] = (psn >> 8) & 0xFF
+        row[11] = psn & 0xFF
+        for b in range(8):
+            row[12 + b] = (offset >> (8 * (7 - b))) & 0xFF
+        for b in range(4):
+            row[20 + b] = (flow >> (8 * (3 - b))) & 0xFF
+            row[24 + b] = (pay >> (8 * (3 - b))) & 0xFF
+        lens[i] = HEADER_BYTES + pay + ICRC_BYTES
+        remaining -= pay
+        offset += pay
+        n += 1
+    return n
+
+
+def parse_write(data: bytes) -> tuple[int, int, int, int, int]:
+    """(opcode, dqpn, psn, flow, payload bytes) of a replay packet (at fixed offsets)."""
+    op = data[0]
+    dqpn = int.from_bytes(data[5:8], "big")
+    psn = int.from_bytes(data[9:12], "big")
+    if op != OP_WRITE_ONLY:
+        return op, dqpn, psn, -1, 0
+    flow = int.from_bytes(data[20:24], "big")
+    pay = int.from_bytes(data[24:28], "big")
+    return op, dqpn, psn, flow, pay
+
+
+def cnp(sqpn: int) -> bytes:
+    """A RoCEv2 CNP to the QP that sent the marked packet."""
+    return (
+        bytes([OP_CNP, 0, 0xFF, 0xFF, 0])
+        + (sqpn & 0xFFFFFF).to_bytes(3, "big")
+        + bytes(4)
+        + bytes(16)
+        + bytes(ICRC_BYTES)
+    )
+
+
+def pfc_frame(src_mac: str, priority: int, quanta: int) -> bytes:
+    """An 802.1Qbb PFC frame pausing `priority` for `quanta` (0 resumes), padded to 60 bytes."""
+    times = [0] * 8
+    times[priority] = quanta
+    body = struct.pack("!HH8H", 0x0101, 1 << priority, *times)
+    frame = PFC_DST + bytes.fromhex(src_mac.replace(":", "")) + b"\x88\x08" + body
+    return frame + bytes(60 - len(frame))
+
+
+def kick_frame(src_mac: str, dst_mac: str) -> bytes:
+    """A minimal frame (local experimental ethertype 0x88B5) that restarts a resumed qdisc."""
+    mac = bytes.fromhex(dst_mac.replace(":", "")) + bytes.fromhex(src_mac.replace(":", ""))
+    return mac + b"\x88\xb5" + bytes(46)
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class _Msghdr(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_void_p),
+        ("namelen", ctypes.c_uint32),
+        ("iov", ctypes.POINTER(_Iovec)),
+        ("iovlen", ctypes.c_size_t),
+        ("control", ctypes.c_void_p),
+        ("controllen", ctypes.c_size_t),
+        ("flags", ctypes.c_int),
+    ]
+
+
+class _Mmsghdr(ctypes.Structure):
+    _fields_ = [("hdr", _Msghdr), ("len", ctypes.c_uint)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+MSG_DONTWAIT = 0x40
+
+
+class Batch:
+    """`rows` packet buffers and the mmsghdr array that sends them in one sendmmsg call."""
+
+    def __init__(self, rows: int, row_bytes: int):
+        self.buf = np.zeros((rows, row_bytes), dtype=np.uint8)
+        self.lens = np.zeros(rows, dtype=np.int64)
+        self._iov = (_Iovec * rows)()
+        self._msgs = (_Mmsghdr * rows)()
+        base = self.buf.ctypes.data
+        for i in range(rows):
+            self._iov[i].base = base + i * row_bytes
+            self._msgs[i].hdr.iov = ctypes.pointer(self._iov[i])
+            self._msgs[i].hdr.iovlen = 1
+
+    def send(self, sock: socket.socket, n: int) -> int:
+        """Send rows 0..n-1 on a connected socket; returns how many left (0 when it would block)."""
+        for i in range(n):
+            self._iov[i].len = int(self.lens[i])
+        r = _libc.sendmmsg(sock.fileno(), self._msgs, n, MSG_DONTWAIT)
+        if r < 0:
+            err = ctypes.get_errno()
+            if err in (11, 105):  # EAGAIN, ENOBUFS: the NIC queue is full for now
+                return 0
+            raise OSError(err, "sendmmsg failed")
+        return r
