@@ -1,0 +1,227 @@
+"""The Mininet engine's pure parts: plan, packet kernel, PFC frames, availability (no root)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import struct
+
+import numpy as np
+import pytest
+
+from fabric.addressing import nic_ipv4
+from fabric.emu import available
+from fabric.emu import plan as P
+from fabric.emu.bpfmap import prog_id_from_tc
+from fabric.emu.packets import HEADER_BYTES, ICRC_BYTES, cnp, fill_writes, parse_write, pfc_frame
+from fabric.model import Role
+from fabric.routing import Routing
+from fabric.scenario import Scenario
+from topologies import load_fabric
+from traffic.flows import FlowTable
+
+
+def scenario(topology="lab-small", **kw):
+    fabric = load_fabric(topology)
+    flows = FlowTable.build({"src": np.array([0]), "dst": np.array([1])}, [[]], {})
+    return Scenario(name="t", fabric=fabric, flows=flows, topology=topology, workload={}, **kw)
+
+
+@pytest.fixture(scope="module")
+def small():
+    sc = scenario()
+    return sc, P.plan(sc, ecn="ebpf")
+
+
+def test_names_are_short_unique_and_map_back(small):
+    sc, pl = small
+    f = sc.fabric
+    assert len(set(pl.node_short)) == f.n_nodes
+    assert len(set(pl.port_iface)) == f.n_ports
+    assert max(len(x) for x in pl.port_iface) <= 15
+    table = pl.table()
+    for v in range(f.n_nodes):
+        assert table[pl.node_short[v]] == f.node_name[v]
+        assert pl.node_short[v].startswith(P.PREFIX)
+    for p in range(f.n_ports):
+        assert pl.port_iface[p].startswith(pl.node_short[f.port_node[p]] + "p")
+
+
+def test_addresses_follow_the_fabric(small):
+    sc, pl = small
+    f = sc.fabric
+    ips = nic_ipv4(f)
+    for cfg in pl.nodes:
+        if f.node_role[cfg.node] == Role.NIC:
+            want = f"addr add {ipaddress.IPv4Address(int(ips[cfg.node]))}/32"
+            assert any(line.startswith(want) for line in cfg.ip)
+    for link in range(f.n_links):
+        a = ipaddress.IPv4Address(P.p2p_ip(2 * link))
+        b = ipaddress.IPv4Address(P.p2p_ip(2 * link + 1))
+        assert ipaddress.ip_network(f"{a}/31", strict=False) == ipaddress.ip_network(
+            f"{b}/31", strict=False
+        )
+    assert len(set(pl.port_mac)) == f.n_ports
+
+
+def test_routes_are_the_ecmp_next_hop_sets(small):
+    sc, pl = small
+    f = sc.fabric
+    routing = Routing(f, "5tuple", 0)
+    dev_port = {name: i for i, name in enumerate(pl.port_iface)}
+    for cfg in pl.nodes:
+        if f.node_role[cfg.node] == Role.NIC:
+            continue
+        routes = {}
+        for line in cfg.ip:
+            if line.startswith("route add "):
+                dst = line.split()[2]
+                routes[dst] = {dev_port[d] for d in re.findall(r"dev (\S+)", line)}
+        for nic in f.nic_ids:
+            key = f"{ipaddress.IPv4Address(int(nic_ipv4(f)[nic]))}/32"
+            assert routes[key] == {int(p) for p in routing.next_hops(cfg.node, int(nic))}
+
+
+def test_sysctls_mirror_the_policy_and_seeds():
+    for policy, want in (("5tuple", "1"), ("eecmp", "1"), ("pinned", "0")):
+        for same in (False, True):
+            sc = scenario(ecmp=policy, same_seed=same, seed=7)
+            pl = P.plan(sc, ecn="none")
+            seeds = set()
+            for cfg in pl.nodes:
+                d = dict(cfg.sysctl)
+                if sc.fabric.node_role[cfg.node] == Role.NIC:
+                    assert "net.ipv4.ip_forward" not in d
+                    continue
+                assert d["net.ipv4.ip_forward"] == "1"
+                assert d["net.ipv4.fib_multipath_hash_policy"] == want
+                assert int(d["net.ipv4.fib_multipath_hash_seed"]) != 0
+                seeds.add(d["net.ipv4.fib_multipath_hash_seed"])
+            assert (len(seeds) == 1) == same
+
+
+def test_scale_brings_rates_under_the_target():
+    for name in ("lab-small", "lab-medium"):
+        f = load_fabric(name)
+        s = P.choose_scale(f)
+        assert f.link_rate_bps.max() / s <= P.DEFAULT_TARGET_BPS
+        assert f.link_rate_bps.max() / (s - 1) > P.DEFAULT_TARGET_BPS
+
+
+def test_port_queue_snapshot():
+    assert P.port_tc("afs0p1", 20_000_000, 4194304, ecn="none") == [
+        "qdisc replace dev afs0p1 root handle 1: htb default 30",
+        "class add dev afs0p1 parent 1: classid 1:1 htb rate 20000000bit ceil 20000000bit "
+        "burst 18200 cburst 18200 quantum 9100",
+        "class add dev afs0p1 parent 1:1 classid 1:10 htb rate 2000000bit ceil 20000000bit "
+        "prio 0 quantum 9100",
+        "class add dev afs0p1 parent 1:1 classid 1:30 htb rate 18000000bit ceil 20000000bit "
+        "prio 1 quantum 9100",
+        "qdisc add dev afs0p1 parent 1:10 handle 10: pfifo limit 1000",
+        "qdisc add dev afs0p1 parent 1:30 handle 30: tbf rate 80000000bit burst 72800 "
+        "limit 4194304",
+        "qdisc add dev afs0p1 parent 30:1 handle 31: bfifo limit 4194304",
+        "filter add dev afs0p1 parent 1: protocol ip prio 1 u32 match ip dsfield 0xc0 0xfc "
+        "flowid 1:10",
+    ]
+    red = P.port_tc(
+        "afs0p1", 20_000_000, 4194304, ecn="red", kmin_bytes=102400, kmax_bytes=409600, pmax=0.2
+    )
+    assert red[6] == (
+        "qdisc add dev afs0p1 parent 30:1 handle 31: red limit 4194304 min 102400 max 409600 "
+        "avpkt 4200 burst 48 probability 0.2 bandwidth 20000000bit ecn"
+    )
+    assert P.tbf_line("x", paused=True, rate_bps=10, buffer_bytes=5) == (
+        "qdisc change dev x parent 1:30 handle 30: tbf rate 8bit burst 9100 limit 5"
+    )
+    assert P.ecn_tc("afs0p1", "m.o") == [
+        "qdisc add dev afs0p1 clsact",
+        "filter add dev afs0p1 egress prio 1 bpf da obj m.o sec tc",
+    ]
+
+
+def test_ebpf_markers_only_on_switch_ports(small):
+    sc, pl = small
+    f = sc.fabric
+    marked = {port for cfg in pl.nodes for _, port in cfg.ecn_ifaces}
+    switch_ports = {p for p in range(f.n_ports) if f.node_role[f.port_node[p]] != Role.NIC}
+    assert marked == switch_ports
+    none = P.plan(sc, ecn="none")
+    assert not any(cfg.ecn_ifaces for cfg in none.nodes)
+    assert not any("bpf" in line for cfg in none.nodes for line in cfg.tc)
+
+
+def _reference_writes(flow, dqpn, psn0, offset0, remaining, mtu, rows):
+    out = []
+    offset = offset0
+    for i in range(rows):
+        if remaining <= 0:
+            break
+        pay = min(mtu, remaining)
+        bth = struct.pack("!BBHI", 0x0A, 0, 0xFFFF, dqpn & 0xFFFFFF)
+        bth += struct.pack("!I", (psn0 + i) & 0xFFFFFF)
+        reth = struct.pack("!QII", offset, flow, pay)
+        out.append(bth + reth + bytes(pay) + bytes(ICRC_BYTES))
+        remaining -= pay
+        offset += pay
+    return out
+
+
+@pytest.mark.parametrize(
+    "flow,dqpn,psn0,offset,remaining,mtu",
+    [(0, 1, 0, 0, 10000, 4096), (77, 0xABCDEF, 0xFFFFFE, 8192, 5000, 1024), (3, 5, 9, 0, 12, 4096)],
+)
+def test_fill_writes_matches_reference(flow, dqpn, psn0, offset, remaining, mtu):
+    rows = 8
+    buf = np.zeros((rows, mtu + 64), dtype=np.uint8)
+    lens = np.zeros(rows, dtype=np.int64)
+    n = fill_writes(buf, lens, flow, dqpn, psn0, offset, remaining, mtu)
+    ref = _reference_writes(flow, dqpn, psn0, offset, remaining, mtu, rows)
+    assert n == len(ref)
+    for i, want in enumerate(ref):
+        assert bytes(buf[i, : lens[i]]) == want
+        op, q, psn, f, pay = parse_write(want)
+        assert (op, q, psn, f) == (0x0A, dqpn, (psn0 + i) & 0xFFFFFF, flow)
+        assert pay == len(want) - HEADER_BYTES - ICRC_BYTES
+
+
+def test_packets_parse_with_scapy():
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+    from scapy.contrib.roce import BTH
+    from scapy.layers.l2 import Ether
+
+    buf = np.zeros((1, 200), dtype=np.uint8)
+    lens = np.zeros(1, dtype=np.int64)
+    fill_writes(buf, lens, 5, 0x123456, 42, 0, 100, 4096)
+    bth = BTH(bytes(buf[0, : lens[0]]))
+    assert (bth.opcode, bth.dqpn, bth.psn, bth.pkey) == (0x0A, 0x123456, 42, 0xFFFF)
+    c = BTH(cnp(0x654321))
+    assert (c.opcode, c.dqpn) == (0x81, 0x654321)
+    frame = Ether(pfc_frame("02:af:00:00:00:01", 3, 0xFFFF))
+    pfc = frame[MACControlClassBasedFlowControl]
+    assert frame.type == 0x8808 and frame.dst == "01:80:c2:00:00:01"
+    assert pfc.c3_enabled == 1 and pfc.c3_pause_time == 0xFFFF
+    assert pfc.c2_enabled == 0 and pfc.c2_pause_time == 0
+
+
+def test_prog_id_from_tc_json():
+    out = (
+        '[{"protocol":"all","pref":1,"kind":"bpf","chain":0},{"protocol":"all","pref":1,'
+        '"kind":"bpf","chain":0,"options":{"handle":"0x1","prog":{"id":124,"name":"ecn_mark"}}}]'
+    )
+    assert prog_id_from_tc(out) == 124
+    assert prog_id_from_tc("[]") is None
+
+
+def test_available_says_why_not_without_root(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    reason = available()
+    assert reason and "root" in reason and reason.count(".") <= 1
+
+
+def test_bad_scale_is_one_sentence():
+    from fabric.errors import AifabricError
+
+    with pytest.raises(AifabricError, match="scale"):
+        P.plan(scenario(), ecn="none", scale=0)
