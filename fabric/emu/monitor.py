@@ -80,6 +80,7 @@ class Monitor(threading.Thread):
                     pid = bpfmap.prog_id_from_tc(r.stdout)
                     if pid is not None:
                         self._maps[port] = bpfmap.map_of_prog(pid)
+        self._first = self.poll()  # the baseline, before any traffic
 
     def close(self) -> None:
         for s in self._raw.values():
@@ -172,7 +173,7 @@ class Monitor(threading.Thread):
     def _loop(self) -> None:
         f = self.fabric
         t0 = time.monotonic()
-        tx0, _, drops0, ecn0 = self.poll()
+        tx0, _, drops0, ecn0 = self._first
         last_tx, last_drops, last_ecn = tx0, drops0, ecn0
         k = len(self.ports)
         start = t0

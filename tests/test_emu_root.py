@@ -1,0 +1,238 @@
+"""The Mininet engine on this machine's kernel (root). Traffic stays inside namespaces it made."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from fabric.emu import available
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the Mininet engine tests need root"),
+    pytest.mark.skipif(os.geteuid() == 0 and available() is not None, reason=str(available())),
+]
+
+
+def _scenario(workload, cc="none"):
+    from fabric.sim.scenario_spec import scenario_from_dict
+
+    raw = {
+        "scenario": {"topology": "lab-small"},
+        "workload": workload,
+        "congestion_control": {"kind": cc},
+    }
+    return scenario_from_dict(raw, "emu-test")
+
+
+def _nothing_left():
+    from fabric.emu.clean import leftovers
+
+    left = leftovers()
+    assert left == {"processes": [], "links": [], "namespaces": [], "tempdirs": []}, left
+
+
+def _run(tmp_path, sc, **kw):
+    from fabric.emu import run_scenario
+    from fabric.rundir import Run, RunWriter
+
+    writer = RunWriter(tmp_path / "run", "mininet", sc.to_dict())
+    summary = run_scenario(sc, writer, **kw)
+    _nothing_left()
+    return summary, Run(tmp_path / "run")
+
+
+def test_lab_small_builds_and_ecmp_paths_match_the_kernel():
+    """Packets of each flow cross exactly the ports `ip route get` names, hop by hop."""
+    from fabric.emu.engine import observed_paths
+    from fabric.emu.kernel import netns_of
+    from fabric.emu.net import Network
+    from fabric.emu.plan import plan
+
+    sc = _scenario({"pattern": "permutation", "gpus": 16, "size": "64KiB"})
+    f = sc.fabric
+    pl = plan(sc, ecn="none")
+    net = Network(f, pl)
+    try:
+        net.build()
+        net.apply()
+        ptr, links = observed_paths(net, sc)
+        ft = sc.flows
+        switches = [int(s) for s in f.switch_ids]
+
+        def tx_packets():
+            out = {}
+            for s in switches:
+                r = net.run(s, ["ip", "-s", "-j", "link", "show"])
+                for item in json.loads(r.stdout):
+                    out[item["ifname"]] = item["stats64"]["tx"]["packets"]
+            return out
+
+        import socket
+
+        from fabric.addressing import format_ipv4
+
+        checked = 0
+        for i in range(len(ft)):
+            if f.node_rack[ft.src[i]] == f.node_rack[ft.dst[i]]:
+                continue
+            path = links[ptr[i] : ptr[i + 1]]
+            assert len(path) == 4
+            before = tx_packets()
+            with netns_of(net.pid[int(ft.src[i])]):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind((format_ipv4(pl.nic_ip[ft.src[i]]), int(ft.sport[i])))
+            for _ in range(200):
+                s.sendto(b"x" * 64, (format_ipv4(pl.nic_ip[ft.dst[i]]), 4791))
+            s.close()
+            time.sleep(0.05)
+            after = tx_packets()
+            busy = {name for name in after if after[name] - before.get(name, 0) >= 200}
+            want = set()
+            node = int(ft.src[i])
+            for link in path:
+                port = 2 * link if int(f.link_a[link]) == node else 2 * link + 1
+                if int(f.port_node[port]) in switches:
+                    want.add(pl.port_iface[port])
+                node = int(f.port_peer[port])
+            assert busy == want, (i, busy, want)
+            checked += 1
+        assert checked >= 8
+    finally:
+        net.close()
+    _nothing_left()
+
+
+def test_ring_allreduce_delivers_every_byte(tmp_path):
+    sc = _scenario({"collective": "allreduce", "algorithm": "ring", "size": "512KiB", "gpus": 16})
+    summary, run = _run(tmp_path, sc, timeout_s=120)
+    assert run.status == "complete", run.meta["message"]
+    flows = run.flows()
+    assert (flows["end_ns"] >= flows["start_ns"]).all() and (flows["start_ns"] >= 0).all()
+    assert summary["bytes_received"] == int(sc.flows.bytes.sum())
+    assert summary["drops"] == 0
+    # a flow starts only after the flows it depends on have ended
+    ft = sc.flows
+    for i in range(len(ft)):
+        deps = ft.deps_of(i)
+        if len(deps):
+            assert flows["start_ns"][i] >= flows["end_ns"][deps].max()
+    coll = run.collectives()
+    assert (coll["end_ns"] > coll["start_ns"]).all() and (coll["busbw_bps"] > 0).all()
+    emu = run.meta["results"]["emulation"]
+    assert emu["ecn"] in ("red", "ebpf", "none") and emu["scale"] >= 1
+    topo = run.topology()
+    assert len(topo["links"]) == sc.fabric.n_links
+
+
+@pytest.fixture(scope="module")
+def incast(tmp_path_factory):
+    sc = _scenario({"pattern": "incast", "gpus": 16, "size": "3MiB"})
+    return sc, *_run(tmp_path_factory.mktemp("incast"), sc, timeout_s=120)
+
+
+def test_incast_with_pfc_is_lossless_and_captures_pfc_frames(incast):
+    from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+    from scapy.utils import rdpcap
+
+    sc, summary, run = incast
+    assert run.status == "complete", run.meta["message"]
+    assert summary["drops"] == 0
+    assert summary["bytes_received"] == int(sc.flows.bytes.sum())
+    assert summary["pfc_pauses"] >= 1
+    ports = run.ports()
+    assert ports["pfc_sent"].sum() == summary["pfc_frames"] > 0
+    assert ports["paused_ns"].sum() > 0
+    frames = [
+        p
+        for cap in run.captures()
+        for p in rdpcap(str(cap))
+        if p.haslayer(MACControlClassBasedFlowControl)
+    ]
+    assert frames, "no PFC frame in the captures"
+    prio = sc.fabric.queue(1).lossless_priority
+    assert any(getattr(p[MACControlClassBasedFlowControl], f"c{prio}_enabled") for p in frames)
+
+
+def test_ecn_marks_appear_past_kmin(incast):
+    sc, summary, run = incast
+    if run.meta["results"]["emulation"]["ecn"] == "none":
+        pytest.skip("this kernel offers neither red nor the eBPF marker")
+    kmin = sc.fabric.queue(1).ecn.kmin_bytes
+    assert summary["max_queue_bytes"] > kmin
+    assert summary["ecn_marked"] > 0
+    # every mark the switches counted reached a receiver as CE, and CE drew CNPs
+    assert summary["ce_received"] == summary["ecn_marked"]
+    assert summary["cnp_sent"] > 0
+
+
+KILLED = """
+import sys, time
+from fabric.sim.scenario_spec import scenario_from_dict
+from fabric.emu.net import Network
+from fabric.emu.plan import plan
+raw = {"scenario": {"topology": "lab-small"}, "workload": {"pattern": "permutation", "gpus": 16},
+       "congestion_control": {"kind": "none"}}
+sc = scenario_from_dict(raw, "killed")
+net = Network(sc.fabric, plan(sc, ecn="none"))
+net.build()
+net.apply()
+net.popen(0, ["sleep", "600"])
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def test_sigkill_then_clean_leaves_nothing():
+    from click.testing import CliRunner
+
+    from aifabric.cli import main
+    from fabric.emu.clean import leftovers
+
+    proc = subprocess.Popen([sys.executable, "-c", KILLED], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        left = leftovers()
+        assert left["processes"] and left["tempdirs"]
+    finally:
+        proc.kill()
+        proc.wait()
+    result = CliRunner().invoke(main, ["clean"])
+    assert result.exit_code == 0, result.output
+    assert "removed" in result.output
+    _nothing_left()
+
+
+def test_sigterm_mid_run_cleans_up_and_marks_partial(tmp_path):
+    code = f"""
+from fabric.sim.scenario_spec import scenario_from_dict
+from fabric.rundir import RunWriter
+from fabric.emu import run_scenario
+raw = {{"scenario": {{"topology": "lab-small"}},
+        "workload": {{"collective": "allreduce", "algorithm": "ring", "size": "64MiB", "gpus": 16}},
+        "congestion_control": {{"kind": "none"}}}}
+sc = scenario_from_dict(raw, "term")
+w = RunWriter({str(tmp_path / "run")!r}, "mininet", sc.to_dict())
+run_scenario(sc, w, timeout_s=120)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    from fabric.rundir import Run
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        p = tmp_path / "run" / "run.json"
+        if p.exists() and "emulation" in json.loads(p.read_text())["results"]:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    proc.terminate()
+    proc.wait(timeout=60)
+    assert Run(tmp_path / "run").status == "partial"
+    _nothing_left()
+    assert np.load(tmp_path / "run" / "flows.npz")["end_ns"].min() == -1
