@@ -1,0 +1,163 @@
+"""Mininet engine figures (root): build and teardown time, replay packet rate, sim vs emu.
+
+    sudo .venv/bin/python benchmarks/bench_emu.py [--skip-medium]
+
+Prints: build (Mininet + plan applied) and teardown seconds for lab-small
+and lab-medium; the replay's packets per second next to the machine's veth
+ceiling (one sendmmsg sender, no shaping); the same small ring AllReduce in
+the simulator and the emulator (completion time in fabric time, bytes per
+leaf uplink).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def scenario(topology, workload, cc="none"):
+    from fabric.sim.scenario_spec import scenario_from_dict
+
+    raw = {"scenario": {"topology": topology}, "workload": workload,
+           "congestion_control": {"kind": cc}}  # fmt: skip
+    return scenario_from_dict(raw, "bench")
+
+
+def build_teardown(topology):
+    from fabric.emu import kernel
+    from fabric.emu.net import Network
+    from fabric.emu.plan import plan
+
+    sc = scenario(topology, {"pattern": "permutation", "gpus": 16})
+    mech = kernel.ecn_mechanism()
+    t0 = time.perf_counter()
+    pl = plan(sc, ecn=mech)
+    net = Network(sc.fabric, pl)
+    try:
+        net.build()
+        if mech == "ebpf":
+            net.plan = plan(sc, ecn=mech, scale=pl.scale, ecn_objects=net.compile_markers())
+        net.apply()
+        built = time.perf_counter() - t0
+    finally:
+        net.close()
+    return built, net.timings["teardown_s"], mech
+
+
+def veth_ceiling(seconds=1.0):
+    """Packets/s one sendmmsg sender pushes through an unshaped veth pair (4 KiB payloads)."""
+    from fabric.emu.kernel import netns_of
+    from fabric.emu.net import Network
+    from fabric.emu.packets import Batch, fill_writes
+    from fabric.emu.plan import plan
+
+    sc = scenario("lab-small", {"pattern": "permutation", "gpus": 16})
+    net = Network(sc.fabric, plan(sc, ecn="none", scale=1))
+    try:
+        net.build()
+        net.apply()
+        f = sc.fabric
+        nic = int(f.nic_ids[0])
+        dev = net.plan.port_iface[int(f.nic_port[nic])]
+        net.run(nic, ["tc", "qdisc", "del", "dev", dev, "root"])
+        with netns_of(net.pid[nic]):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.connect(("100.64.0.1", 9))
+        batch = Batch(64, 4200)
+        k = fill_writes(batch.buf, batch.lens, 0, 1, 0, 0, 64 * 4096, 4096)
+        leaf = int(f.port_peer[int(f.nic_port[nic])])
+        rx_dev = net.plan.port_iface[int(f.nic_port[nic]) ^ 1]
+
+        def rx():
+            out = net.run(leaf, ["ip", "-s", "-j", "link", "show", "dev", rx_dev])
+            return int(json.loads(out.stdout)[0]["stats64"]["rx"]["packets"])
+
+        r0 = rx()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            batch.send(s, k)
+        dt = time.perf_counter() - t0
+        s.close()
+        return (rx() - r0) / dt
+    finally:
+        net.close()
+
+
+def run_emu(sc, scale=None):
+    from fabric.emu import run_scenario
+    from fabric.rundir import Run, RunWriter
+
+    d = Path(tempfile.mkdtemp(prefix="bench-emu-run-"))
+    w = RunWriter(d / "run", "mininet", sc.to_dict())
+    summary = run_scenario(sc, w, scale=scale, timeout_s=300)
+    return summary, Run(d / "run")
+
+
+def run_sim(sc):
+    from fabric.rundir import Run, RunWriter
+    from fabric.sim.run import run_scenario
+
+    d = Path(tempfile.mkdtemp(prefix="bench-sim-run-"))
+    w = RunWriter(d / "run", "sim", sc.to_dict())
+    summary = run_scenario(sc, w)
+    return summary, Run(d / "run")
+
+
+def uplink_bytes(run, fabric):
+    from fabric.model import Role
+
+    p = run.ports()
+    total = p["tx_bytes"].sum(axis=0)
+    out = {}
+    for col, port in enumerate(p["port"]):
+        node, peer = fabric.port_node[port], fabric.port_peer[port]
+        if fabric.node_role[node] == Role.RTSW and fabric.node_role[peer] == Role.CTSW:
+            out[int(port)] = int(total[col])
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--skip-medium", action="store_true")
+    args = ap.parse_args()
+    from fabric.emu import available
+
+    reason = available()
+    if reason:
+        print(f"skipped: {reason}")
+        return 0
+    for topo in ("lab-small",) + (() if args.skip_medium else ("lab-medium",)):
+        b, t, mech = build_teardown(topo)
+        print(f"{topo:<11} build {b:6.2f} s  teardown {t:5.2f} s  (ECN: {mech})")
+    ceiling = veth_ceiling()
+    print(f"veth ceiling        {ceiling:10,.0f} packets/s (4 KiB payload, one sender)")
+    ring = {"collective": "allreduce", "algorithm": "ring", "size": "4MiB", "gpus": 16}
+    sc = scenario("lab-small", ring)
+    s, _ = run_emu(sc, scale=50)
+    pps = s["packets_sent"] / s["replay_wall_s"]
+    print(f"replay (scale 50)   {pps:10,.0f} packets/s  ({pps / ceiling:.0%} of the ceiling)")
+    sc = scenario("lab-small", {**ring, "size": "1MiB"})
+    es, erun = run_emu(sc)
+    ss, srun = run_sim(sc)
+    print(f"{'lab-small ring AllReduce 1 MiB':<32}{'sim':>14}{'mininet':>14}")
+    print(
+        f"{'completion (fabric time)':<32}{ss['completion_ns']:>12,}ns{es['completion_ns']:>12,}ns"
+    )
+    su, eu = uplink_bytes(srun, sc.fabric), uplink_bytes(erun, sc.fabric)
+    for port in sorted(su):
+        name = (
+            f"{sc.fabric.node_name[sc.fabric.port_node[port]]}->"
+            + sc.fabric.node_name[sc.fabric.port_peer[port]]
+        )
+        print(f"  {name:<30}{su[port]:>14,}{eu.get(port, 0):>14,}")
+    print(f"emu scale {erun.meta['results']['emulation']['scale']}; sim link rates as specified")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
