@@ -42,7 +42,15 @@ def _load(target: str, rate_bps, top: int) -> dict:
         from analysis.metrics import run_metrics
         from fabric.rundir import Run
 
-        m = run_metrics(Run(path), top=top)
+        run = Run(path)
+        m = run_metrics(run, top=top)
+        if run.status != "complete":
+            why = f" ({run.meta['message']})" if run.meta.get("message") else ""
+            click.echo(
+                f"Warning: run {path.name} is {run.status}{why}; the analysis covers what it "
+                "wrote.",
+                err=True,
+            )
         for c in m["captures"]:
             _warn(c)
         return m

@@ -8,9 +8,11 @@ Conventions:
 - Pause time of a PFC frame: quanta x 512 bit times at the link rate; a later
   frame for the same priority on the same interface replaces the running
   pause (quanta 0 is XON and ends it).
-- ECMP collisions: m flows leave a switch over n equal uplinks; a collision is
-  a flow that lands on an uplink already carrying one (m minus occupied
-  uplinks). The balls-into-bins expectation is m - n (1 - (1 - 1/n)^m).
+- ECMP collisions: m distinct QPs (src, dst, UDP source port, dQPN: what
+  the hash sees; a QP's flows over many steps take one path) leave a switch
+  over n equal uplinks; a collision is a QP that lands on an uplink already
+  carrying one (m minus occupied uplinks). The balls-into-bins expectation
+  is m - n (1 - (1 - 1/n)^m). Only up tiers count: going down is not a choice.
 - algbw = bytes / time; busbw = algbw x factor (nccl-tests: AllReduce
   2(n-1)/n; AllGather, ReduceScatter, AllToAll (n-1)/n; Broadcast, Reduce,
   send/recv 1). Rates are in bit/s here (x 8 of nccl-tests' bytes/s).
@@ -26,6 +28,7 @@ from numba import njit
 from analysis import capture as C
 from fabric.stats import imbalance
 
+QP_KEY = ("src", "dst", "sport", "dqpn")
 ROCE_OVERHEAD_BYTES = 58  # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4
 QUANTUM_BITS = 512
 DEFAULT_RATE_BPS = 100 * 10**9
@@ -354,21 +357,32 @@ def port_names(fabric) -> list[str]:
     ]
 
 
+@njit(cache=True)
+def _flow_ports(src, path_ptr, path_link, link_a, link_b, out):
+    for f in range(len(src)):
+        node = src[f]
+        for j in range(path_ptr[f], path_ptr[f + 1]):
+            link = path_link[j]
+            if link_a[link] == node:
+                out[j] = 2 * link
+                node = link_b[link]
+            else:
+                out[j] = 2 * link + 1
+                node = link_a[link]
+
+
 def flow_ports(fabric, src, path_ptr, path_link) -> np.ndarray:
     """The ports (directions) of each flow's links, walking each path from its source."""
-    ports = np.empty(len(path_link), dtype=np.int64)
-    a = fabric.link_a
-    for f in range(len(src)):
-        node = int(src[f])
-        for j in range(int(path_ptr[f]), int(path_ptr[f + 1])):
-            link = int(path_link[j])
-            if a[link] == node:
-                ports[j] = 2 * link
-                node = int(fabric.link_b[link])
-            else:
-                ports[j] = 2 * link + 1
-                node = int(a[link])
-    return ports
+    out = np.empty(len(path_link), dtype=np.int64)
+    _flow_ports(
+        np.asarray(src, dtype=np.int64),
+        np.asarray(path_ptr, dtype=np.int64),
+        np.asarray(path_link, dtype=np.int64),
+        fabric.link_a.astype(np.int64),
+        fabric.link_b.astype(np.int64),
+        out,
+    )
+    return out
 
 
 def ecmp_metrics(fabric, flows: dict) -> dict:
@@ -382,6 +396,11 @@ def ecmp_metrics(fabric, flows: dict) -> dict:
     nbytes = flows["bytes"].astype(np.float64)
     by_port = np.bincount(ports, weights=nbytes[flow_of], minlength=fabric.n_ports)
     fl_port = np.bincount(ports, minlength=fabric.n_ports)
+    # distinct QPs (src, dst, UDP sport, dQPN) per port: the balls ECMP throws
+    keys = np.stack([flows[k].astype(np.int64).view(np.uint64) for k in QP_KEY], axis=1)
+    qp = group_rows(keys, np.zeros(n, dtype=np.int64))[0] if n else np.zeros(0, np.int64)
+    pairs = np.unique(ports * max(n, 1) + qp[flow_of])
+    qp_port = np.bincount(pairs // max(n, 1), minlength=fabric.n_ports)
     labels = tier_of_ports(fabric)
     up = (labels >= 0) & ((labels % 4) > (labels // 4))
     switches = []
@@ -390,16 +409,17 @@ def ecmp_metrics(fabric, flows: dict) -> dict:
         mine = fabric.ports_of(int(node))
         for label in np.unique(labels[mine][up[mine]]):
             bins = mine[labels[mine] == label]
-            m = int(fl_port[bins].sum())
-            if m == 0:
+            if not fl_port[bins].any():
                 continue
-            occupied = int(np.count_nonzero(fl_port[bins]))
+            m = int(qp_port[bins].sum())
+            occupied = int(np.count_nonzero(qp_port[bins]))
             row = {
                 "switch": fabric.node_name[node],
                 "tier": tier_name(int(label)),
                 "uplinks": len(bins),
                 "bytes_per_uplink": [int(x) for x in by_port[bins]],
                 "flows_per_uplink": [int(x) for x in fl_port[bins]],
+                "qps_per_uplink": [int(x) for x in qp_port[bins]],
                 "bytes": imbalance(by_port[bins]),
                 "flows": imbalance(fl_port[bins]),
                 "collisions": m - occupied,

@@ -19,6 +19,7 @@ from analysis.metrics import (
     busbw_factor,
     ecmp_metrics,
     expected_collisions,
+    flow_ports,
     port_names,
     run_metrics,
 )
@@ -67,6 +68,8 @@ def make_run(path, *, n_flows: int = 40, seed: int = 0, policy: str = "5tuple", 
     dst = rng.choice(nics[4:], n_flows).astype(np.int32)  # other racks
     sqpn = rng.integers(0x100, 1 << 24, n_flows)
     dqpn = rng.integers(0x100, 1 << 24, n_flows)
+    for arr in (src, dst, sqpn, dqpn):  # flows 1 and 2 reuse flow 0's QP (later steps)
+        arr[1:3] = arr[0]
     sport = roce_udp_sport(sqpn, dqpn)
     paths = Routing(fabric, policy, seed).paths(src, dst, sport, dqpn)
     nbytes = rng.integers(1, 100, n_flows) * 4096
@@ -164,13 +167,30 @@ def test_ecmp_matches_a_walk_of_the_routed_ports(run_dir):
     assert row["flows_per_uplink"] == [flows_port.get(p, 0) for p in ups]
     assert sum(row["flows_per_uplink"]) == len(paths)  # every flow leaves rack 0 upwards
     assert row["bytes"] == pytest.approx(imbalance([by_port.get(p, 0) for p in ups]))
-    occupied = sum(1 for p in ups if flows_port.get(p))
-    assert row["collisions"] == len(paths) - occupied
-    assert row["collisions_expected"] == pytest.approx(expected_collisions(len(paths), len(ups)))
+    # collisions count distinct QPs: flows 0, 1 and 2 are one QP on one uplink
+    flows = Run(path).flows()
+    qps = {p: set() for p in ups}
+    for f in range(len(paths)):
+        key = tuple(int(flows[k][f]) for k in ("src", "dst", "sport", "dqpn"))
+        for p in paths.of(f):
+            if int(p) in qps:
+                qps[int(p)].add(key)
+    balls = sum(len(v) for v in qps.values())
+    assert balls == len(paths) - 2
+    assert row["qps_per_uplink"] == [len(qps[p]) for p in ups]
+    assert row["collisions"] == balls - sum(1 for p in ups if qps[p])
+    assert row["collisions_expected"] == pytest.approx(expected_collisions(balls, len(ups)))
     tier = {t["tier"]: t for t in m["tiers"]}["rtsw>ctsw"]
     assert tier["switches"] == 1 and tier["uplinks"] == len(ups)
     # only up tiers are ECMP choices
     assert all(t["tier"] == "rtsw>ctsw" for t in m["tiers"])
+
+
+def test_flow_ports_walks_paths_like_routing(run_dir):
+    path, fabric, paths, _ = run_dir
+    flows = Run(path).flows()
+    got = flow_ports(fabric, flows["src"], flows["path_ptr"], flows["path_link"])
+    assert got.tolist() == paths.ports.tolist()
 
 
 def test_pause_spread_and_hot_spots(run_dir):
@@ -293,3 +313,19 @@ def test_captures_in_a_run_are_mapped_to_nics(tmp_path):
     # 10.zone.rack.slot: 10.0.0.1 is rack 0's first NIC, 10.0.1.1 rack 1's
     assert (top["src"], top["dst"]) == ("z0-r0-h0-nic0", "z0-r1-h0-nic0")
     assert cap["pfc"]["rate_bps"] == 100 * 10**9  # lab-small's links
+
+
+def test_an_unfinished_run_is_analyzed_with_a_warning(tmp_path):
+    fabric = load_fabric("lab-small")
+    w = RunWriter(tmp_path / "run-d", "sim", {"name": "interrupted"})
+    w.topology(fabric)
+    w.finish("partial", "interrupted by the user")
+    r = CliRunner().invoke(main, ["analyze", str(tmp_path / "run-d"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["flows"]["count"] == 0
+    assert "run-d is partial (interrupted by the user)" in r.stderr
+    r = CliRunner().invoke(
+        main, ["report", str(tmp_path / "run-d"), "-o", str(tmp_path / "r.html")]
+    )
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "r.html").stat().st_size > 1_000_000  # plotly.js is inlined
