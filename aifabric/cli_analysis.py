@@ -305,7 +305,7 @@ def analyze(target, rate, top, as_json):
 
 
 @main.command("report")
-@click.argument("run", type=click.Path(file_okay=False))
+@click.argument("run")
 @click.option(
     "-o",
     "--output",
@@ -314,12 +314,27 @@ def analyze(target, rate, top, as_json):
     show_default=True,
 )
 def report(run, output):
-    """Write RUN's report: one self-contained HTML file (Plotly, works offline)."""
+    """Write RUN's report (a run directory or a capture): one self-contained HTML file."""
     from aifabric.files import write_atomic
-    from analysis.report import build_report
+    from analysis.capture import sniff
+    from analysis.report import build_capture_report, build_report
     from fabric.rundir import Run
 
-    write_atomic(output, build_report(Run(run)))
+    path = Path(run)
+    if path.is_dir():
+        html = build_report(Run(path))
+    elif not path.exists():
+        raise AifabricError(f"{run} does not exist")
+    elif sniff(path) is None:
+        raise AifabricError(f"{run} is neither a run directory nor a pcap or pcapng capture")
+    else:
+        from analysis.capture import read_capture
+
+        problem = read_capture(path).problem
+        if problem:
+            click.echo(f"Warning: {problem}; the report covers what was read.", err=True)
+        html = build_capture_report(path)
+    write_atomic(output, html)
     click.echo(f"wrote {output}", err=True)
 
 

@@ -298,11 +298,16 @@ def capture_metrics(
     return out
 
 
-def _capture_flows(cap: C.Capture, top: int, nic_names) -> tuple[dict, dict]:
+def flow_durations(cap: C.Capture) -> np.ndarray:
+    """Last minus first packet time of every flow (see `_capture_flows`)."""
+    return _capture_flows(cap, 0, None, durations=True)
+
+
+def _capture_flows(cap: C.Capture, top: int, nic_names, durations: bool = False):
     """Flows: UDP and RoCE data packets grouped by (src, dst, sport, dport, dQPN)."""
     sel = np.flatnonzero((cap.kind == C.KIND_ROCE) | (cap.kind == C.KIND_UDP))
     if sel.size == 0:
-        return {"count": 0, "top": []}, distribution([])
+        return np.zeros(0, np.int64) if durations else ({"count": 0, "top": []}, distribution([]))
     src_lo, dst_lo = cap.src_lo[sel], cap.dst_lo[sel]
     src_hi, dst_hi = cap.src_hi[sel], cap.dst_hi[sel]
     ports = (cap.sport[sel].astype(np.uint64) << np.uint64(16)) | cap.dport[sel].astype(np.uint64)
@@ -319,8 +324,10 @@ def _capture_flows(cap: C.Capture, top: int, nic_names) -> tuple[dict, dict]:
     length = cap.length[sel].astype(np.int64)
     pk = np.bincount(inv, minlength=nf)
     by = np.bincount(inv, weights=length, minlength=nf)
-    ce = np.bincount(inv, weights=(cap.ecn[sel] == 3), minlength=nf)
     fct = t_last - t_first
+    if durations:
+        return fct
+    ce = np.bincount(inv, weights=(cap.ecn[sel] == 3), minlength=nf)
     rows = []
     for f in np.argsort(-by, kind="stable")[:top]:
         i = sel[first[f]]

@@ -3,9 +3,11 @@
 Sections, top to bottom: a summary table; the fabric with links coloured by
 utilization; load per uplink for each switch tier; a queue-depth heat map
 (ports x time); ECN and PFC timelines; the flow completion-time distribution;
-a collective timeline. A small script records script errors and, once the
-page has loaded, writes into `#aifabric-check` how many plots exist and how
-many rendered (the browser test reads it).
+a collective timeline. A capture's report has the summary, throughput per
+interface, ECN / CNP / PFC timelines, load per interface and flow durations.
+A small script records script errors and, once the page has loaded, writes
+into `#aifabric-check` how many plots exist and how many rendered (the
+browser test reads it).
 """
 
 from __future__ import annotations
@@ -303,9 +305,6 @@ def _collective_figure(coll: dict):
 
 def build_report(run) -> str:
     """The report of a run directory as one HTML string."""
-    import plotly.io as pio
-    from plotly.offline import get_plotlyjs
-
     from analysis.topology import fabric_from_topology
 
     m = run_metrics(run, series=True)
@@ -329,10 +328,26 @@ def build_report(run) -> str:
     if m["collectives"]["count"]:
         sections.append(("Collectives", [_collective_figure(m["collectives"])]))
 
+    spread = [r for r in m["pause_spread"] if r["cause"] == "pause"]
+    notes = []
+    if m["pause_spread"]:
+        roots = [r for r in m["pause_spread"] if r["cause"] == "congestion"]
+        notes.append(
+            f"{len(m['pause_spread'])} ports were paused: {len(roots)} by congestion at the "
+            f"next switch, {len(spread)} by pauses spreading upstream."
+        )
+    title = f"aifabric run {run.path.name}: {m['fabric']} ({m['engine']}, {m['status']})"
+    return _page(title, m, sections, notes)
+
+
+def _page(title: str, m: dict, sections: list[tuple[str, list]], notes: list[str]) -> str:
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
     body = []
     n_plots = 0
-    for title, figs in sections:
-        body.append(f"<h2>{html.escape(title)}</h2>")
+    for heading, figs in sections:
+        body.append(f"<h2>{html.escape(heading)}</h2>")
         for fig in figs:
             n_plots += 1
             body.append(
@@ -344,15 +359,6 @@ def build_report(run) -> str:
                     config={"displaylogo": False},
                 )
             )
-    spread = [r for r in m["pause_spread"] if r["cause"] == "pause"]
-    notes = []
-    if m["pause_spread"]:
-        roots = [r for r in m["pause_spread"] if r["cause"] == "congestion"]
-        notes.append(
-            f"{len(m['pause_spread'])} ports were paused: {len(roots)} by congestion at the "
-            f"next switch, {len(spread)} by pauses spreading upstream."
-        )
-    title = f"aifabric run {run.path.name}: {m['fabric']} ({m['engine']}, {m['status']})"
     return "\n".join(
         [
             "<!DOCTYPE html>",
@@ -373,3 +379,71 @@ def build_report(run) -> str:
             "</body></html>",
         ]
     )
+
+
+def _capture_figures(m: dict) -> list[tuple[str, list]]:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    sections: list[tuple[str, list]] = []
+    series = m.get("series")
+    if series:
+        t = _time_axis(series)
+        fig = go.Figure()
+        for k, row in enumerate(series["throughput_bps"]):
+            fig.add_trace(
+                go.Scatter(x=t, y=(np.asarray(row) / 1e9).tolist(), name=f"interface {k}")
+            )
+        fig.update_layout(xaxis_title="time (us)", yaxis_title="Gb/s")
+        sections.append(
+            (
+                "Throughput",
+                [_layout(fig, f"Throughput per interface ({format_time(series['bin_ns'])} bins)")],
+            )
+        )
+        fig = make_subplots(specs=[[{"secondary_y": True}]])
+        fig.add_trace(go.Scatter(x=t, y=series["ce"], name="CE-marked packets"))
+        fig.add_trace(go.Scatter(x=t, y=series["cnp"], name="CNPs"))
+        fig.add_trace(go.Scatter(x=t, y=series["pfc"], name="PFC frames"), secondary_y=True)
+        fig.update_xaxes(title="time (us)")
+        fig.update_yaxes(title="packets per bin", secondary_y=False)
+        fig.update_yaxes(title="PFC frames per bin", secondary_y=True)
+        sections.append(("ECN, CNP and PFC", [_layout(fig, "ECN marks, CNPs and PFC over time")]))
+    if m["per_interface"]["imbalance"]:
+        fig = go.Figure(
+            go.Bar(
+                x=[f"interface {k}" for k in range(len(m["per_interface"]["bytes"]))],
+                y=m["per_interface"]["bytes"],
+            )
+        )
+        b = m["per_interface"]["imbalance"]
+        fig.update_layout(yaxis_title="bytes")
+        sections.append(
+            (
+                "Load per interface",
+                [
+                    _layout(
+                        fig,
+                        f"Bytes per interface: max/mean {b['max_mean']:.2f}, CV {b['cv']:.3f}, "
+                        f"Jain {b['jain']:.3f}",
+                    )
+                ],
+            )
+        )
+    return sections
+
+
+def build_capture_report(path) -> str:
+    """The report of one capture file as one HTML string."""
+    from analysis.capture import read_capture
+    from analysis.metrics import capture_metrics, flow_durations
+
+    cap = read_capture(path)
+    m = capture_metrics(cap, series=True)
+    sections = _capture_figures(m)
+    fct = flow_durations(cap)
+    if fct.size:
+        sections.append(("Flow durations", [_fct_figure(fct, m["fct_ns"])]))
+    notes = [f"Warning: {m['problem']}; the report covers what was read."] if m["problem"] else []
+    title = f"aifabric capture {m['file']}: {m['packets']:,} packets"
+    return _page(title, m, sections, notes)

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,6 +17,9 @@ from tests.test_analysis_run import make_run
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+DATA = Path(__file__).parent / "data"
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     folder = tmp_path_factory.mktemp("report")
@@ -24,6 +28,27 @@ def report(tmp_path_factory):
     r = CliRunner().invoke(main, ["report", str(folder / "run"), "-o", str(out)])
     assert r.exit_code == 0, r.output
     return out
+
+
+@pytest.fixture(scope="module")
+def capture_report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "capture.html"
+    r = CliRunner().invoke(main, ["report", str(DATA / "golden_multi.pcapng"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def _render(report, profile):
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", f"--user-data-dir={profile}",
+        "--virtual-time-budget=10000", "--dump-dom", report.as_uri(),
+    ]  # fmt: skip
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r'<pre id="aifabric-check">([^<]*)</pre>', dom)
+    assert m and m.group(1), "the page's load hook did not run"
+    return json.loads(m.group(1).replace("&quot;", '"'))
 
 
 def test_report_is_self_contained(report):
@@ -43,16 +68,24 @@ def test_report_is_self_contained(report):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
 def test_report_renders_in_headless_chromium(report, tmp_path):
-    cmd = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-        "--no-first-run", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-        "--virtual-time-budget=10000", "--dump-dom", report.as_uri(),
-    ]  # fmt: skip
-    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
-    m = re.search(r'<pre id="aifabric-check">([^<]*)</pre>', dom)
-    assert m and m.group(1), "the page's load hook did not run"
-    check = json.loads(m.group(1).replace("&quot;", '"'))
+    check = _render(report, tmp_path / "profile")
     assert check["errors"] == []
     assert check["plots"] == check["expected"] == 6
     assert check["rendered"] == check["plots"]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
+def test_capture_report_renders_in_headless_chromium(capture_report, tmp_path):
+    check = _render(capture_report, tmp_path / "profile")
+    assert check["errors"] == []
+    # throughput, ECN/CNP/PFC, load per interface (3 interfaces), flow durations
+    assert check["plots"] == check["expected"] == 4
+    assert check["rendered"] == check["plots"]
+
+
+def test_truncated_capture_report_warns(tmp_path):
+    out = tmp_path / "t.html"
+    r = CliRunner().invoke(main, ["report", str(DATA / "golden_truncated.pcap"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "read 24 of ~25 records" in r.stderr
+    assert "read 24 of ~25 records" in out.read_text()
