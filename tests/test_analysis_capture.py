@@ -59,7 +59,7 @@ def _wrap(x: int) -> int:
 
 def _ref_pcapng(raw: bytes):
     out, o, e = [], 0, "<"
-    ifaces: list[tuple[int, int, int]] = []  # linktype, snaplen, units per second
+    ifaces: list[tuple[int, int, int, int]] = []  # linktype, snaplen, units/s, offset s
     base = 0
     while o < len(raw):
         if o + 12 > len(raw):
@@ -83,7 +83,7 @@ def _ref_pcapng(raw: bytes):
             if len(body) < 8:
                 return out, False
             link, _, snap = struct.unpack_from(e + "HHI", body)
-            units, q = 10**6, 8
+            units, offset, q = 10**6, 0, 8
             while q + 4 <= len(body):
                 code, olen = struct.unpack_from(e + "HH", body, q)
                 if code == 0 or q + 4 + olen > len(body):
@@ -93,8 +93,10 @@ def _ref_pcapng(raw: bytes):
                     if (r & 0x80 and r & 0x7F > 32) or (not r & 0x80 and r > 18):
                         return out, False
                     units = 2 ** (r & 0x7F) if r & 0x80 else 10**r
+                elif code == 14 and olen >= 8:
+                    (offset,) = struct.unpack_from(e + "q", body, q + 4)
                 q += 4 + (olen + 3) // 4 * 4
-            ifaces.append((link, snap, units))
+            ifaces.append((link, snap, units, offset))
         elif btype in (6, 2):
             if len(body) < 20:
                 return out, False
@@ -104,10 +106,9 @@ def _ref_pcapng(raw: bytes):
                 k, _, hi, lo, incl, orig = struct.unpack_from(e + "HHIIII", body)
             if k >= len(ifaces) or 20 + incl > len(body):
                 return out, False
-            ts, units = (hi << 32) | lo, ifaces[k][2]
-            out.append(
-                (_wrap(ts * 10**9 // units), orig, body[20 : 20 + incl], base + k, ifaces[k][0])
-            )
+            ts, (link, _, units, offset) = (hi << 32) | lo, ifaces[k]
+            t = _wrap(_wrap(ts * 10**9 // units) + offset * 10**9)
+            out.append((t, orig, body[20 : 20 + incl], base + k, link))
         elif btype == 3:
             if not ifaces or len(body) < 4:
                 return out, False

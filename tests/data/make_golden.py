@@ -110,10 +110,14 @@ def ng_section(e: str) -> bytes:
     return _block(e, 0x0A0D0D0A, struct.pack(e + "IHHq", 0x1A2B3C4D, 1, 0, -1))
 
 
-def ng_iface(e: str, tsresol: int | None, snaplen=65535) -> bytes:
+def ng_iface(e: str, tsresol: int | None, snaplen=65535, tsoffset_s: int = 0) -> bytes:
     opts = b""
     if tsresol is not None:
-        opts = struct.pack(e + "HH", 9, 1) + _pad4(bytes([tsresol])) + struct.pack(e + "HH", 0, 0)
+        opts += struct.pack(e + "HH", 9, 1) + _pad4(bytes([tsresol]))
+    if tsoffset_s:
+        opts += struct.pack(e + "HHq", 14, 8, tsoffset_s)
+    if opts:
+        opts += struct.pack(e + "HH", 0, 0)
     return _block(e, 1, struct.pack(e + "HHI", 1, 0, snaplen) + opts)
 
 
@@ -122,6 +126,13 @@ def ng_epb(e: str, iface: int, ts_units: int, data: bytes) -> bytes:
         e + "IIIII", iface, ts_units >> 32, ts_units & 0xFFFFFFFF, len(data), len(data)
     )
     return _block(e, 6, hdr + data)
+
+
+def ng_pb(e: str, iface: int, ts_units: int, data: bytes) -> bytes:
+    """The obsolete Packet Block (type 2): a 16-bit interface id and a drop count."""
+    hdr = struct.pack(e + "HHIIII", iface, 0, ts_units >> 32, ts_units & 0xFFFFFFFF, len(data),
+                      len(data))  # fmt: skip
+    return _block(e, 2, hdr + data)
 
 
 def ng_spb(e: str, data: bytes) -> bytes:
@@ -265,27 +276,35 @@ def main() -> None:
     for k in range(2):  # interface 1, 2^-20 s units: T0 + 5.5 s + k/2 s
         blocks.append(ng_epb(">", 1, ((T0_S + 5) << 20) + (1 << 19) + k * (1 << 19), data))
     blocks.append(ng_spb(">", data))  # interface 0, no timestamp
-    blocks += [ng_section("<"), ng_iface("<", None)]  # default resolution: microseconds
-    blocks.append(ng_epb("<", 0, (T0_S + 7) * 10**6, data))  # becomes interface 2
+    # default resolution (microseconds) and if_tsoffset 100 s: times count from T0 - 100 s
+    blocks += [ng_section("<"), ng_iface("<", None, tsoffset_s=100)]
+    blocks.append(ng_epb("<", 0, (T0_S + 7 - 100) * 10**6, data))  # becomes interface 2
+    blocks.append(ng_pb("<", 0, (T0_S + 8 - 100) * 10**6, data))  # obsolete block, T0 + 8 s
     (HERE / "golden_multi.pcapng").write_bytes(b"".join(blocks))
     expected["golden_multi.pcapng"] = {
         "format": "pcapng",
         "problem": "",
-        "packets": 8,
-        "bytes": 8 * 1082,
+        "packets": 9,
+        "bytes": 9 * 1082,
         "interfaces": 3,
         "start_ns": T0_S * 10**9,
-        "duration_ns": 7 * 10**9,  # T0 to T0 + 7 s (the SPB has no time)
-        "kinds": {"roce": 8},
+        "duration_ns": 8 * 10**9,  # T0 to T0 + 8 s (the SPB has no time)
+        "kinds": {"roce": 9},
         "per_interface": {
-            "bytes": [5 * 1082, 2 * 1082, 1082],  # 4 EPB + 1 SPB, 2, 1
-            "packets": [5, 2, 1],
-            # loads 5, 2, 1: mean 8/3, max/mean 15/8, Jain 8^2 / (3 x 30)
-            "imbalance": {"bins": 3, "max_mean": 15 / 8, "jain": 64 / 90},
+            "bytes": [5 * 1082, 2 * 1082, 2 * 1082],  # 4 EPB + 1 SPB, 2, 2
+            "packets": [5, 2, 2],
+            # loads 5, 2, 2: mean 3, max/mean 5/3, Jain 9^2 / (3 x 33)
+            "imbalance": {"bins": 3, "max_mean": 5 / 3, "jain": 81 / 99},
         },
         "time_ns": [T0_S * 10**9 + k * us for k in range(4)]
-        + [(T0_S + 5) * 10**9 + 500_000_000, (T0_S + 6) * 10**9, -1, (T0_S + 7) * 10**9],
-        "iface": [0, 0, 0, 0, 1, 1, 0, 2],
+        + [
+            (T0_S + 5) * 10**9 + 500_000_000,
+            (T0_S + 6) * 10**9,
+            -1,
+            (T0_S + 7) * 10**9,
+            (T0_S + 8) * 10**9,
+        ],  # fmt: skip
+        "iface": [0, 0, 0, 0, 1, 1, 0, 2, 2],
     }
 
     # --- golden_vlan_v6.pcap: big-endian, nanosecond timestamps, 64-byte snap length ------
