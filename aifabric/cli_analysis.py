@@ -33,7 +33,7 @@ top_option = click.option(
 )
 
 
-def _load(target: str, rate_bps, top: int) -> dict:
+def _load(target: str, rate_bps, top: int, series: bool = False) -> dict:
     """Metrics of a run directory or a capture file, with the capture's warning on stderr."""
     from analysis.capture import sniff
 
@@ -43,7 +43,7 @@ def _load(target: str, rate_bps, top: int) -> dict:
         from fabric.rundir import Run
 
         run = Run(path)
-        m = run_metrics(run, top=top)
+        m = run_metrics(run, top=top, series=series)
         if run.status != "complete":
             why = f" ({run.meta['message']})" if run.meta.get("message") else ""
             click.echo(
@@ -61,7 +61,9 @@ def _load(target: str, rate_bps, top: int) -> dict:
     from analysis.capture import read_capture
     from analysis.metrics import DEFAULT_RATE_BPS, capture_metrics
 
-    m = capture_metrics(read_capture(path), rate_bps=rate_bps or DEFAULT_RATE_BPS, top=top)
+    m = capture_metrics(
+        read_capture(path), rate_bps=rate_bps or DEFAULT_RATE_BPS, top=top, series=series
+    )
     _warn(m)
     return m
 
@@ -292,10 +294,13 @@ def _print_run(m: dict) -> None:
 @click.argument("target")
 @rate_option
 @top_option
+@click.option(
+    "--series", is_flag=True, help="With --json: add the time series (throughput per link, ...)."
+)
 @json_option
-def analyze(target, rate, top, as_json):
+def analyze(target, rate, top, series, as_json):
     """Congestion, ECMP imbalance and completion times of a run directory or a capture."""
-    m = _load(target, rate, top)
+    m = _load(target, rate, top, series and as_json)
     if as_json:
         emit_json(m)
     elif m["source"] == "capture":

@@ -415,3 +415,17 @@ def test_pcap_show_dissects_with_scapy():
     assert r.exit_code == 1 and r.output.startswith("Error: ") and "25 packets" in r.output
     r = CliRunner().invoke(main, ["pcap", "show", str(DATA / "golden_badmagic.pcap")])
     assert r.exit_code == 1 and len(r.output.strip().splitlines()) == 1
+
+
+def test_time_series_of_a_capture_add_up():
+    r = CliRunner().invoke(main, ["analyze", str(DATA / "golden_roce.pcap"), "--json", "--series"])
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.stdout)
+    s = m["series"]
+    # 6 ms in about 100 bins, rounded up to 1-2-5 steps: 100 us bins, 61 of them
+    assert s["bin_ns"] == 100_000 and len(s["t_ns"]) == 61
+    carried = sum(sum(row) for row in s["throughput_bps"]) * s["bin_ns"] / 8e9
+    assert carried == pytest.approx(m["bytes"])
+    assert sum(s["ce"]) == 3 and sum(s["cnp"]) == 2 and sum(s["pfc"]) == 5
+    # the CNPs at 310 us and 710 us fall into bins 3 and 7
+    assert [i for i, c in enumerate(s["cnp"]) if c] == [3, 7]
