@@ -100,6 +100,8 @@ def _print_capture(m: dict) -> None:
     )
     if m["cut_headers"]:
         click.echo(f"{m['cut_headers']:,} packets had headers cut by the snap length")
+    if not m["packets"]:
+        return
     click.echo()
     click.echo(render(["kind", "packets"], [[k, f"{v:,}"] for k, v in m["kinds"].items() if v]))
     e = m["ecn"]

@@ -631,9 +631,8 @@ def read_capture(path: str | Path) -> Capture:
         if stop > 24 and n:
             est = max(n + 1, round(n * (size - 24) / (stop - 24)))
         cap.estimated_records = est
-        cap.problem = (
-            f"{path.name} {_PROBLEMS[status]} at byte {stop:,}: read {n:,} of ~{est:,} records"
-        )
+        read = f"read {n:,} of ~{est:,} records" if n else "no record could be read"
+        cap.problem = f"{path.name} {_PROBLEMS[status]} at byte {stop:,}: {read}"
     else:
         cap.estimated_records = n
     return cap

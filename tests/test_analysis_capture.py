@@ -429,3 +429,19 @@ def test_time_series_of_a_capture_add_up():
     assert sum(s["ce"]) == 3 and sum(s["cnp"]) == 2 and sum(s["pfc"]) == 5
     # the CNPs at 310 us and 710 us fall into bins 3 and 7
     assert [i for i, c in enumerate(s["cnp"]) if c] == [3, 7]
+
+
+def test_empty_and_headless_captures(tmp_path):
+    whole = (DATA / "golden_roce.pcap").read_bytes()
+    (tmp_path / "empty.pcap").write_bytes(whole[:24])
+    (tmp_path / "short.pcap").write_bytes(whole[:10])
+    (tmp_path / "magic.pcapng").write_bytes(C.PCAPNG_MAGIC)
+    cap = read_capture(tmp_path / "empty.pcap")
+    assert len(cap) == 0 and cap.problem == ""
+    assert capture_metrics(cap)["packets"] == 0
+    with pytest.raises(AifabricError, match="cut off inside its pcap file header"):
+        read_capture(tmp_path / "short.pcap")
+    cap = read_capture(tmp_path / "magic.pcapng")
+    assert len(cap) == 0 and "no record could be read" in cap.problem
+    r = CliRunner().invoke(main, ["pcap", "show", str(tmp_path / "empty.pcap")])
+    assert r.exit_code == 0 and "holds no packets" in r.output
