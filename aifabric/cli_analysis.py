@@ -187,7 +187,7 @@ def _print_capture(m: dict) -> None:
         )
 
 
-def _print_run(m: dict) -> None:
+def _print_run(m: dict, top: int) -> None:
     click.echo(
         f"run {m['path']}: {m['fabric']}, engine {m['engine']}, status {m['status']}; "
         f"{m['flows']['count']:,} flows ({m['flows']['finished']:,} finished)"
@@ -244,7 +244,12 @@ def _print_run(m: dict) -> None:
                 title="hot spots",
             )
         )
-    if m["pause_spread"]:
+    spread = m["pause_spread"]
+    if spread:
+        # the ports furthest upstream from where their pause began, then in time order
+        shown = sorted(spread, key=lambda r: (-r["hops_from_root"], r["first_pause_ns"]))
+        shown = sorted(shown[:top], key=lambda r: (r["first_pause_ns"], r["port"]))
+        more = len(spread) - len(shown)
         click.echo()
         click.echo(
             render(
@@ -258,11 +263,15 @@ def _print_run(m: dict) -> None:
                         r["because_of"] or "-",
                         r["hops_from_root"],
                     ]
-                    for r in m["pause_spread"]
+                    for r in shown
                 ],
-                title="how PFC pauses spread (in order of the first pause)",
+                title=f"how PFC pauses spread: {len(spread):,} paused ports, "
+                f"{sum(r['cause'] == 'congestion' for r in spread):,} roots, longest chain "
+                f"{max(r['hops_from_root'] for r in spread)} hops",
             )
         )
+        if more:
+            click.echo(f"... {more:,} more paused ports (--top, or --json for all)")
     if m["flows"]["count"]:
         click.echo()
         click.echo(render(DIST_HEAD, [_dist_row("flow completion", m["fct_ns"])]))
@@ -308,7 +317,7 @@ def analyze(target, rate, top, series, as_json):
     elif m["source"] == "capture":
         _print_capture(m)
     else:
-        _print_run(m)
+        _print_run(m, top)
 
 
 @main.command("report")

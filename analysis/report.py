@@ -22,6 +22,9 @@ from fabric.model import Role
 from fabric.units import format_rate, format_size, format_time
 
 MAX_HEATMAP_PORTS = 64
+MAX_UPLINK_SWITCHES = 32  # per tier: the most unbalanced switches are drawn
+MAX_LINK_HOVER = 5000  # links with hover text; bigger fabrics are drawn without it
+CDF_POINTS = 200
 
 _HOOK_HEAD = """<script>
 window.__aifabric = {errors: []};
@@ -137,15 +140,17 @@ def _fabric_figure(fabric, series: dict | None):
             a, b = fabric.link_a[link], fabric.link_b[link]
             xs += [x[a], x[b], None]
             ys += [y[a], y[b], None]
-            text += [f"{fabric.node_name[a]} - {fabric.node_name[b]}: {100 * util[link]:.1f}%"] * 3
+            if fabric.n_links <= MAX_LINK_HOVER:
+                name = f"{fabric.node_name[a]} - {fabric.node_name[b]}"
+                text += [f"{name}: {100 * util[link]:.1f}%"] * 3
         fig.add_trace(
             go.Scatter(
                 x=xs,
                 y=ys,
                 mode="lines",
-                line={"color": colors[k], "width": 2},
-                hoverinfo="text",
-                text=text,
+                line={"color": colors[k], "width": 2 if fabric.n_links <= MAX_LINK_HOVER else 0.5},
+                hoverinfo="text" if text else "skip",
+                text=text or None,
                 name=f"{100 * edges[k]:.0f}-{100 * edges[k + 1]:.0f}%",
             )
         )
@@ -175,6 +180,10 @@ def _uplink_figures(ecmp: dict) -> list:
     for tier in ecmp["tiers"]:
         fig = go.Figure()
         rows = [r for r in ecmp["switches"] if r["tier"] == tier["tier"]]
+        shown = ""
+        if len(rows) > MAX_UPLINK_SWITCHES:
+            shown = f" ({MAX_UPLINK_SWITCHES} most unbalanced of {len(rows)} switches)"
+            rows = sorted(rows, key=lambda r: -r["bytes"]["max_mean"])[:MAX_UPLINK_SWITCHES]
         for r in rows:
             fig.add_trace(
                 go.Bar(
@@ -192,7 +201,7 @@ def _uplink_figures(ecmp: dict) -> list:
                 fig,
                 f"Uplink load, {tier['tier']}: max/mean {b['max_mean']:.2f}, CV {b['cv']:.3f}, "
                 f"Jain {b['jain']:.3f}; collisions {tier['collisions']} "
-                f"(uniform hashing {tier['collisions_expected']:.1f})",
+                f"(uniform hashing {tier['collisions_expected']:.1f}){shown}",
             )
         )
     return figs
@@ -255,17 +264,23 @@ def _ecn_pfc_figure(series: dict):
 def _fct_figure(fct_ns: np.ndarray, d: dict):
     import plotly.graph_objects as go
 
+    # binned here, so the page stays small however many flows there are
     us = np.sort(fct_ns.astype(float) / 1e3)
     fig = go.Figure()
-    fig.add_trace(go.Histogram(x=us.tolist(), nbinsx=50, name="flows"))
-    fig.add_trace(
-        go.Scatter(
-            x=us.tolist(),
-            y=(np.arange(1, len(us) + 1) / max(len(us), 1)).tolist(),
-            name="CDF",
-            yaxis="y2",
+    if us.size:
+        counts, edges = np.histogram(us, bins=50)
+        fig.add_trace(
+            go.Bar(
+                x=((edges[:-1] + edges[1:]) / 2).tolist(),
+                y=counts.tolist(),
+                width=float(edges[1] - edges[0]) or None,
+                name="flows",
+            )
         )
-    )
+        q = np.linspace(0, 1, min(len(us), CDF_POINTS))
+        fig.add_trace(
+            go.Scatter(x=np.quantile(us, q).tolist(), y=q.tolist(), name="CDF", yaxis="y2")
+        )
     fig.update_layout(
         xaxis_title="flow completion time (us)",
         yaxis_title="flows",
