@@ -98,7 +98,8 @@ def _group_rows(keys, time_ns, inv, rep, t_first, t_last):
     """Number equal rows of `keys` [n, w] in order of first appearance (an open hash table).
 
     Writes inv[i] (the group of row i), rep[g] (its first row) and the first and
-    last time of each group; returns the number of groups.
+    last time of each group, ignoring negative (unknown) times (-1 when a group has
+    none); returns the number of groups.
     """
     n, w = keys.shape
     size = 16
@@ -119,8 +120,8 @@ def _group_rows(keys, time_ns, inv, rep, t_first, t_last):
                 g = groups
                 table[slot] = g
                 rep[g] = i
-                t_first[g] = time_ns[i]
-                t_last[g] = time_ns[i]
+                t_first[g] = np.iinfo(np.int64).max
+                t_last[g] = -1
                 groups += 1
                 break
             r = rep[g]
@@ -130,13 +131,18 @@ def _group_rows(keys, time_ns, inv, rep, t_first, t_last):
                     same = False
                     break
             if same:
-                if time_ns[i] < t_first[g]:
-                    t_first[g] = time_ns[i]
-                if time_ns[i] > t_last[g]:
-                    t_last[g] = time_ns[i]
                 break
             slot = (slot + 1) & mask
         inv[i] = g
+        t = time_ns[i]
+        if t >= 0:
+            if t < t_first[g]:
+                t_first[g] = t
+            if t > t_last[g]:
+                t_last[g] = t
+    for g in range(groups):
+        if t_last[g] < 0:
+            t_first[g] = -1
     return groups
 
 

@@ -268,7 +268,7 @@ def _fct_figure(fct_ns: np.ndarray, d: dict):
     us = np.sort(fct_ns.astype(float) / 1e3)
     fig = go.Figure()
     if us.size:
-        counts, edges = np.histogram(us, bins=50)
+        counts, edges = np.histogram(us, bins=50 if us[-1] > us[0] else 1)
         fig.add_trace(
             go.Bar(
                 x=((edges[:-1] + edges[1:]) / 2).tolist(),

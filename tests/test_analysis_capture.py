@@ -336,6 +336,9 @@ def test_group_rows_matches_numpy_unique():
     keys = rng.integers(0, 5, size=(5000, 3)).astype(np.uint64)
     keys[:, 2] <<= np.uint64(60)  # high bits count too
     t = rng.integers(0, 10**6, 5000)
+    t[rng.random(5000) < 0.3] = -1  # unknown times (pcapng simple packet blocks)
+    keys[0] = [7, 7, 7]  # a group whose only packet has no time
+    t[0] = -1
     inv, rep, first, last = group_rows(keys, t)
     uniq, idx, ref_inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     assert len(rep) == len(uniq)
@@ -345,8 +348,12 @@ def test_group_rows_matches_numpy_unique():
     mapping[order] = np.arange(len(uniq))
     assert (mapping[ref_inv.ravel()] == inv).all()
     for g in range(len(rep)):
-        rows = inv == g
-        assert first[g] == t[rows].min() and last[g] == t[rows].max()
+        known = t[(inv == g) & (t >= 0)]
+        if known.size:
+            assert first[g] == known.min() and last[g] == known.max()
+        else:
+            assert first[g] == last[g] == -1
+    assert first[inv[0]] == -1
 
 
 def test_pause_time_matches_a_slow_walk():

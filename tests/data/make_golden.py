@@ -305,6 +305,10 @@ def main() -> None:
             (T0_S + 8) * 10**9,
         ],  # fmt: skip
         "iface": [0, 0, 0, 0, 1, 1, 0, 2, 2],
+        # one flow (every packet is the same packet of flow A): T0 to T0 + 8 s; the SPB's
+        # packet has no time and does not stretch it
+        "flows": {"count": 1, "top0": {"packets": 9, "duration_ns": 8 * 10**9}},
+        "fct_ns": {"count": 1, "max": 8 * 10**9},
     }
 
     # --- golden_vlan_v6.pcap: big-endian, nanosecond timestamps, 64-byte snap length ------
