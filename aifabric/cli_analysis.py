@@ -178,12 +178,17 @@ def _print_capture(m: dict) -> None:
         )
         click.echo()
         click.echo(render(DIST_HEAD, [_dist_row("flow duration", m["fct_ns"])]))
-    imb = m["per_interface"]["imbalance"]
+    pi = m["per_interface"]
+    imb = pi["imbalance"]
     if imb:
         click.echo()
         click.echo(
-            f"bytes per interface {m['per_interface']['bytes']}: max/mean {imb['max_mean']:.2f}, "
+            f"bytes per interface {pi['bytes']}: max/mean {imb['max_mean']:.2f}, "
             f"CV {imb['cv']:.3f}, Jain {imb['jain']:.3f}"
+        )
+        click.echo(
+            f"flows per interface {pi['flows']}: {pi['collisions']} collisions "
+            f"(uniform hashing {pi['collisions_expected']:.1f})"
         )
 
 

@@ -271,7 +271,7 @@ def capture_metrics(
         ),
     }
 
-    out["flows"], out["fct_ns"] = _capture_flows(cap, top, nic_names)
+    out["flows"], out["fct_ns"], flows_if = _capture_flows(cap, top, nic_names)
 
     # per interface: bytes and flows (the uplinks when each interface is one)
     ifc = cap.iface.astype(np.int64)
@@ -282,6 +282,15 @@ def capture_metrics(
         "packets": [int(x) for x in np.bincount(ifc, minlength=k_if)],
         "imbalance": imbalance(by_if) if k_if > 1 else None,
     }
+    if k_if > 1:
+        # each interface an uplink: flows are the balls ECMP threw (see the module docstring)
+        balls = int(flows_if.sum())
+        out["per_interface"].update(
+            flows=[int(x) for x in flows_if],
+            flows_imbalance=imbalance(flows_if),
+            collisions=balls - int(np.count_nonzero(flows_if)),
+            collisions_expected=expected_collisions(balls, k_if),
+        )
 
     if series and duration > 0:
         b = bin_ns or _nice_bin(duration)
@@ -312,8 +321,11 @@ def flow_durations(cap: C.Capture) -> np.ndarray:
 def _capture_flows(cap: C.Capture, top: int, nic_names, durations: bool = False):
     """Flows: UDP and RoCE data packets grouped by (src, dst, sport, dport, dQPN)."""
     sel = np.flatnonzero((cap.kind == C.KIND_ROCE) | (cap.kind == C.KIND_UDP))
+    k_if = max(cap.n_ifaces, 1)
     if sel.size == 0:
-        return np.zeros(0, np.int64) if durations else ({"count": 0, "top": []}, distribution([]))
+        if durations:
+            return np.zeros(0, np.int64)
+        return {"count": 0, "top": []}, distribution([]), np.zeros(k_if, np.int64)
     src_lo, dst_lo = cap.src_lo[sel], cap.dst_lo[sel]
     src_hi, dst_hi = cap.src_hi[sel], cap.dst_hi[sel]
     ports = (cap.sport[sel].astype(np.uint64) << np.uint64(16)) | cap.dport[sel].astype(np.uint64)
@@ -356,7 +368,9 @@ def _capture_flows(cap: C.Capture, top: int, nic_names, durations: bool = False)
                 "duration_ns": int(fct[f]),
             }
         )
-    return {"count": int(nf), "top": rows}, distribution(fct)
+    pairs = np.unique(inv * k_if + cap.iface[sel].astype(np.int64))
+    flows_if = np.bincount(pairs % k_if, minlength=k_if)
+    return {"count": int(nf), "top": rows}, distribution(fct), flows_if
 
 
 # --- run directories ---------------------------------------------------------------------

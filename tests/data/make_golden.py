@@ -295,6 +295,12 @@ def main() -> None:
             "packets": [5, 2, 2],
             # loads 5, 2, 2: mean 3, max/mean 5/3, Jain 9^2 / (3 x 33)
             "imbalance": {"bins": 3, "max_mean": 5 / 3, "jain": 81 / 99},
+            # the one flow is seen on all three interfaces: one ball in each bin, so no
+            # collision, and uniform hashing of 3 balls into 3 bins expects
+            # 3 - 3 (1 - (2/3)^3) = 3 x 8/27 = 8/9
+            "flows": [1, 1, 1],
+            "collisions": 0,
+            "collisions_expected": 8 / 9,
         },
         "time_ns": [T0_S * 10**9 + k * us for k in range(4)]
         + [
