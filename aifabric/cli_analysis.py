@@ -25,8 +25,8 @@ def _rate(ctx, param, value):
 rate_option = click.option(
     "--rate",
     callback=_rate,
-    help="Link rate that converts PFC quanta of a capture to time [default: 100G, or the "
-    "run's NIC links].",
+    help="Link rate that converts PFC quanta of captures to time [default: 100G, or a "
+    "run's slowest link].",
 )
 top_option = click.option(
     "--top", type=click.IntRange(1, 10_000), default=10, show_default=True, help="Rows per ranking."
@@ -43,7 +43,7 @@ def _load(target: str, rate_bps, top: int, series: bool = False) -> dict:
         from fabric.rundir import Run
 
         run = Run(path)
-        m = run_metrics(run, top=top, series=series)
+        m = run_metrics(run, top=top, series=series, rate_bps=rate_bps)
         if run.status != "complete":
             why = f" ({run.meta['message']})" if run.meta.get("message") else ""
             click.echo(

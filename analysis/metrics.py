@@ -526,8 +526,9 @@ def pause_spread(fabric, ports: dict, names: list[str]) -> list[dict]:
     return rows
 
 
-def run_metrics(run, *, top: int = 10, series: bool = False) -> dict:
-    """Metrics of a run directory (any engine)."""
+def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | None = None) -> dict:
+    """Metrics of a run directory (any engine); `rate_bps` times its captures' PFC quanta
+    (default: the fabric's slowest link)."""
     from analysis.topology import fabric_from_topology
 
     fabric = fabric_from_topology(run.topology())
@@ -584,7 +585,7 @@ def run_metrics(run, *, top: int = 10, series: bool = False) -> dict:
 
         ips = nic_ipv4(fabric)
         nic_names = {format_ipv4(ips[v]): fabric.node_name[v] for v in fabric.nic_ids}
-        rate = int(fabric.link_rate_bps.min()) if fabric.n_links else DEFAULT_RATE_BPS
+        rate = rate_bps or (int(fabric.link_rate_bps.min()) if fabric.n_links else DEFAULT_RATE_BPS)
         caps.append(capture_metrics(cap, rate_bps=rate, top=top, nic_names=nic_names))
     out["captures"] = caps
     return out
