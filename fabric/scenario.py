@@ -2,8 +2,9 @@
 
 This is what both engines run. `to_dict()` is what run.json records under
 "scenario". Loading scenarios from TOML and the presets live in
-`fabric/sim/scenario_spec.py`-style code of the engine layer; this module
-only fixes the shape every engine reads.
+`fabric/sim/scenario_spec.py` (`load_scenario`, presets in
+`fabric/sim/scenarios/*.toml`); this module only fixes the shape every
+engine reads.
 """
 
 from __future__ import annotations

@@ -1,0 +1,558 @@
+"""The Python layer of the simulator: validate, allocate, run in chunks, interpret.
+
+`Simulation(fabric, flows, ...)` routes every flow (fabric.routing), lays the
+state out in flat arrays (`layout`), and `run()` calls the numba kernel in
+slices of events, so that it can report progress, grow buffers, drain
+captures and samples, apply faults at their times, and stop cleanly on
+Ctrl-C with everything up to that point readable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from fabric.errors import AifabricError
+from fabric.model import Fabric, Role
+from fabric.routing import CRC_TABLE, Routing
+from fabric.scenario import Fault
+from fabric.sim import kernel
+from fabric.sim import layout as L
+from fabric.sim.ecn import rng_state
+from fabric.units import parse_rate, parse_size, parse_time
+from traffic.flows import FlowTable
+
+PS = L.PS_PER_NS
+
+# DCQCN defaults after Zhu et al. (SIGCOMM 2015): CNP interval N = 50 us, alpha and
+# rate timers K = T = 55 us, byte counter B = 10 MB, F = 5, g = 1/256.
+CC_DEFAULTS = {
+    "cnp_interval": "50us",
+    "alpha_timer": "55us",
+    "rate_timer": "55us",
+    "byte_counter": "10MB",
+    "fast_recovery_steps": 5,
+    "additive_increase": "40M",
+    "hyper_increase": "400M",
+    "min_rate": "100M",
+    "g": 1 / 256,
+    "cts_chunk": "256KiB",
+    "cts_window": 2,
+    "rto": "100us",
+}
+_CC_PARSE = {
+    "cnp_interval": parse_time,
+    "alpha_timer": parse_time,
+    "rate_timer": parse_time,
+    "byte_counter": parse_size,
+    "fast_recovery_steps": int,
+    "additive_increase": parse_rate,
+    "hyper_increase": parse_rate,
+    "min_rate": parse_rate,
+    "g": float,
+    "cts_chunk": parse_size,
+    "cts_window": int,
+    "rto": parse_time,
+}
+
+
+def cc_parameters(params: dict | None) -> dict:
+    """Congestion-control parameters with defaults filled in, parsed to ns, bytes and bit/s."""
+    params = dict(params or {})
+    unknown = sorted(set(params) - set(CC_DEFAULTS))
+    if unknown:
+        raise AifabricError(
+            f"unknown congestion-control parameter {unknown[0]!r}; known: {', '.join(CC_DEFAULTS)}"
+        )
+    out = {}
+    for key, default in CC_DEFAULTS.items():
+        value = params.get(key, default)
+        try:
+            out[key] = _CC_PARSE[key](value)
+        except (TypeError, ValueError) as e:
+            raise AifabricError(f"congestion-control parameter {key} = {value!r}: {e}") from None
+    if out["cts_window"] < 1 or out["cts_chunk"] < 1 or out["byte_counter"] < 1:
+        raise AifabricError("cts_window, cts_chunk and byte_counter must be positive")
+    if not 0 < out["g"] < 1:
+        raise AifabricError(f"the DCQCN gain g must be between 0 and 1, got {out['g']}")
+    if out["fast_recovery_steps"] < 0:
+        raise AifabricError("fast_recovery_steps must not be negative")
+    return out
+
+
+@dataclass
+class Progress:
+    now_ns: int
+    flows_done: int
+    flows: int
+    events: int
+    wall_s: float
+
+
+class Simulation:
+    """One simulated run of a flow table on a fabric."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        flows: FlowTable,
+        *,
+        ecmp: str = "5tuple",
+        same_seed: bool = False,
+        seed: int = 0,
+        cc: str = "none",
+        cc_params: dict | None = None,
+        faults: Iterable[Fault] = (),
+        sample_interval_ns: int = 10_000,
+        capture_ports: Iterable[int] = (),
+    ):
+        if cc not in L.CC_KINDS:
+            raise AifabricError(
+                f"unknown congestion control {cc!r}; choose one of {', '.join(L.CC_KINDS)}"
+            )
+        if sample_interval_ns <= 0:
+            raise AifabricError(f"the sample interval must be positive, got {sample_interval_ns}")
+        self.fabric = fabric
+        self.flows = flows
+        self.cc = cc
+        self.params = cc_parameters(cc_params)
+        self.seed = int(seed)
+        self.sample_interval_ns = int(sample_interval_ns)
+        self._validate_flows()
+        self.capture_ports = np.array(sorted(set(int(p) for p in capture_ports)), dtype=np.int64)
+        if len(self.capture_ports) and (
+            self.capture_ports.min() < 0 or self.capture_ports.max() >= fabric.n_ports
+        ):
+            raise AifabricError(f"fabric {fabric.name} has no port {self.capture_ports.max()}")
+        faults = sorted(faults, key=lambda x: x.at_ns)
+        for fault in faults:
+            _check_fault(fabric, fault)
+        now_faults = [x for x in faults if x.at_ns == 0]
+        self.pending_faults = [x for x in faults if x.at_ns > 0]
+        self.applied_faults: list[Fault] = []
+        self.routing = Routing(
+            fabric,
+            ecmp,
+            seed,
+            same_seed=same_seed,
+            failed_links=[x.target for x in now_faults if x.kind == "link"],
+            failed_nodes=[x.target for x in now_faults if x.kind == "node"],
+        )
+        self.applied_faults.extend(now_faults)
+        self._allocate()
+        for fault in now_faults:
+            if fault.action == "down":
+                for p in self._fault_ports(fault):
+                    self.pt[p, L.PT_ALIVE] = 0
+        self.capture_chunks: list[np.ndarray] = []
+        self.sample_chunks: list[np.ndarray] = []
+        self.wall_s = 0.0
+        self.finished = False
+
+    # set-up -----------------------------------------------------------------------------
+    def _validate_flows(self) -> None:
+        f, t = self.fabric, self.flows
+        n = len(t)
+        if n == 0:
+            return
+        for col in ("src", "dst"):
+            x = getattr(t, col)
+            if x.min() < 0 or x.max() >= f.n_nodes or (f.node_role[x] != Role.NIC).any():
+                raise AifabricError(f"every flow's {col} must be a NIC of fabric {f.name}")
+        if (t.src == t.dst).any():
+            raise AifabricError("a flow goes from a NIC to itself")
+        if (t.bytes < 0).any() or (t.start_ns < 0).any():
+            raise AifabricError("flow sizes and start times must not be negative")
+        if len(t.dep) and (t.dep.min() < 0 or t.dep.max() >= n):
+            raise AifabricError("a flow depends on a flow that does not exist")
+
+    def _route(self, routing: Routing, which: np.ndarray):
+        t = self.flows
+        return routing.paths(
+            t.src[which], t.dst[which], t.sport[which], t.dqpn[which], 0, t.bytes[which]
+        )
+
+    def _allocate(self) -> None:
+        f, t = self.fabric, self.flows
+        n = len(t)
+        paths = self._route(self.routing, np.arange(n))
+        self.path_ptr = paths.ptr.astype(np.int64)
+        self.path_port = paths.ports.astype(np.int64)
+
+        mtu = int(f.link_mtu_bytes.min()) if f.n_links else 4096
+        prm = np.zeros(L.P_NPRM, dtype=np.int64)
+        p = self.params
+        prm[L.P_CC] = L.CC_KINDS[self.cc]
+        prm[L.P_SPRAY] = int(self.routing.policy == "spray")
+        prm[L.P_MTU] = mtu
+        prm[L.P_SAMPLE_PS] = self.sample_interval_ns * PS
+        prm[L.P_RTO_PS] = max(p["rto"], 1) * PS
+        prm[L.P_CNP_INTERVAL_PS] = p["cnp_interval"] * PS
+        prm[L.P_ALPHA_TIMER_PS] = max(p["alpha_timer"], 1) * PS
+        prm[L.P_RATE_TIMER_PS] = max(p["rate_timer"], 1) * PS
+        prm[L.P_BYTE_COUNTER] = p["byte_counter"]
+        prm[L.P_FAST_STEPS] = p["fast_recovery_steps"]
+        prm[L.P_AI_BPS] = p["additive_increase"]
+        prm[L.P_HAI_BPS] = p["hyper_increase"]
+        prm[L.P_MIN_RATE_BPS] = p["min_rate"]
+        prm[L.P_CTS_CHUNK] = p["cts_chunk"]
+        prm[L.P_CTS_WINDOW] = p["cts_window"]
+        fprm = np.zeros(L.FP_NFPRM, dtype=np.float64)
+        fprm[L.FP_G] = p["g"]
+        self.mtu = mtu
+
+        pt = np.zeros((f.n_ports, L.PT_N), dtype=np.int64)
+        pmax = np.zeros(f.n_ports, dtype=np.float64)
+        for col in (L.PT_HEAD0, L.PT_TAIL0, L.PT_HEAD1, L.PT_TAIL1, L.PT_TXEV, L.PT_PFC_PENDING):
+            pt[:, col] = -1
+        pt[:, L.PT_ALIVE] = 1
+        pt[:, L.PT_RATE] = f.port_rate_bps
+        pt[:, L.PT_DELAY_PS] = f.port_delay_ns * PS
+        pt[:, L.PT_NODE] = f.port_node
+        pt[:, L.PT_PEER] = f.port_peer
+        role = f.node_role[f.port_node]
+        pt[:, L.PT_IS_NIC] = role == Role.NIC
+        for r in Role:
+            sel = role == r
+            q = f.queue(r)
+            pt[sel, L.PT_BUF] = q.buffer_bytes
+            is_switch = r != Role.NIC
+            pt[sel, L.PT_ECN_ON] = int(q.ecn.enabled and is_switch)
+            pt[sel, L.PT_KMIN] = q.ecn.kmin_bytes
+            pt[sel, L.PT_KMAX] = q.ecn.kmax_bytes
+            pmax[sel] = q.ecn.pmax
+            pt[sel, L.PT_PFC_ON] = int(q.pfc.enabled and is_switch)
+            pt[sel, L.PT_XOFF_B] = q.pfc.xoff_bytes
+            pt[sel, L.PT_XON_B] = q.pfc.xon_bytes
+            pt[sel, L.PT_HEADROOM] = q.pfc.headroom_bytes
+            pt[sel, L.PT_QUANTA] = q.pfc.pause_quanta
+        pt[self.capture_ports, L.PT_CAPTURE] = 1
+
+        fl = np.zeros((n, L.FL_N), dtype=np.int64)
+        fl[:, L.FL_SRC] = t.src
+        fl[:, L.FL_DST] = t.dst
+        fl[:, L.FL_BYTES] = t.bytes
+        fl[:, L.FL_DEPS] = np.diff(t.dep_ptr)
+        fl[:, L.FL_EARLIEST] = t.start_ns * PS
+        fl[:, L.FL_T_START] = -1
+        fl[:, L.FL_T_END] = -1
+        fl[:, L.FL_LAST_CNP] = -1
+        fl[:, L.FL_SLOT] = -1
+        fl[:, L.FL_SPORT] = t.sport
+        fl[:, L.FL_DQPN] = t.dqpn
+        fl[:, L.FL_SQPN] = t.sqpn
+        fl[:, L.FL_PRIO] = t.priority
+        fr = np.zeros((n, L.FR_N), dtype=np.float64)
+        fr[:, L.FR_LINE] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
+        fr[:, L.FR_RC] = fr[:, L.FR_LINE]
+        fr[:, L.FR_RT] = fr[:, L.FR_LINE]
+        fr[:, L.FR_ALPHA] = 1.0
+
+        nd = np.zeros((f.n_nodes, L.ND_N), dtype=np.int64)
+        counts = np.bincount(t.src, minlength=f.n_nodes) if n else np.zeros(f.n_nodes, int)
+        nd[1:, L.ND_OFF] = np.cumsum(counts)[:-1]
+        act = np.zeros(max(n, 1), dtype=np.int64)
+
+        # the flows waiting on each flow
+        dep_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(t.dep_ptr))
+        order = np.argsort(t.dep, kind="stable")
+        rdep = dep_of[order]
+        rdep_ptr = np.zeros(n + 1, dtype=np.int64)
+        if n:
+            np.cumsum(np.bincount(t.dep, minlength=n), out=rdep_ptr[1:])
+
+        n_pk = 4096
+        pk = np.zeros((n_pk, L.PK_N), dtype=np.int64)
+        pk[:, L.PK_NEXT] = np.arange(1, n_pk + 1)
+        pk[-1, L.PK_NEXT] = -1
+        pk[:, L.PK_KIND] = -1
+        pp = np.zeros((n_pk, L.MAX_HOPS), dtype=np.int32)
+        ev = np.zeros((max(4096, 4 * n + 64), 5), dtype=np.int64)
+        g = np.zeros(L.G_NG, dtype=np.int64)
+        g[L.G_FREE] = 0
+        g[L.G_NFREE] = n_pk
+        g[L.G_RNG] = rng_state(self.seed)
+        rows = int(max(4, min(256, 16_000_000 // (7 * 8 * max(f.n_ports, 1)))))
+        smp = np.zeros((7, rows, f.n_ports), dtype=np.int64)
+        cap = np.zeros((65536 if len(self.capture_ports) else 32, L.CP_N), dtype=np.int64)
+
+        self.g, self.prm, self.fprm, self.pt, self.pmax = g, prm, fprm, pt, pmax
+        self.fl, self.fr, self.nd, self.act, self.pk, self.pp = fl, fr, nd, act, pk, pp
+        self.ev, self.rdep_ptr, self.rdep, self.smp, self.cap = ev, rdep_ptr, rdep, smp, cap
+        self._load = np.zeros(f.n_ports, dtype=np.float64)
+        self._rnd = np.zeros(L.MAX_HOPS, dtype=np.uint32)
+
+        from fabric.sim.heap import schedule
+
+        for i in np.flatnonzero(fl[:, L.FL_DEPS] == 0):
+            schedule(ev, g, int(fl[i, L.FL_EARLIEST]), L.EV_FLOW_START, int(i), 0)
+        schedule(ev, g, int(prm[L.P_SAMPLE_PS]), L.EV_SAMPLE, 0, 0)
+
+    def _state(self) -> tuple:
+        f, r = self.fabric, self.routing
+        net = (f.nic_port, f.nic_switch, f.port_peer, f.adj_ptr, f.adj_port, r.sw_ord, r.leaf_ord)
+        live = (r.port_alive, r.dist, r.dist0, r.seeds, CRC_TABLE)
+        return (
+            self.g, self.prm, self.fprm, self.pt, self.pmax, self.fl, self.fr, self.nd,
+            self.act, self.pk, self.pp, self.ev, self.path_ptr, self.path_port,
+            self.rdep_ptr, self.rdep, self.smp, self.cap, net, live, r.ip, self._load,
+            self._rnd,
+        )  # fmt: skip
+
+    # buffers ----------------------------------------------------------------------------
+    def _grow_packets(self) -> None:
+        old = len(self.pk)
+        new = old * 2
+        pk = np.zeros((new, L.PK_N), dtype=np.int64)
+        pk[:old] = self.pk
+        pk[old:, L.PK_KIND] = -1
+        pk[old:, L.PK_NEXT] = np.arange(old + 1, new + 1)
+        pk[-1, L.PK_NEXT] = self.g[L.G_FREE]
+        pp = np.zeros((new, L.MAX_HOPS), dtype=np.int32)
+        pp[:old] = self.pp
+        self.g[L.G_FREE] = old
+        self.g[L.G_NFREE] += new - old
+        self.pk, self.pp = pk, pp
+
+    def _grow_events(self) -> None:
+        ev = np.zeros((len(self.ev) * 2, 5), dtype=np.int64)
+        ev[: len(self.ev)] = self.ev
+        self.ev = ev
+
+    def _drain_captures(self) -> None:
+        n = int(self.g[L.G_CAPS])
+        if n:
+            self.capture_chunks.append(self.cap[:n].copy())
+        self.g[L.G_CAPS] = 0
+
+    def _drain_samples(self) -> None:
+        n = int(self.g[L.G_SAMPLES])
+        if n:
+            self.sample_chunks.append(self.smp[:, :n].copy())
+        self.g[L.G_SAMPLES] = 0
+
+    # faults ------------------------------------------------------------------------------
+    def _fault_ports(self, fault: Fault) -> list[int]:
+        f = self.fabric
+        if fault.kind == "link":
+            return [2 * fault.target, 2 * fault.target + 1]
+        links = np.flatnonzero((f.link_a == fault.target) | (f.link_b == fault.target))
+        return [int(p) for link in links for p in (2 * link, 2 * link + 1)]
+
+    def _apply(self, fault: Fault) -> None:
+        """Take a link or switch down (or drain it) now and re-route what it concerns."""
+        links = [fault.target] if fault.kind == "link" else []
+        nodes = [fault.target] if fault.kind == "node" else []
+        self.routing = self.routing.without(links=links, nodes=nodes)
+        self.applied_faults.append(fault)
+        now = int(self.g[L.G_NOW])
+        ports = self._fault_ports(fault)
+        state = self.fl[:, L.FL_STATE]
+        if fault.action == "down":
+            for p in ports:
+                self.pt[p, L.PT_ALIVE] = 0
+            S = self._state()
+            for p in ports:
+                kernel.purge(S, p, now)
+            uses = np.zeros(len(self.flows), dtype=bool)
+            flow_of = np.repeat(np.arange(len(self.flows)), np.diff(self.path_ptr))
+            hit = np.isin(self.path_port, ports)
+            uses[flow_of[hit]] = True
+            which = np.flatnonzero((uses & (state != L.ST_DONE)) | (state == L.ST_WAIT))
+        else:
+            which = np.flatnonzero(state == L.ST_WAIT)
+        if len(which) == 0:
+            return
+        new = self._route(self.routing, which)
+        lengths = np.diff(self.path_ptr)
+        lengths[which] = np.diff(new.ptr)
+        ptr = np.zeros(len(self.flows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        ports_out = np.empty(int(ptr[-1]), dtype=np.int64)
+        replaced = np.zeros(len(self.flows), dtype=bool)
+        replaced[which] = True
+        for i in np.flatnonzero(~replaced):
+            ports_out[ptr[i] : ptr[i + 1]] = self.path_port[self.path_ptr[i] : self.path_ptr[i + 1]]
+        for j, i in enumerate(which):
+            ports_out[ptr[i] : ptr[i + 1]] = new.ports[new.ptr[j] : new.ptr[j + 1]]
+        self.path_ptr, self.path_port = ptr, ports_out
+
+    # running -----------------------------------------------------------------------------
+    @property
+    def now_ns(self) -> int:
+        return int(self.g[L.G_NOW]) // PS
+
+    @property
+    def flows_done(self) -> int:
+        return int(self.g[L.G_DONE])
+
+    def run(
+        self,
+        *,
+        until_ns: int | None = None,
+        progress: Callable[[Progress], None] | None = None,
+        slice_events: int = 400_000,
+    ) -> bool:
+        """Run until every flow is done (True) or until `until_ns` (False)."""
+        stop_ps = (2**62) if until_ns is None else int(until_ns) * PS
+        started = time.perf_counter()
+        try:
+            while True:
+                t_stop = stop_ps
+                if self.pending_faults:
+                    t_stop = min(t_stop, self.pending_faults[0].at_ns * PS - 1)
+                code = kernel.run(self._state(), t_stop, slice_events)
+                if code == L.R_DONE:
+                    self.finished = True
+                    return True
+                if code == L.R_GROW_EVENTS:
+                    self._grow_events()
+                elif code == L.R_GROW_PACKETS:
+                    self._grow_packets()
+                elif code == L.R_DRAIN_CAPTURE:
+                    self._drain_captures()
+                elif code == L.R_DRAIN_SAMPLES:
+                    self._drain_samples()
+                elif code == L.R_STOP:
+                    if self.pending_faults and self.pending_faults[0].at_ns * PS - 1 < stop_ps:
+                        fault = self.pending_faults.pop(0)
+                        self.g[L.G_NOW] = fault.at_ns * PS
+                        self._apply(fault)
+                    else:
+                        self.g[L.G_NOW] = stop_ps
+                        return False
+                if progress is not None:
+                    self.wall_s += time.perf_counter() - started
+                    started = time.perf_counter()
+                    progress(self.progress())
+        finally:
+            self.wall_s += time.perf_counter() - started
+
+    def progress(self) -> Progress:
+        return Progress(
+            now_ns=self.now_ns,
+            flows_done=self.flows_done,
+            flows=len(self.flows),
+            events=int(self.g[L.G_EVENTS]),
+            wall_s=self.wall_s,
+        )
+
+    # results -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the open sample interval and collect the buffers (call once, at the end)."""
+        if int(self.g[L.G_SAMPLES]) >= self.smp.shape[1]:
+            self._drain_samples()
+        now = int(self.g[L.G_NOW])
+        if now > int(self.g[L.G_SAMPLE_T]) or not self.sample_chunks:
+            kernel.close_sample(self._state(), now)
+        self._drain_samples()
+        self._drain_captures()
+
+    def counters(self) -> dict:
+        g = self.g
+        return {
+            "events": int(g[L.G_EVENTS]),
+            "packet_hops": int(g[L.G_HOPS]),
+            "flows_done": int(g[L.G_DONE]),
+            "flows_without_path": int(g[L.G_STUCK]),
+            "ecn_marked": int(g[L.G_ECN]),
+            "cnp_sent": int(g[L.G_CNP]),
+            "pfc_frames": int(g[L.G_PFC]),
+            "drops": int(g[L.G_DROPS]),
+            "retransmitted_bytes": int(g[L.G_RETX_BYTES]),
+            "simulated_ns": self.now_ns,
+        }
+
+    def flow_records(self) -> dict[str, np.ndarray]:
+        t, fl = self.flows, self.fl
+        start = np.where(fl[:, L.FL_T_START] >= 0, fl[:, L.FL_T_START] // PS, -1)
+        end = np.where(fl[:, L.FL_T_END] >= 0, fl[:, L.FL_T_END] // PS, -1)
+        ptr, links = self.links_used()
+        return {
+            "flow_id": t.flow_id, "job": t.job, "op": t.op, "step": t.step,
+            "channel": t.channel, "src": t.src, "dst": t.dst, "sqpn": t.sqpn,
+            "dqpn": t.dqpn, "sport": t.sport, "bytes": t.bytes,
+            "start_ns": start.astype(np.int64), "end_ns": end.astype(np.int64),
+            "delivered_bytes": fl[:, L.FL_DELIV].copy(),
+            "path_ptr": ptr, "path_link": links,
+        }  # fmt: skip
+
+    def links_used(self) -> tuple[np.ndarray, np.ndarray]:
+        """Links per flow: its route; under `spray`, every link its first 64 packets took."""
+        if self.routing.policy != "spray":
+            return self.path_ptr.copy(), (self.path_port // 2).astype(np.int32)
+        t = self.flows
+        k = 64
+        n = len(t)
+        rep = np.repeat(np.arange(n), k)
+        psn = np.tile(np.arange(k), n)
+        paths = self.routing.paths(t.src[rep], t.dst[rep], t.sport[rep], t.dqpn[rep], psn)
+        out, ptr = [], [0]
+        for i in range(n):
+            seen = dict.fromkeys(int(x) for j in range(i * k, (i + 1) * k) for x in paths.links(j))
+            out.extend(seen)
+            ptr.append(len(out))
+        return np.array(ptr, dtype=np.int64), np.array(out, dtype=np.int32)
+
+    def port_series(self) -> dict[str, np.ndarray]:
+        chunks = self.sample_chunks
+        f = self.fabric
+        arr = (
+            np.concatenate(chunks, axis=1)
+            if chunks
+            else np.zeros((7, 0, f.n_ports), dtype=np.int64)
+        )
+        rows = arr.shape[1]
+        out = {name: arr[i] for i, name in enumerate(L.SERIES)}
+        out["t_ns"] = np.arange(rows, dtype=np.int64) * self.sample_interval_ns
+        out["port"] = np.arange(f.n_ports, dtype=np.int64)
+        out["interval_ns"] = self.sample_interval_ns
+        return out
+
+    def collective_records(self) -> dict[str, np.ndarray]:
+        t = self.flows
+        rec = self.flow_records()
+        m = len(t.op_id)
+        start = np.full(m, -1, dtype=np.int64)
+        end = np.full(m, -1, dtype=np.int64)
+        for j, op in enumerate(t.op_id):
+            sel = t.op == op
+            if not sel.any():
+                continue
+            s = rec["start_ns"][sel]
+            e = rec["end_ns"][sel]
+            if (s >= 0).any():
+                start[j] = s[s >= 0].min()
+            if (e >= 0).all():
+                end[j] = e.max()
+        dur = np.where((end >= 0) & (end > start), end - start, 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            algbw = np.where(dur > 0, t.op_bytes * 8e9 / np.maximum(dur, 1), 0.0)
+        busbw = algbw * t.op_busbw_factor
+        return {
+            "op": t.op_id, "job": t.op_job, "kind": t.op_kind, "algorithm": t.op_algorithm,
+            "bytes": t.op_bytes, "ranks": t.op_ranks, "start_ns": start, "end_ns": end,
+            "algbw_bps": algbw, "busbw_bps": busbw,
+        }  # fmt: skip
+
+    def captures(self) -> np.ndarray:
+        if not self.capture_chunks:
+            return np.zeros((0, L.CP_N), dtype=np.int64)
+        return np.concatenate(self.capture_chunks)
+
+
+def _check_fault(fabric: Fabric, fault: Fault) -> None:
+    if fault.kind not in ("link", "node"):
+        raise AifabricError(f"a fault is on a link or a node, not a {fault.kind!r}")
+    if fault.action not in ("down", "drain"):
+        raise AifabricError(f"a fault takes a link or node down or drains it, not {fault.action!r}")
+    limit = fabric.n_links if fault.kind == "link" else fabric.n_nodes
+    if not 0 <= fault.target < limit:
+        raise AifabricError(f"fabric {fabric.name} has no {fault.kind} {fault.target}")
+    if fault.kind == "node" and fabric.node_role[fault.target] == Role.NIC:
+        raise AifabricError(f"{fabric.node_name[fault.target]} is a NIC; faults take down switches")
+    if fault.at_ns < 0:
+        raise AifabricError("a fault's time must not be negative")

@@ -1,0 +1,772 @@
+"""The event loop and the components it drives: pipes (serialization, propagation),
+switch egress ports (queues + ECN + PFC), NIC senders and receivers.
+
+State is one tuple `S` of flat arrays (see `layout` for the columns):
+
+    g prm fprm   global scalars, int and float parameters
+    pt pmax      ports (one row per directed link) and their ECN Pmax
+    fl fr        flows: counters and times; DCQCN rates
+    nd act       NICs: each NIC's list of flows with data to send (act[off:off + cnt])
+    pk pp        packets: fields and the ports of their route
+    ev           the event heap
+    path_ptr path_port   each flow's route (CSR of ports)
+    rdep_ptr rdep        the flows waiting on each flow
+    smp cap      sample rows of the port time series; capture records
+    net live ip  the routing tables (fabric.routing) for per-packet spraying
+
+`run` processes events until the flows are done, a time or event budget is
+reached, or a buffer needs room; the Python layer then grows or drains it
+and calls again: the state carries over, so a run can stop anywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from fabric.routing import _walk
+from fabric.sim import dcqcn, ecn, pfc
+from fabric.sim.heap import pop, schedule
+from fabric.sim.layout import (
+    ACK_WIRE,
+    CC_CTS,
+    CC_DCQCN,
+    CNP_WIRE,
+    CP_ARG,
+    CP_BYTES,
+    CP_CE,
+    CP_FLOW,
+    CP_KIND,
+    CP_PORT,
+    CP_PSN,
+    CP_TIME,
+    CTS_WIRE,
+    DATA_OVERHEAD,
+    EV_ARRIVE,
+    EV_DC_ALPHA,
+    EV_DC_RATE,
+    EV_FLOW_START,
+    EV_PFC,
+    EV_PFC_REFRESH,
+    EV_RETX,
+    EV_SAMPLE,
+    EV_TX,
+    FL_ALLOW,
+    FL_B_STAGE,
+    FL_BC,
+    FL_BYTES,
+    FL_DELIV,
+    FL_DEPS,
+    FL_DQPN,
+    FL_DST,
+    FL_EARLIEST,
+    FL_GEN,
+    FL_GRANTED,
+    FL_LAST_CNP,
+    FL_LAST_TX,
+    FL_LAST_WIRE,
+    FL_NEXT_SEND,
+    FL_PSN,
+    FL_SLOT,
+    FL_SPORT,
+    FL_SRC,
+    FL_STATE,
+    FL_T_END,
+    FL_T_STAGE,
+    FL_T_START,
+    FL_UNSENT,
+    FR_ALPHA,
+    FR_LINE,
+    FR_RC,
+    FR_RT,
+    G_CAPS,
+    G_CNP,
+    G_DONE,
+    G_DROPS,
+    G_ECN,
+    G_EVENTS,
+    G_FREE,
+    G_HEAP,
+    G_HOPS,
+    G_NFREE,
+    G_NOW,
+    G_PFC,
+    G_RETX_BYTES,
+    G_SAMPLE_T,
+    G_SAMPLES,
+    G_STUCK,
+    K_ACK,
+    K_CNP,
+    K_CTS,
+    K_DATA,
+    K_PFC,
+    K_REQ,
+    ND_CNT,
+    ND_OFF,
+    ND_RR,
+    P_ALPHA_TIMER_PS,
+    P_BYTE_COUNTER,
+    P_CC,
+    P_CNP_INTERVAL_PS,
+    P_CTS_CHUNK,
+    P_CTS_WINDOW,
+    P_MTU,
+    P_RATE_TIMER_PS,
+    P_RTO_PS,
+    P_SAMPLE_PS,
+    P_SPRAY,
+    PFC_WIRE,
+    PK_ARG,
+    PK_BYTES,
+    PK_CE,
+    PK_FLOW,
+    PK_HOP,
+    PK_KIND,
+    PK_NEXT,
+    PK_NHOPS,
+    PK_PSN,
+    PK_WIRE,
+    PT_ALIVE,
+    PT_BUF,
+    PT_CAPTURE,
+    PT_DELAY_PS,
+    PT_ECN_ON,
+    PT_FREE_AT,
+    PT_HEAD0,
+    PT_HEAD1,
+    PT_IS_NIC,
+    PT_KMAX,
+    PT_KMIN,
+    PT_NODE,
+    PT_PAUSE_UNTIL,
+    PT_PFC_ON,
+    PT_PFC_PENDING,
+    PT_QB0,
+    PT_QB1,
+    PT_QUANTA,
+    PT_RATE,
+    PT_REFRESH,
+    PT_S_DROPS,
+    PT_S_ECN,
+    PT_S_PAUSED,
+    PT_S_PFC,
+    PT_S_QINT,
+    PT_S_QMAX,
+    PT_S_QT,
+    PT_S_TX,
+    PT_TXEV,
+    PT_XOFF,
+    R_DONE,
+    R_DRAIN_CAPTURE,
+    R_DRAIN_SAMPLES,
+    R_GROW_EVENTS,
+    R_GROW_PACKETS,
+    R_LIMIT,
+    R_STOP,
+    ST_ACTIVE,
+    ST_DONE,
+    ST_NOPATH,
+    ST_SENT,
+)
+from fabric.sim.queue import depth_bytes, dequeue, enqueue, settle
+
+PS_PER_S_BITS = 8 * 1_000_000_000_000  # ps per second, times 8 bits per byte
+NEVER = np.int64(2**62)
+
+
+# pipes ----------------------------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def serialization_ps(wire_bytes, rate_bps):
+    return (wire_bytes * PS_PER_S_BITS + rate_bps - 1) // rate_bps
+
+
+@njit(cache=True)
+def want_tx(S, p, t):
+    """Make sure port p looks for work again at time t."""
+    pt, ev, g = S[3], S[11], S[0]
+    if pt[p, PT_TXEV] != t:
+        pt[p, PT_TXEV] = t
+        schedule(ev, g, t, EV_TX, p, 0)
+
+
+@njit(cache=True)
+def record(S, p, kind, f, psn, nbytes, ce, arg, now):
+    g, cap = S[0], S[17]
+    c = g[G_CAPS]
+    cap[c, CP_TIME] = now
+    cap[c, CP_PORT] = p
+    cap[c, CP_KIND] = kind
+    cap[c, CP_FLOW] = f
+    cap[c, CP_PSN] = psn
+    cap[c, CP_BYTES] = nbytes
+    cap[c, CP_CE] = ce
+    cap[c, CP_ARG] = arg
+    g[G_CAPS] = c + 1
+
+
+@njit(cache=True)
+def put_on_wire(S, p, i, now):
+    """Port p starts sending packet i: it arrives at the far end after serialization and delay."""
+    g, pt, pk, ev = S[0], S[3], S[9], S[11]
+    ser = serialization_ps(pk[i, PK_WIRE], pt[p, PT_RATE])
+    pt[p, PT_FREE_AT] = now + ser
+    schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, 0)
+    pt[p, PT_S_TX] += pk[i, PK_WIRE]
+    g[G_HOPS] += 1
+    if pt[p, PT_CAPTURE]:
+        record(
+            S, p, pk[i, PK_KIND], pk[i, PK_FLOW], pk[i, PK_PSN], pk[i, PK_BYTES],
+            pk[i, PK_CE], pk[i, PK_ARG], now,
+        )  # fmt: skip
+
+
+@njit(cache=True)
+def put_pfc_on_wire(S, p, quanta, now):
+    """Port p sends a PFC frame; its peer's port towards us is paused when it arrives."""
+    g, pt, ev = S[0], S[3], S[11]
+    ser = serialization_ps(PFC_WIRE, pt[p, PT_RATE])
+    pt[p, PT_FREE_AT] = now + ser
+    schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_PFC, p ^ 1, quanta)
+    pt[p, PT_S_TX] += PFC_WIRE
+    pt[p, PT_S_PFC] += 1
+    g[G_PFC] += 1
+    if pt[p, PT_CAPTURE]:
+        record(S, p, K_PFC, -1, 0, 0, 0, quanta, now)
+
+
+# packets --------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def alloc(S):
+    g, pk = S[0], S[9]
+    i = g[G_FREE]
+    g[G_FREE] = pk[i, PK_NEXT]
+    g[G_NFREE] -= 1
+    pk[i, PK_NEXT] = -1
+    pk[i, PK_CE] = 0
+    pk[i, PK_ARG] = 0
+    pk[i, PK_HOP] = 0
+    return i
+
+
+@njit(cache=True)
+def release_packet(S, i):
+    g, pk = S[0], S[9]
+    pk[i, PK_NEXT] = g[G_FREE]
+    pk[i, PK_KIND] = -1
+    g[G_FREE] = i
+    g[G_NFREE] += 1
+
+
+@njit(cache=True)
+def drop(S, i, p, now):
+    """Packet i is lost at port p; the sender finds out after the retransmission timeout."""
+    g, prm, pt, pk, ev = S[0], S[1], S[3], S[9], S[11]
+    pt[p, PT_S_DROPS] += 1
+    g[G_DROPS] += 1
+    kind = pk[i, PK_KIND]
+    f = pk[i, PK_FLOW]
+    if kind == K_DATA:
+        schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, pk[i, PK_BYTES])
+    elif kind == K_CTS:
+        schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, -pk[i, PK_ARG])
+    elif kind == K_REQ:
+        schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, 0)
+    release_packet(S, i)
+
+
+@njit(cache=True)
+def send_control(S, f, kind, arg, now):
+    """The receiver of flow f (or, for REQ, its sender) sends a control packet."""
+    pt, fl, pk, pp, path_ptr, path_port = S[3], S[5], S[9], S[10], S[12], S[13]
+    a = path_ptr[f]
+    n = path_ptr[f + 1] - a
+    if n == 0:
+        return
+    i = alloc(S)
+    pk[i, PK_FLOW] = f
+    pk[i, PK_KIND] = kind
+    pk[i, PK_BYTES] = 0
+    pk[i, PK_PSN] = fl[f, FL_PSN]
+    pk[i, PK_NHOPS] = n
+    pk[i, PK_ARG] = arg
+    if kind == K_CNP:
+        pk[i, PK_WIRE] = CNP_WIRE
+    elif kind == K_ACK:
+        pk[i, PK_WIRE] = ACK_WIRE
+    else:
+        pk[i, PK_WIRE] = CTS_WIRE
+    if kind == K_REQ:
+        for j in range(n):
+            pp[i, j] = path_port[a + j]
+    else:
+        for j in range(n):
+            pp[i, j] = path_port[a + n - 1 - j] ^ 1
+    p = pp[i, 0]
+    if not pt[p, PT_ALIVE]:
+        drop(S, i, p, now)
+        return
+    enqueue(pt, pk, p, 0, i, now)
+    kick(S, p, now)
+
+
+# NIC senders ----------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def list_add(S, f):
+    fl, nd, act = S[5], S[7], S[8]
+    v = fl[f, FL_SRC]
+    c = nd[v, ND_CNT]
+    act[nd[v, ND_OFF] + c] = f
+    fl[f, FL_SLOT] = c
+    nd[v, ND_CNT] = c + 1
+
+
+@njit(cache=True)
+def list_remove(S, f):
+    fl, nd, act = S[5], S[7], S[8]
+    v = fl[f, FL_SRC]
+    off = nd[v, ND_OFF]
+    c = nd[v, ND_CNT] - 1
+    s = fl[f, FL_SLOT]
+    last = act[off + c]
+    act[off + s] = last
+    fl[last, FL_SLOT] = s
+    fl[f, FL_SLOT] = -1
+    nd[v, ND_CNT] = c
+
+
+@njit(cache=True)
+def send_data(S, f, p, now):
+    """Flow f puts its next data packet on its NIC's port p."""
+    prm, fl, fr, pk, pp = S[1], S[5], S[6], S[9], S[10]
+    path_ptr, path_port = S[12], S[13]
+    size = min(prm[P_MTU], fl[f, FL_UNSENT])
+    cc = prm[P_CC]
+    if cc == CC_CTS:
+        size = min(size, fl[f, FL_ALLOW])
+        fl[f, FL_ALLOW] -= size
+    fl[f, FL_UNSENT] -= size
+    i = alloc(S)
+    pk[i, PK_FLOW] = f
+    pk[i, PK_KIND] = K_DATA
+    pk[i, PK_BYTES] = size
+    wire = size + DATA_OVERHEAD
+    pk[i, PK_WIRE] = wire
+    psn = fl[f, FL_PSN]
+    pk[i, PK_PSN] = psn
+    fl[f, FL_PSN] = psn + 1
+    n = -1
+    if prm[P_SPRAY]:
+        net, live, ip = S[18], S[19], S[20]
+        src = fl[f, FL_SRC]
+        dst = fl[f, FL_DST]
+        n = _walk(
+            src, dst, ip[src], ip[dst], fl[f, FL_SPORT], fl[f, FL_DQPN], psn & 0xFFFFFF,
+            S[22], 3, net, live, S[21], 0.0, pp[i],
+        )  # fmt: skip
+    if n <= 0:
+        a = path_ptr[f]
+        n = path_ptr[f + 1] - a
+        for j in range(n):
+            pp[i, j] = path_port[a + j]
+    pk[i, PK_NHOPS] = n
+    rc = fr[f, FR_RC]
+    fl[f, FL_LAST_TX] = now
+    fl[f, FL_LAST_WIRE] = wire
+    fl[f, FL_NEXT_SEND] = now + np.int64(np.ceil(wire * PS_PER_S_BITS / rc))
+    if cc == CC_DCQCN and rc < fr[f, FR_LINE]:
+        fl[f, FL_BC] += wire
+        if fl[f, FL_BC] >= prm[P_BYTE_COUNTER]:
+            fl[f, FL_BC] -= prm[P_BYTE_COUNTER]
+            fl[f, FL_B_STAGE] += 1
+            dcqcn.increase(fl, fr, f, prm)
+    if fl[f, FL_UNSENT] == 0:
+        list_remove(S, f)
+        fl[f, FL_STATE] = ST_SENT
+    put_on_wire(S, p, i, now)
+
+
+@njit(cache=True)
+def nic_pick(S, p, now):
+    """Round robin over the NIC's flows that may send now; -1 and a wake-up if none may."""
+    prm, fl, nd, act = S[1], S[5], S[7], S[8]
+    v = S[3][p, PT_NODE]
+    cnt = nd[v, ND_CNT]
+    if cnt == 0:
+        return -1
+    off = nd[v, ND_OFF]
+    rr = nd[v, ND_RR] % cnt
+    cts = prm[P_CC] == CC_CTS
+    soonest = NEVER
+    for j in range(cnt):
+        idx = rr + j
+        if idx >= cnt:
+            idx -= cnt
+        f = act[off + idx]
+        if cts and fl[f, FL_ALLOW] <= 0:
+            continue
+        t = fl[f, FL_NEXT_SEND]
+        if t <= now:
+            nd[v, ND_RR] = idx + 1
+            return f
+        if t < soonest:
+            soonest = t
+    if soonest < NEVER:
+        want_tx(S, p, soonest)
+    return -1
+
+
+# ports ------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def kick(S, p, now):
+    """Port p starts its next frame if it is free: PFC first, then control, then data."""
+    g, pt, pmax, pk, pp = S[0], S[3], S[4], S[9], S[10]
+    if pt[p, PT_FREE_AT] > now:
+        want_tx(S, p, pt[p, PT_FREE_AT])
+        return
+    if pt[p, PT_PFC_PENDING] >= 0:
+        put_pfc_on_wire(S, p, pt[p, PT_PFC_PENDING], now)
+        pt[p, PT_PFC_PENDING] = -1
+        want_tx(S, p, pt[p, PT_FREE_AT])
+        return
+    if pt[p, PT_HEAD0] >= 0:
+        i = dequeue(pt, pk, p, 0, now)
+        put_on_wire(S, p, i, now)
+        want_tx(S, p, pt[p, PT_FREE_AT])
+        return
+    paused = pt[p, PT_PAUSE_UNTIL] > now
+    if pt[p, PT_IS_NIC]:
+        if S[7][pt[p, PT_NODE], ND_CNT] == 0:
+            return
+        if paused:
+            want_tx(S, p, pt[p, PT_PAUSE_UNTIL])
+            return
+        f = nic_pick(S, p, now)
+        if f >= 0:
+            send_data(S, f, p, now)
+            want_tx(S, p, pt[p, PT_FREE_AT])
+        return
+    if pt[p, PT_HEAD1] < 0:
+        return
+    if paused:
+        want_tx(S, p, pt[p, PT_PAUSE_UNTIL])
+        return
+    i = dequeue(pt, pk, p, 1, now)
+    if pt[p, PT_ECN_ON] and pk[i, PK_CE] == 0:
+        depth = pt[p, PT_QB1] + pk[i, PK_WIRE]
+        if ecn.should_mark(g, depth, pt[p, PT_KMIN], pt[p, PT_KMAX], pmax[p]):
+            pk[i, PK_CE] = 1
+            pt[p, PT_S_ECN] += 1
+            g[G_ECN] += 1
+    k = pp[i, pk[i, PK_HOP] - 1] ^ 1
+    if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE]):
+        send_pfc(S, k, 0, now)
+    put_on_wire(S, p, i, now)
+    want_tx(S, p, pt[p, PT_FREE_AT])
+
+
+@njit(cache=True)
+def send_pfc(S, k, quanta, now):
+    """Switch port k asks its peer to pause for `quanta` (0: resume) as soon as it can."""
+    g, pt, ev = S[0], S[3], S[11]
+    if not pt[k, PT_ALIVE]:
+        return
+    pt[k, PT_PFC_PENDING] = quanta
+    if quanta > 0 and pt[k, PT_REFRESH] == 0:
+        pt[k, PT_REFRESH] = 1
+        half = pfc.pause_ps(quanta, pt[k, PT_RATE]) // 2
+        schedule(ev, g, now + max(half, 1), EV_PFC_REFRESH, k, 0)
+    want_tx(S, k, max(now, pt[k, PT_FREE_AT]))
+
+
+@njit(cache=True)
+def arrive_at_switch(S, i, p_in, q, now):
+    """Packet i came over port p_in into a switch and goes out of its port q."""
+    pt, pk = S[3], S[9]
+    if not pt[q, PT_ALIVE]:
+        drop(S, i, q, now)
+        return
+    wire = pk[i, PK_WIRE]
+    if pk[i, PK_KIND] == K_DATA:
+        k = p_in ^ 1
+        if pt[k, PT_PFC_ON]:
+            verdict = pfc.admit(pt, k, wire)
+            if verdict == pfc.DROP:
+                drop(S, i, q, now)
+                return
+            if verdict == pfc.ADMIT_XOFF:
+                send_pfc(S, k, pt[k, PT_QUANTA], now)
+        elif pt[q, PT_QB1] + wire > pt[q, PT_BUF]:
+            drop(S, i, q, now)
+            return
+        enqueue(pt, pk, q, 1, i, now)
+    else:
+        if pt[q, PT_QB0] + wire > pt[q, PT_BUF]:
+            drop(S, i, q, now)
+            return
+        enqueue(pt, pk, q, 0, i, now)
+    kick(S, q, now)
+
+
+# NIC receivers and flows ------------------------------------------------------------------
+
+
+@njit(cache=True)
+def grant(S, f, now):
+    """cts: the receiver keeps up to `window` chunks of flow f granted and not yet received."""
+    prm, fl = S[1], S[5]
+    chunk = prm[P_CTS_CHUNK]
+    limit = prm[P_CTS_WINDOW] * chunk
+    while fl[f, FL_GRANTED] < fl[f, FL_BYTES] and fl[f, FL_GRANTED] - fl[f, FL_DELIV] < limit:
+        n = min(chunk, fl[f, FL_BYTES] - fl[f, FL_GRANTED])
+        fl[f, FL_GRANTED] += n
+        send_control(S, f, K_CTS, n, now)
+
+
+@njit(cache=True)
+def complete(S, f, now):
+    g, fl, ev, rdep_ptr, rdep = S[0], S[5], S[11], S[14], S[15]
+    fl[f, FL_STATE] = ST_DONE
+    fl[f, FL_T_END] = now
+    g[G_DONE] += 1
+    send_control(S, f, K_ACK, 0, now)
+    for j in range(rdep_ptr[f], rdep_ptr[f + 1]):
+        h = rdep[j]
+        fl[h, FL_DEPS] -= 1
+        if fl[h, FL_DEPS] == 0:
+            schedule(ev, g, max(now, fl[h, FL_EARLIEST]), EV_FLOW_START, h, 0)
+
+
+@njit(cache=True)
+def dcqcn_timers(S, f, now):
+    g, prm, fl, ev = S[0], S[1], S[5], S[11]
+    fl[f, FL_GEN] += 1
+    gen = fl[f, FL_GEN]
+    schedule(ev, g, now + prm[P_ALPHA_TIMER_PS], EV_DC_ALPHA, f, gen)
+    schedule(ev, g, now + prm[P_RATE_TIMER_PS], EV_DC_RATE, f, gen)
+
+
+@njit(cache=True)
+def repace(S, f, now):
+    """Flow f changed rate: its next frame is due one gap (at the new rate) after its last."""
+    fl, fr = S[5], S[6]
+    gap = np.int64(np.ceil(fl[f, FL_LAST_WIRE] * PS_PER_S_BITS / fr[f, FR_RC]))
+    fl[f, FL_NEXT_SEND] = fl[f, FL_LAST_TX] + gap
+    if fl[f, FL_SLOT] >= 0:
+        kick(S, S[18][0][fl[f, FL_SRC]], now)
+
+
+@njit(cache=True)
+def deliver(S, i, now):
+    """Packet i reached the NIC at the end of its route."""
+    g, prm, fprm, fl, fr, pk = S[0], S[1], S[2], S[5], S[6], S[9]
+    f = pk[i, PK_FLOW]
+    kind = pk[i, PK_KIND]
+    cc = prm[P_CC]
+    if kind == K_DATA:
+        fl[f, FL_DELIV] += pk[i, PK_BYTES]
+        if cc == CC_DCQCN and pk[i, PK_CE]:
+            last = fl[f, FL_LAST_CNP]
+            if last < 0 or now - last >= prm[P_CNP_INTERVAL_PS]:
+                fl[f, FL_LAST_CNP] = now
+                g[G_CNP] += 1
+                send_control(S, f, K_CNP, 0, now)
+        if cc == CC_CTS:
+            grant(S, f, now)
+        if fl[f, FL_DELIV] >= fl[f, FL_BYTES] and fl[f, FL_STATE] != ST_DONE:
+            complete(S, f, now)
+    elif kind == K_CNP:
+        if fl[f, FL_STATE] == ST_ACTIVE:
+            dcqcn.on_cnp(fl, fr, f, prm, fprm)
+            dcqcn_timers(S, f, now)
+            repace(S, f, now)
+    elif kind == K_CTS:
+        fl[f, FL_ALLOW] += pk[i, PK_ARG]
+        if fl[f, FL_SLOT] >= 0:
+            kick(S, S[18][0][fl[f, FL_SRC]], now)
+    elif kind == K_REQ:
+        grant(S, f, now)
+    release_packet(S, i)
+
+
+@njit(cache=True)
+def start_flow(S, f, now):
+    g, prm, fl, fr, path_ptr = S[0], S[1], S[5], S[6], S[12]
+    if path_ptr[f + 1] == path_ptr[f]:
+        fl[f, FL_STATE] = ST_NOPATH
+        g[G_STUCK] += 1
+        return
+    fl[f, FL_T_START] = now
+    fl[f, FL_STATE] = ST_ACTIVE
+    fl[f, FL_UNSENT] = fl[f, FL_BYTES]
+    if fl[f, FL_BYTES] == 0:
+        complete(S, f, now)
+        return
+    fr[f, FR_RC] = fr[f, FR_LINE]
+    fr[f, FR_RT] = fr[f, FR_LINE]
+    fr[f, FR_ALPHA] = 1.0
+    fl[f, FL_NEXT_SEND] = now
+    list_add(S, f)
+    if prm[P_CC] == CC_CTS:
+        send_control(S, f, K_REQ, 0, now)
+    else:
+        kick(S, S[18][0][fl[f, FL_SRC]], now)
+
+
+@njit(cache=True)
+def retransmit(S, f, nbytes, now):
+    """The sender learned of a loss: nbytes > 0 of data to send again; a lost grant
+    (-nbytes) or request (0) is repeated."""
+    g, prm, fl = S[0], S[1], S[5]
+    if nbytes == 0:
+        send_control(S, f, K_REQ, 0, now)
+        return
+    if nbytes < 0:
+        fl[f, FL_ALLOW] += -nbytes
+    else:
+        fl[f, FL_UNSENT] += nbytes
+        g[G_RETX_BYTES] += nbytes
+        if prm[P_CC] == CC_CTS:
+            fl[f, FL_ALLOW] += nbytes
+        if fl[f, FL_SLOT] < 0:
+            fl[f, FL_STATE] = ST_ACTIVE
+            if fl[f, FL_NEXT_SEND] < now:
+                fl[f, FL_NEXT_SEND] = now
+            list_add(S, f)
+    if fl[f, FL_SLOT] >= 0:
+        kick(S, S[18][0][fl[f, FL_SRC]], now)
+
+
+# samples ----------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def close_sample(S, now):
+    """Write one row of every port series for [G_SAMPLE_T, now) and open the next."""
+    g, pt, smp = S[0], S[3], S[16]
+    row = g[G_SAMPLES]
+    span = max(now - g[G_SAMPLE_T], 1)
+    for p in range(pt.shape[0]):
+        settle(pt, p, now)
+        pfc.account_pause(pt, p, now)
+        smp[0, row, p] = pt[p, PT_S_TX]
+        smp[1, row, p] = pt[p, PT_S_QMAX]
+        smp[2, row, p] = pt[p, PT_S_QINT] // span
+        smp[3, row, p] = pt[p, PT_S_ECN]
+        smp[4, row, p] = pt[p, PT_S_PAUSED] // 1000
+        smp[5, row, p] = pt[p, PT_S_PFC]
+        smp[6, row, p] = pt[p, PT_S_DROPS]
+        pt[p, PT_S_TX] = 0
+        pt[p, PT_S_QMAX] = depth_bytes(pt, p)
+        pt[p, PT_S_QINT] = 0
+        pt[p, PT_S_QT] = now
+        pt[p, PT_S_ECN] = 0
+        pt[p, PT_S_PAUSED] = 0
+        pt[p, PT_S_PFC] = 0
+        pt[p, PT_S_DROPS] = 0
+    g[G_SAMPLES] = row + 1
+    g[G_SAMPLE_T] = now
+
+
+# faults -------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def purge(S, p, now):
+    """Port p went down: what waits in its queues is lost."""
+    pt, pk, pp = S[3], S[9], S[10]
+    for cls in range(2):
+        while pt[p, PT_HEAD0 + 2 * cls] >= 0:
+            i = dequeue(pt, pk, p, cls, now)
+            if cls == 1 and not pt[p, PT_IS_NIC]:
+                k = pp[i, pk[i, PK_HOP] - 1] ^ 1
+                if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE]):
+                    send_pfc(S, k, 0, now)
+            drop(S, i, p, now)
+    pt[p, PT_PFC_PENDING] = -1
+    pt[p, PT_XOFF] = 0
+
+
+# the loop -----------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def run(S, t_stop, max_events):
+    """Process events in time order; returns why it stopped (see layout.R_*)."""
+    g, prm, pt, fl, pk, ev, smp, cap = S[0], S[1], S[3], S[5], S[9], S[11], S[16], S[17]
+    n_flows = fl.shape[0]
+    e = np.empty(5, dtype=np.int64)
+    done_events = 0
+    while True:
+        if g[G_DONE] + g[G_STUCK] >= n_flows or g[G_HEAP] == 0:
+            return R_DONE
+        if g[G_HEAP] + 64 > ev.shape[0]:
+            return R_GROW_EVENTS
+        if g[G_NFREE] < 16:
+            return R_GROW_PACKETS
+        if g[G_CAPS] + 16 > cap.shape[0]:
+            return R_DRAIN_CAPTURE
+        if g[G_SAMPLES] >= smp.shape[1]:
+            return R_DRAIN_SAMPLES
+        if ev[0, 0] > t_stop:
+            return R_STOP
+        if done_events >= max_events:
+            return R_LIMIT
+        pop(ev, g, e)
+        now = e[0]
+        kind = e[2]
+        a = e[3]
+        b = e[4]
+        g[G_NOW] = now
+        g[G_EVENTS] += 1
+        done_events += 1
+        if kind == EV_ARRIVE:
+            h = pk[a, PK_HOP]
+            p = S[10][a, h]
+            if not pt[p, PT_ALIVE]:
+                drop(S, a, p, now)
+            elif h + 1 == pk[a, PK_NHOPS]:
+                deliver(S, a, now)
+            else:
+                pk[a, PK_HOP] = h + 1
+                arrive_at_switch(S, a, p, S[10][a, h + 1], now)
+        elif kind == EV_TX:
+            if pt[a, PT_TXEV] == now:
+                pt[a, PT_TXEV] = -1
+            kick(S, a, now)
+        elif kind == EV_FLOW_START:
+            start_flow(S, a, now)
+        elif kind == EV_PFC:
+            if pt[a, PT_ALIVE]:
+                pfc.pause(pt, a, b, now)
+                if b == 0:
+                    kick(S, a, now)
+        elif kind == EV_PFC_REFRESH:
+            pt[a, PT_REFRESH] = 0
+            if pt[a, PT_XOFF] == 1:
+                send_pfc(S, a, pt[a, PT_QUANTA], now)
+        elif kind == EV_DC_ALPHA:
+            if b == fl[a, FL_GEN] and fl[a, FL_STATE] == ST_ACTIVE:
+                dcqcn.on_alpha_timer(S[6], a, S[2])
+                schedule(ev, g, now + prm[P_ALPHA_TIMER_PS], EV_DC_ALPHA, a, b)
+        elif kind == EV_DC_RATE:
+            fr = S[6]
+            if b == fl[a, FL_GEN] and fl[a, FL_STATE] == ST_ACTIVE:
+                fl[a, FL_T_STAGE] += 1
+                dcqcn.increase(fl, fr, a, prm)
+                repace(S, a, now)
+                if fr[a, FR_RC] < fr[a, FR_LINE]:
+                    schedule(ev, g, now + prm[P_RATE_TIMER_PS], EV_DC_RATE, a, b)
+        elif kind == EV_RETX:
+            retransmit(S, a, b, now)
+        elif kind == EV_SAMPLE:
+            close_sample(S, now)
+            if g[G_DONE] + g[G_STUCK] < n_flows:
+                schedule(ev, g, now + prm[P_SAMPLE_PS], EV_SAMPLE, 0, 0)

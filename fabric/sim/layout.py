@@ -1,0 +1,193 @@
+"""Column layout of the engine's flat state arrays, stated once.
+
+The kernel keeps its state in a few 2-D int64 arrays, one row per entity
+(port, flow, packet, node, event) and one column per field named here.
+Times inside the engine are integer picoseconds (`_ps`), sizes bytes.
+"""
+
+# event rows (ev[i, :])
+E_TIME, E_SEQ, E_KIND, E_A, E_B = range(5)
+
+# event kinds
+EV_ARRIVE = 0  # a = packet: its last bit reached the far end of its current hop
+EV_TX = 1  # a = port: the port may start its next frame (free, resumed, paced)
+EV_FLOW_START = 2  # a = flow: dependencies met, earliest start reached
+EV_PFC = 3  # a = port being paused, b = quanta (0: resume)
+EV_PFC_REFRESH = 4  # a = port that sent an XOFF: send it again if still congested
+EV_DC_ALPHA = 5  # a = flow, b = generation: DCQCN alpha timer
+EV_DC_RATE = 6  # a = flow, b = generation: DCQCN rate-increase timer
+EV_RETX = 7  # a = flow, b = bytes: a drop noticed by the sender, to send again
+EV_SAMPLE = 8  # close one sample interval of the port time series
+
+# global scalars (g[...])
+(
+    G_NOW,
+    G_HEAP,
+    G_SEQ,
+    G_FREE,  # head of the free packet list
+    G_NFREE,
+    G_RNG,
+    G_DONE,  # flows complete
+    G_STUCK,  # flows that found no path
+    G_EVENTS,
+    G_HOPS,  # packet-hops (frames put on a wire)
+    G_SAMPLES,  # rows written to the sample buffer
+    G_SAMPLE_T,  # start of the open sample interval
+    G_CAPS,  # records written to the capture buffer
+    G_CNP,
+    G_DROPS,
+    G_PFC,
+    G_ECN,
+    G_RETX_BYTES,
+    G_NG,
+) = range(19)
+
+# parameters (prm[...], int64; rates bit/s, times ps)
+(
+    P_CC,  # 0 none, 1 dcqcn, 2 cts
+    P_SPRAY,  # 1: route every data packet anew (policy spray)
+    P_MTU,
+    P_SAMPLE_PS,
+    P_RTO_PS,
+    P_CNP_INTERVAL_PS,
+    P_ALPHA_TIMER_PS,
+    P_RATE_TIMER_PS,
+    P_BYTE_COUNTER,
+    P_FAST_STEPS,
+    P_AI_BPS,
+    P_HAI_BPS,
+    P_MIN_RATE_BPS,
+    P_CTS_CHUNK,
+    P_CTS_WINDOW,
+    P_NPRM,
+) = range(16)
+# float parameters (fprm[...])
+FP_G, FP_NFPRM = range(2)
+
+CC_NONE, CC_DCQCN, CC_CTS = 0, 1, 2
+CC_KINDS = {"none": CC_NONE, "dcqcn": CC_DCQCN, "cts": CC_CTS}
+
+# ports (pt[p, ...]); class 0 is control (strict priority), class 1 lossless data
+(
+    PT_HEAD0,
+    PT_TAIL0,
+    PT_HEAD1,
+    PT_TAIL1,
+    PT_QB0,
+    PT_QB1,
+    PT_FREE_AT,  # when the frame on the wire has been serialized
+    PT_TXEV,  # time of the latest EV_TX scheduled, -1 none
+    PT_PAUSE_UNTIL,
+    PT_PAUSE_FROM,  # paused time is counted up to here
+    PT_PFC_PENDING,  # quanta of a PFC frame to send next, -1 none
+    PT_ING,  # lossless bytes that came in over this port's link and are still buffered
+    PT_XOFF,  # 1 while this port's peer is asked to pause
+    PT_REFRESH,  # 1 while an EV_PFC_REFRESH is pending
+    PT_ALIVE,
+    PT_RATE,
+    PT_DELAY_PS,
+    PT_IS_NIC,  # the port belongs to a NIC
+    PT_BUF,
+    PT_ECN_ON,
+    PT_KMIN,
+    PT_KMAX,
+    PT_PFC_ON,
+    PT_XOFF_B,
+    PT_XON_B,
+    PT_HEADROOM,
+    PT_QUANTA,
+    PT_CAPTURE,  # 1: record frames sent on this port
+    PT_NODE,
+    PT_PEER,
+    # accumulators of the open sample interval
+    PT_S_TX,
+    PT_S_QMAX,
+    PT_S_QINT,  # queue bytes x ps
+    PT_S_QT,  # last time the integral was brought up to date
+    PT_S_ECN,
+    PT_S_PAUSED,
+    PT_S_PFC,
+    PT_S_DROPS,
+    PT_N,
+) = range(39)
+
+# flows (fl[f, ...]); rates in fr[f, ...]
+(
+    FL_SRC,
+    FL_DST,
+    FL_BYTES,
+    FL_UNSENT,  # bytes to send (retransmissions come back here)
+    FL_PSN,
+    FL_DELIV,  # bytes the receiver has
+    FL_DEPS,  # prerequisites not yet complete
+    FL_EARLIEST,
+    FL_T_START,
+    FL_T_END,
+    FL_STATE,
+    FL_NEXT_SEND,  # pacing: earliest start of the next data frame
+    FL_LAST_TX,  # start of the last data frame
+    FL_LAST_WIRE,  # its bytes on the wire
+    FL_ALLOW,  # cts: granted bytes not yet sent
+    FL_GRANTED,  # cts: bytes the receiver granted so far
+    FL_LAST_CNP,  # receiver: when it last sent a CNP for this flow
+    FL_GEN,  # DCQCN timer generation
+    FL_T_STAGE,
+    FL_B_STAGE,
+    FL_BC,  # bytes since the last byte-counter event
+    FL_SLOT,  # index in its NIC's active list, -1 when not listed
+    FL_SPORT,
+    FL_DQPN,
+    FL_SQPN,
+    FL_PRIO,
+    FL_N,
+) = range(27)
+FR_RC, FR_RT, FR_ALPHA, FR_LINE, FR_N = range(5)
+ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
+
+# nodes (nd[v, ...]): a NIC's list of flows that have data to send
+ND_OFF, ND_CNT, ND_RR, ND_N = range(4)
+
+# packets (pk[i, ...]) and their ports (pp[i, :MAX_HOPS])
+(
+    PK_FLOW,
+    PK_KIND,
+    PK_BYTES,  # payload
+    PK_WIRE,  # bytes on the wire, with headers, preamble and gap
+    PK_PSN,
+    PK_HOP,  # index in pp of the port it is on or queued at
+    PK_NHOPS,
+    PK_CE,
+    PK_NEXT,
+    PK_ARG,  # cts grant bytes
+    PK_N,
+) = range(11)
+K_DATA, K_CNP, K_ACK, K_CTS, K_REQ, K_PFC = range(6)
+
+# frame overheads on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12, ICRC 4,
+# FCS 4, preamble and inter-frame gap 20
+PREAMBLE_GAP = 20
+DATA_OVERHEAD = 14 + 20 + 8 + 12 + 4 + 4 + PREAMBLE_GAP
+CNP_WIRE = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP
+ACK_WIRE = 14 + 20 + 8 + 12 + 4 + 4 + 4 + PREAMBLE_GAP  # with the AETH
+CTS_WIRE = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP  # a SEND of 16 bytes
+PFC_WIRE = 64 + PREAMBLE_GAP
+
+# capture records (cap[i, ...])
+CP_TIME, CP_PORT, CP_KIND, CP_FLOW, CP_PSN, CP_BYTES, CP_CE, CP_ARG, CP_N = range(9)
+
+# sample series (smp[series, row, port])
+SERIES = (
+    "tx_bytes",
+    "qdepth_max_bytes",
+    "qdepth_mean_bytes",
+    "ecn_marked",
+    "paused_ns",
+    "pfc_sent",
+    "drops",
+)
+
+# why a kernel call returned
+R_DONE, R_LIMIT, R_GROW_EVENTS, R_GROW_PACKETS, R_DRAIN_CAPTURE, R_DRAIN_SAMPLES, R_STOP = range(7)
+
+MAX_HOPS = 16
+PS_PER_NS = 1000

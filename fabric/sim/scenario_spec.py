@@ -1,0 +1,293 @@
+"""Scenarios from TOML files and presets (fabric/sim/scenarios/*.toml).
+
+A scenario file names a topology and a workload and sets what differs from
+their defaults, every key checked (an unknown key is an error, not silence):
+
+    [scenario]
+    name = "demo"                    # default: the file's stem
+    description = "..."
+    topology = "lab-medium"          # a topology preset or a TOML path
+    workload = "preset-or-file"      # or an inline [workload] table instead
+    seed = 1
+    sample_interval = "10us"
+    captures = ["z0-r0-rtsw:z0-ctsw0"]   # node:peer, node:local-port-number, or a NIC
+
+    [workload]                       # traffic.workload_from_dict keys
+    [ecmp]            policy = "5tuple" | "eecmp" | "pinned" | "spray" | "adaptive"
+                      same_seed = false
+    [queue]           the topology's [queue] keys (and [queue.rtsw] ...), overriding it
+    [congestion_control]  kind = "dcqcn" | "none" | "cts", and its parameters
+                          (see fabric.sim.engine.CC_DEFAULTS)
+    [[faults]]        link = "nodeA--nodeB" (or "nodeA--nodeB#2", or a link id)
+                      | node = "z0-ctsw1"; at = "50us"; action = "down" | "drain"
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fabric.errors import AifabricError, SpecError, UnitError
+from fabric.model import Fabric, Role
+from fabric.routing import POLICIES
+from fabric.scenario import CONGESTION_CONTROLS, Fault, Scenario
+from fabric.sim.engine import CC_DEFAULTS, cc_parameters
+from fabric.units import parse_time
+
+TABLES = ("scenario", "workload", "ecmp", "queue", "congestion_control", "faults")
+SCENARIO_KEYS = (
+    "name", "description", "topology", "workload", "seed", "sample_interval", "captures",
+)  # fmt: skip
+FAULT_KEYS = ("link", "node", "at", "action")
+
+
+def scenario_presets() -> list[str]:
+    folder = resources.files("fabric.sim") / "scenarios"
+    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def _read(source: str | Path) -> tuple[str, str, Path | None]:
+    text_source = str(source)
+    if text_source.endswith(".toml") or "/" in text_source or Path(text_source).is_file():
+        path = Path(text_source)
+        if not path.is_file():
+            raise SpecError(f"scenario file {text_source} does not exist")
+        try:
+            return path.read_text(), path.stem, path.parent
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecError(f"scenario file {text_source} cannot be read: {e}") from None
+    path = resources.files("fabric.sim") / "scenarios" / f"{text_source}.toml"
+    if not path.is_file():
+        raise SpecError(
+            f"unknown scenario {text_source!r}; the presets are "
+            f"{', '.join(scenario_presets())}, or give a TOML file"
+        )
+    return path.read_text(), text_source, None
+
+
+def load_scenario(source: str | Path, *, seed: int | None = None) -> Scenario:
+    """A scenario preset name or TOML path -> a `Scenario` with its flows generated."""
+    text, stem, folder = _read(source)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"scenario {stem} is not valid TOML: {e}") from None
+    return scenario_from_dict(raw, stem, folder=folder, seed=seed)
+
+
+def _check_keys(name: str, table: str, body: Any, keys) -> dict:
+    if not isinstance(body, dict):
+        raise SpecError(f"scenario {name}: [{table}] must be a table")
+    for key in body:
+        if key not in keys:
+            raise SpecError(
+                f"scenario {name}: unknown key {table}.{key}; [{table}] takes {', '.join(keys)}"
+            )
+    return body
+
+
+def _relative(value: str, folder: Path | None) -> str:
+    if folder is not None and (value.endswith(".toml") or "/" in value):
+        path = Path(value)
+        if not path.is_absolute():
+            return str(folder / path)
+    return value
+
+
+def scenario_from_dict(
+    raw: dict, stem: str, *, folder: Path | None = None, seed: int | None = None
+) -> Scenario:
+    import topologies
+    import traffic
+
+    for table in raw:
+        if table not in TABLES:
+            raise SpecError(
+                f"scenario {stem}: unknown table [{table}]; known tables: {', '.join(TABLES)}"
+            )
+    head = _check_keys(stem, "scenario", raw.get("scenario", {}), SCENARIO_KEYS)
+    name = head.get("name", stem)
+    if "topology" not in head:
+        raise SpecError(f"scenario {name}: scenario.topology is missing (a topology preset)")
+    topology = _relative(str(head["topology"]), folder)
+    fabric = topologies.load_fabric(topology)
+    queue = raw.get("queue")
+    if queue is not None:
+        fabric = with_queues(fabric, queue, name)
+
+    if ("workload" in head) == ("workload" in raw):
+        raise SpecError(
+            f"scenario {name}: give the workload once, as scenario.workload = a preset or "
+            "file, or as a [workload] table"
+        )
+    if "workload" in head:
+        workload = traffic.load_workload(_relative(str(head["workload"]), folder))
+    else:
+        workload = traffic.workload_from_dict(raw["workload"], name)
+
+    run_seed = head.get("seed", 0) if seed is None else seed
+    if isinstance(run_seed, bool) or not isinstance(run_seed, int):
+        raise SpecError(f"scenario {name}: scenario.seed = {run_seed!r} must be a whole number")
+    try:
+        interval = parse_time(head.get("sample_interval", "10us"))
+    except UnitError as e:
+        raise SpecError(f"scenario {name}: scenario.sample_interval: {e}") from None
+    if interval <= 0:
+        raise SpecError(f"scenario {name}: scenario.sample_interval must be positive")
+    captures = head.get("captures", [])
+    if not isinstance(captures, list) or not all(isinstance(c, str) for c in captures):
+        raise SpecError(f"scenario {name}: scenario.captures must be a list of port names")
+
+    ecmp = _check_keys(name, "ecmp", raw.get("ecmp", {}), ("policy", "same_seed"))
+    policy = ecmp.get("policy", "5tuple")
+    if policy not in POLICIES:
+        raise SpecError(
+            f"scenario {name}: ecmp.policy = {policy!r} is not one of {', '.join(POLICIES)}"
+        )
+    same_seed = ecmp.get("same_seed", False)
+    if not isinstance(same_seed, bool):
+        raise SpecError(f"scenario {name}: ecmp.same_seed must be true or false")
+
+    cc_table = _check_keys(
+        name, "congestion_control", raw.get("congestion_control", {}), ("kind", *CC_DEFAULTS)
+    )
+    cc_table = dict(cc_table)
+    cc = cc_table.pop("kind", "dcqcn")
+    if cc not in CONGESTION_CONTROLS:
+        raise SpecError(
+            f"scenario {name}: congestion_control.kind = {cc!r} is not one of "
+            f"{', '.join(CONGESTION_CONTROLS)}"
+        )
+    try:
+        cc_parameters(cc_table)
+    except AifabricError as e:
+        raise SpecError(f"scenario {name}: {e}") from None
+
+    faults = tuple(_fault(fabric, name, body) for body in _fault_list(raw.get("faults", []), name))
+    flows = traffic.generate(fabric, workload, run_seed)
+    return Scenario(
+        name=name,
+        fabric=fabric,
+        flows=flows,
+        topology=topology,
+        workload=workload.raw,
+        ecmp=policy,
+        same_seed=same_seed,
+        seed=run_seed,
+        cc=cc,
+        cc_params=cc_table,
+        faults=faults,
+        sample_interval_ns=interval,
+        captures=tuple(captures),
+        extra={"description": head.get("description", "")},
+    )
+
+
+def with_queues(fabric: Fabric, queue: dict, name: str) -> Fabric:
+    """The fabric with the scenario's [queue] keys laid over its topology's."""
+    from topologies.spec import QUEUE_ROLES, _queues
+
+    if not isinstance(queue, dict):
+        raise SpecError(f"scenario {name}: [queue] must be a table")
+    merged = copy.deepcopy(fabric.spec.get("queue", {}))
+    for key, value in queue.items():
+        if key in QUEUE_ROLES:
+            if not isinstance(value, dict):
+                raise SpecError(f"scenario {name}: [queue.{key}] must be a table")
+            merged.setdefault(key, {}).update(value)
+        else:
+            merged[key] = value
+    queues = _queues(f"{fabric.name} (scenario {name})", merged)
+    return dataclasses.replace(fabric, queues=queues)
+
+
+def _fault_list(body, name: str) -> list:
+    if not isinstance(body, list) or not all(isinstance(b, dict) for b in body):
+        raise SpecError(f"scenario {name}: faults must be [[faults]] tables")
+    return body
+
+
+def _fault(fabric: Fabric, name: str, body: dict) -> Fault:
+    _check_keys(name, "faults", body, FAULT_KEYS)
+    if ("link" in body) == ("node" in body):
+        raise SpecError(f"scenario {name}: a fault names either a link or a node")
+    try:
+        at = parse_time(body.get("at", 0))
+    except UnitError as e:
+        raise SpecError(f"scenario {name}: faults.at: {e}") from None
+    action = body.get("action", "down")
+    if action not in ("down", "drain"):
+        raise SpecError(f"scenario {name}: faults.action = {action!r} must be down or drain")
+    if "node" in body:
+        node = resolve_node(fabric, body["node"], name)
+        if fabric.node_role[node] == Role.NIC:
+            raise SpecError(f"scenario {name}: fault node {body['node']} is a NIC, not a switch")
+        return Fault("node", node, at, action)
+    return Fault("link", resolve_link(fabric, body["link"], name), at, action)
+
+
+def resolve_node(fabric: Fabric, value, name: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value < fabric.n_nodes:
+            raise SpecError(f"scenario {name}: fabric {fabric.name} has no node {value}")
+        return value
+    if not isinstance(value, str):
+        raise SpecError(f"scenario {name}: {value!r} is not a node name")
+    try:
+        return fabric.node_id(value)
+    except AifabricError:
+        raise SpecError(f"scenario {name}: fabric {fabric.name} has no node {value!r}") from None
+
+
+def resolve_link(fabric: Fabric, value, name: str) -> int:
+    """A link id, or "a--b" (the first link between nodes a and b), or "a--b#k" (the k-th)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 <= value < fabric.n_links:
+            raise SpecError(f"scenario {name}: fabric {fabric.name} has no link {value}")
+        return value
+    if not isinstance(value, str) or "--" not in value:
+        raise SpecError(f"scenario {name}: link {value!r} must be a link id or 'nodeA--nodeB'")
+    text, _, nth = value.partition("#")
+    a_name, _, b_name = text.partition("--")
+    a, b = resolve_node(fabric, a_name, name), resolve_node(fabric, b_name, name)
+    import numpy as np
+
+    la, lb = fabric.link_a, fabric.link_b
+    links = np.flatnonzero(((la == a) & (lb == b)) | ((la == b) & (lb == a)))
+    k = int(nth) if nth.isdigit() else 1
+    if len(links) < k or k < 1:
+        raise SpecError(f"scenario {name}: fabric {fabric.name} has no link {value!r}")
+    return int(links[k - 1])
+
+
+def resolve_port(fabric: Fabric, value: str) -> int:
+    """'node:peer', 'node:N' (local port number) or a NIC's name -> a port id."""
+    node_name, sep, rest = value.partition(":")
+    try:
+        node = fabric.node_id(node_name)
+    except AifabricError:
+        raise AifabricError(f"cannot capture {value!r}: no node named {node_name!r}") from None
+    ports = fabric.ports_of(node)
+    if not sep:
+        if fabric.node_role[node] != Role.NIC:
+            raise AifabricError(
+                f"cannot capture {value!r}: name a switch port as node:peer or node:number"
+            )
+        return int(fabric.nic_port[node])
+    if rest.isdigit():
+        n = int(rest)
+        if n >= len(ports):
+            raise AifabricError(f"cannot capture {value!r}: {node_name} has {len(ports)} ports")
+        return int(ports[n])
+    try:
+        peer = fabric.node_id(rest)
+    except AifabricError:
+        raise AifabricError(f"cannot capture {value!r}: no node named {rest!r}") from None
+    for p in ports:
+        if fabric.port_peer[p] == peer:
+            return int(p)
+    raise AifabricError(f"cannot capture {value!r}: {node_name} has no link to {rest}")
