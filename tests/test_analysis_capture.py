@@ -311,6 +311,38 @@ def test_fast_reader_agrees_on_random_packets(tmp_path, snaplen):
         assert_agrees(path)
 
 
+def _relink(frame: bytes, linktype: int) -> bytes | None:
+    """An Ethernet frame re-encapsulated for another link type (None: not expressible)."""
+    etype, rest = frame[12:14], frame[14:]
+    if linktype == C.LINK_SLL:  # packet type, ARPHRD, address length, address, protocol
+        return struct.pack(">HHH", 0, 1, 6) + frame[6:12] + bytes(2) + etype + rest
+    if linktype == C.LINK_SLL2:  # protocol, reserved, ifindex, ARPHRD, type, length, address
+        return etype + bytes(2) + struct.pack(">IHBB", 3, 1, 0, 6) + frame[6:12] + bytes(2) + rest
+    if etype in (b"\x08\x00", b"\x86\xdd"):
+        return rest
+    return None
+
+
+@pytest.mark.parametrize("linktype", [C.LINK_SLL, C.LINK_SLL2, C.LINK_RAW])
+def test_fast_reader_agrees_on_other_link_types(tmp_path, linktype):
+    import sys
+
+    sys.path.insert(0, str(DATA))
+    from make_golden import write_pcap
+
+    rng = np.random.default_rng(linktype)
+    frames = [_relink(f, linktype) for f in _random_packets(rng, 80)]
+    frames = [f for f in frames if f is not None]
+    assert len(frames) > 20
+    for snaplen in (65535, 48):
+        path = tmp_path / f"l{linktype}-{snaplen}.pcap"
+        write_pcap(path, [(10**9 * k, f) for k, f in enumerate(frames)], snaplen=snaplen,
+                   linktype=linktype)  # fmt: skip
+        cap = read_capture(path)
+        assert_agrees(path, cap)
+        assert (cap.kind != C.KIND_OTHER).sum() > 10
+
+
 def test_fast_reader_agrees_on_damaged_files(tmp_path):
     rng = np.random.default_rng(7)
     packets = _random_packets(rng, 60)

@@ -84,11 +84,11 @@ def pause(quanta: int):
     )
 
 
-def write_pcap(path: Path, packets, *, big_endian=False, nanos=False, snaplen=65535):
+def write_pcap(path: Path, packets, *, big_endian=False, nanos=False, snaplen=65535, linktype=1):
     """packets: (time_ns, bytes); records are cut to snaplen like a capture would."""
     e = ">" if big_endian else "<"
     magic = 0xA1B23C4D if nanos else 0xA1B2C3D4
-    out = [struct.pack(e + "IHHiIII", magic, 2, 4, 0, 0, snaplen, 1)]
+    out = [struct.pack(e + "IHHiIII", magic, 2, 4, 0, 0, snaplen, linktype)]
     for t, data in packets:
         frac = t % 10**9 if nanos else (t % 10**9) // 1000
         cut = data[:snaplen]
