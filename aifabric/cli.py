@@ -138,7 +138,7 @@ def topo_export(source, fmt, output):
     else:
         text = to_dot(fabric)
     if output:
-        from aifabric.files import write_atomic
+        from fabric.files import write_atomic
 
         write_atomic(output, text)
         click.echo(f"wrote {output}", err=True)

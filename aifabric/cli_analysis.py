@@ -336,9 +336,9 @@ def analyze(target, rate, top, series, as_json):
 )
 def report(run, output):
     """Write RUN's report (a run directory or a capture): one self-contained HTML file."""
-    from aifabric.files import write_atomic
     from analysis.capture import sniff
     from analysis.report import build_capture_report, build_report
+    from fabric.files import write_atomic
     from fabric.rundir import Run
 
     path = Path(run)

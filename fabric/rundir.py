@@ -26,9 +26,7 @@ Arrays load with numpy alone (`np.load(path, allow_pickle=False)`).
 from __future__ import annotations
 
 import json
-import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from fabric.errors import AifabricError
+from fabric.files import replace_atomic
 
 RUN_SCHEMA = "aifabric.run/1"
 STATUSES = ("running", "complete", "partial", "failed")
@@ -53,24 +52,13 @@ COLLECTIVE_FIELDS = (
 )  # fmt: skip
 
 
-def _atomic(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_json(path: Path, data: Any) -> None:
     def w(tmp):
         with open(tmp, "w") as fh:
             json.dump(data, fh, indent=1, default=_jsonable)
             fh.write("\n")
 
-    _atomic(Path(path), w)
+    replace_atomic(path, w)
 
 
 def write_npz(path: Path, arrays: dict[str, Any]) -> None:
@@ -78,7 +66,7 @@ def write_npz(path: Path, arrays: dict[str, Any]) -> None:
         with open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
 
-    _atomic(Path(path), w)
+    replace_atomic(path, w)
 
 
 def _jsonable(x):

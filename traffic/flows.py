@@ -146,18 +146,13 @@ class FlowTable:
 
     def save(self, path: str | Path) -> None:
         """Write the table as one .npz (atomically: a temporary file renamed into place)."""
-        import os
-        import tempfile
+        from fabric.files import replace_atomic
 
-        path = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".npz")
-        os.close(fd)
-        try:
-            np.savez(tmp, schema=np.array(SCHEMA), **self.arrays())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        def write(tmp: str) -> None:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, schema=np.array(SCHEMA), **self.arrays())
+
+        replace_atomic(path, write)
 
     @classmethod
     def load(cls, path: str | Path) -> FlowTable:
