@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from fabric.routing import _walk
 from fabric.sim import dcqcn, ecn, pfc
@@ -170,6 +172,43 @@ from fabric.sim.layout import (
 )
 from fabric.sim.queue import depth_bytes, dequeue, enqueue, settle
 
+
+@intrinsic
+def _borrow(typingctx, arr):
+    """The same array without its reference count (meminfo and parent set to NULL).
+
+    The kernel's helpers take the whole state tuple; handing them counted
+    arrays costs an atomic increment and decrement per array per call, most
+    of the run time. The caller of `run` keeps the real arrays alive.
+    """
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+        ary.parent = cgutils.get_null_value(ary.parent.type)
+        return ary._getvalue()
+
+    return arr(arr), codegen
+
+
+@njit(cache=True)
+def borrowed(S):
+    """`S` with every array borrowed (see `_borrow`)."""
+    net, live = S[18], S[19]
+    return (
+        _borrow(S[0]), _borrow(S[1]), _borrow(S[2]), _borrow(S[3]), _borrow(S[4]),
+        _borrow(S[5]), _borrow(S[6]), _borrow(S[7]), _borrow(S[8]), _borrow(S[9]),
+        _borrow(S[10]), _borrow(S[11]), _borrow(S[12]), _borrow(S[13]), _borrow(S[14]),
+        _borrow(S[15]), _borrow(S[16]), _borrow(S[17]),
+        (
+            _borrow(net[0]), _borrow(net[1]), _borrow(net[2]), _borrow(net[3]),
+            _borrow(net[4]), _borrow(net[5]), _borrow(net[6]),
+        ),
+        (_borrow(live[0]), _borrow(live[1]), _borrow(live[2]), _borrow(live[3]), _borrow(live[4])),
+        _borrow(S[20]), _borrow(S[21]), _borrow(S[22]),
+    )  # fmt: skip
+
+
 PS_PER_S_BITS = 8 * 1_000_000_000_000  # ps per second, times 8 bits per byte
 NEVER = np.int64(2**62)
 
@@ -182,7 +221,7 @@ def serialization_ps(wire_bytes, rate_bps):
     return (wire_bytes * PS_PER_S_BITS + rate_bps - 1) // rate_bps
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def want_tx(S, p, t):
     """Make sure port p looks for work again at time t."""
     pt, ev, g = S[3], S[11], S[0]
@@ -206,7 +245,7 @@ def record(S, p, kind, f, psn, nbytes, ce, arg, now):
     g[G_CAPS] = c + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def put_on_wire(S, p, i, now):
     """Port p starts sending packet i: it arrives at the far end after serialization and delay."""
     g, pt, pk, ev = S[0], S[3], S[9], S[11]
@@ -222,7 +261,7 @@ def put_on_wire(S, p, i, now):
         )  # fmt: skip
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def put_pfc_on_wire(S, p, quanta, now):
     """Port p sends a PFC frame; its peer's port towards us is paused when it arrives."""
     g, pt, ev = S[0], S[3], S[11]
@@ -239,7 +278,7 @@ def put_pfc_on_wire(S, p, quanta, now):
 # packets --------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def alloc(S):
     g, pk = S[0], S[9]
     i = g[G_FREE]
@@ -252,7 +291,7 @@ def alloc(S):
     return i
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def release_packet(S, i):
     g, pk = S[0], S[9]
     pk[i, PK_NEXT] = g[G_FREE]
@@ -316,7 +355,7 @@ def send_control(S, f, kind, arg, now):
 # NIC senders ----------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def list_add(S, f):
     fl, nd, act = S[5], S[7], S[8]
     v = fl[f, FL_SRC]
@@ -326,7 +365,7 @@ def list_add(S, f):
     nd[v, ND_CNT] = c + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def list_remove(S, f):
     fl, nd, act = S[5], S[7], S[8]
     v = fl[f, FL_SRC]
@@ -698,8 +737,9 @@ def purge(S, p, now):
 
 
 @njit(cache=True)
-def run(S, t_stop, max_events):
+def run(S_counted, t_stop, max_events):
     """Process events in time order; returns why it stopped (see layout.R_*)."""
+    S = borrowed(S_counted)
     g, prm, pt, fl, pk, ev, smp, cap = S[0], S[1], S[3], S[5], S[9], S[11], S[16], S[17]
     n_flows = fl.shape[0]
     e = np.empty(5, dtype=np.int64)
