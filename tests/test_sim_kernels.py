@@ -1,0 +1,180 @@
+"""Every simulator kernel against a slow, obvious reference."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+import numpy as np
+import pytest
+
+from fabric.model import EcnProfile
+from fabric.sim import dcqcn, ecn, pfc
+from fabric.sim import layout as L
+from fabric.sim.heap import pop, schedule
+from fabric.sim.queue import dequeue, enqueue, fifo_check
+from tests.conftest import fabric as preset
+from tests.simhelp import flows, run
+
+
+def test_event_heap_pops_in_time_then_schedule_order_like_heapq():
+    rng = np.random.default_rng(1)
+    ev = np.zeros((4096, 5), dtype=np.int64)
+    g = np.zeros(L.G_NG, dtype=np.int64)
+    ref = []
+    seq = 0
+    out = np.zeros(5, dtype=np.int64)
+    popped, expected = [], []
+    for _ in range(3000):
+        if ref and rng.random() < 0.45:
+            pop(ev, g, out)
+            popped.append((int(out[0]), int(out[3])))
+            t, _, a = heapq.heappop(ref)
+            expected.append((t, a))
+        else:
+            t = int(rng.integers(0, 50))  # many ties
+            schedule(ev, g, t, 1, seq, 0)
+            heapq.heappush(ref, (t, seq, seq))
+            seq += 1
+    assert popped == expected
+    assert g[L.G_HEAP] == len(ref)
+
+
+@pytest.mark.parametrize("depth", [0, 100, 101, 150, 399, 400, 401, 10_000])
+def test_red_probability_is_the_profile_closed_form(depth):
+    profile = EcnProfile(100, 400, 0.3)
+    assert ecn.red_probability(depth, 100, 400, 0.3) == pytest.approx(profile.probability(depth))
+
+
+def test_marking_frequency_follows_the_red_probability():
+    g = np.zeros(L.G_NG, dtype=np.int64)
+    g[L.G_RNG] = ecn.rng_state(3)
+    n = 40_000
+    for depth, p in ((250, 0.15), (390, 0.291), (500, 1.0), (50, 0.0)):
+        marks = sum(ecn.should_mark(g, depth, 100, 400, 0.3) for _ in range(n))
+        sigma = (n * p * (1 - p)) ** 0.5
+        assert abs(marks - n * p) <= 4 * sigma + 1e-9
+
+
+def test_queue_is_a_fifo_with_byte_counts():
+    pt = np.zeros((2, L.PT_N), dtype=np.int64)
+    for col in (L.PT_HEAD0, L.PT_TAIL0, L.PT_HEAD1, L.PT_TAIL1):
+        pt[:, col] = -1
+    pk = np.zeros((64, L.PK_N), dtype=np.int64)
+    rng = np.random.default_rng(2)
+    ref = {0: deque(), 1: deque()}
+    nxt = 0
+    for t in range(1, 501):
+        cls = int(rng.integers(0, 2))
+        if ref[cls] and (rng.random() < 0.5 or nxt == 64):
+            i = dequeue(pt, pk, 1, cls, t)
+            assert i == ref[cls].popleft()
+        elif nxt < 64:
+            pk[nxt, L.PK_WIRE] = int(rng.integers(64, 5000))
+            enqueue(pt, pk, 1, cls, nxt, t)
+            ref[cls].append(nxt)
+            nxt += 1
+        for c in (0, 1):
+            assert fifo_check(pt, pk, 1, c) == sum(pk[i, L.PK_WIRE] for i in ref[c])
+            assert pt[1, L.PT_QB0 + c] == sum(pk[i, L.PK_WIRE] for i in ref[c])
+
+
+def test_pfc_admit_and_release_follow_the_thresholds():
+    pt = np.zeros((1, L.PT_N), dtype=np.int64)
+    pt[0, L.PT_XOFF_B], pt[0, L.PT_XON_B], pt[0, L.PT_HEADROOM] = 10_000, 6_000, 3_000
+    rng = np.random.default_rng(4)
+    ing, xoff, held = 0, False, []
+    for _ in range(2000):
+        if held and rng.random() < 0.5:
+            w = held.pop(0)
+            resume = pfc.release(pt, 0, w)
+            ing -= w
+            want = xoff and ing <= 6_000
+            if want:
+                xoff = False
+            assert resume == want
+        else:
+            w = int(rng.integers(100, 2000))
+            verdict = pfc.admit(pt, 0, w)
+            if ing + w > 13_000:
+                assert verdict == pfc.DROP
+                continue
+            ing += w
+            held.append(w)
+            want = pfc.ADMIT_XOFF if ing > 10_000 and not xoff else pfc.ADMIT
+            xoff = xoff or want == pfc.ADMIT_XOFF
+            assert verdict == want
+        assert pt[0, L.PT_ING] == ing and pt[0, L.PT_XOFF] == int(xoff)
+
+
+@pytest.mark.parametrize("rate", [25 * 10**9, 100 * 10**9, 400 * 10**9])
+def test_pause_duration_is_quanta_times_512_bit_times(rate):
+    for quanta in (1, 100, 0xFFFF):
+        assert pfc.pause_ps(quanta, rate) == -(-(quanta * 512 * 10**12) // rate)
+
+
+def test_dcqcn_cut_and_increase_match_the_equations():
+    prm = np.zeros(L.P_NPRM, dtype=np.int64)
+    prm[L.P_FAST_STEPS], prm[L.P_AI_BPS], prm[L.P_HAI_BPS] = 5, 40 * 10**6, 400 * 10**6
+    prm[L.P_MIN_RATE_BPS] = 10**8
+    fprm = np.array([1 / 256])
+    fl = np.zeros((1, L.FL_N), dtype=np.int64)
+    fr = np.zeros((1, L.FR_N))
+    line = 100e9
+    fr[0] = [line, line, 1.0, line]
+    rc, rt, alpha, g = line, line, 1.0, 1 / 256
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        r = rng.random()
+        if r < 0.2:
+            dcqcn.on_cnp(fl, fr, 0, prm, fprm)
+            rt, rc, alpha = rc, max(rc * (1 - alpha / 2), 1e8), (1 - g) * alpha + g
+            t = b = 0
+        elif r < 0.4:
+            dcqcn.on_alpha_timer(fr, 0, fprm)
+            alpha *= 1 - g
+        else:
+            stage = L.FL_T_STAGE if r < 0.7 else L.FL_B_STAGE
+            fl[0, stage] += 1
+            t, b = fl[0, L.FL_T_STAGE], fl[0, L.FL_B_STAGE]
+            dcqcn.increase(fl, fr, 0, prm)
+            if min(t, b) > 5:
+                rt = min(rt + 400e6, line)
+            elif max(t, b) >= 5:
+                rt = min(rt + 40e6, line)
+            rc = min((rt + rc) / 2, line)
+        assert fr[0, L.FR_RC] == pytest.approx(rc)
+        assert fr[0, L.FR_RT] == pytest.approx(rt)
+        assert fr[0, L.FR_ALPHA] == pytest.approx(alpha)
+
+
+def reference_store_and_forward(sizes_wire, rates, delays_ps):
+    """One flow's packets through a chain of links, each packet forwarded whole:
+    a packet leaves a hop when it has fully arrived and the link is free."""
+    free = [0.0] * len(rates)
+    last = 0.0
+    for w in sizes_wire:
+        t = 0.0
+        for h, (rate, delay) in enumerate(zip(rates, delays_ps, strict=True)):
+            start = max(t, free[h])
+            ser = -(-w * 8 * 10**12 // rate)
+            free[h] = start + ser
+            t = start + ser + delay
+        last = t
+    return last
+
+
+def test_event_loop_matches_a_store_and_forward_reference_to_the_picosecond():
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    mtu = 4096
+    size = 37 * mtu + 1234
+    sim = run(fab, flows([nics[1]], [nics[14]], size))
+    ports = sim.path_port[sim.path_ptr[0] : sim.path_ptr[1]]
+    wires = [mtu + L.DATA_OVERHEAD] * 37 + [1234 + L.DATA_OVERHEAD]
+    end_ps = reference_store_and_forward(
+        wires,
+        [int(fab.port_rate_bps[p]) for p in ports],
+        [int(fab.port_delay_ns[p]) * 1000 for p in ports],
+    )
+    assert sim.fl[0, L.FL_T_END] == end_ps
