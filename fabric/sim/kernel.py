@@ -563,8 +563,10 @@ def grant(S, f, now):
     prm, fl = S[1], S[5]
     chunk = prm[P_CTS_CHUNK]
     limit = prm[P_CTS_WINDOW] * chunk
-    while fl[f, FL_GRANTED] < fl[f, FL_BYTES] and fl[f, FL_GRANTED] - fl[f, FL_DELIV] < limit:
+    while fl[f, FL_GRANTED] < fl[f, FL_BYTES]:
         n = min(chunk, fl[f, FL_BYTES] - fl[f, FL_GRANTED])
+        if fl[f, FL_GRANTED] + n - fl[f, FL_DELIV] > limit:
+            break
         fl[f, FL_GRANTED] += n
         send_control(S, f, K_CTS, n, now)
 

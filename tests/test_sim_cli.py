@@ -1,0 +1,214 @@
+"""`aifabric run`, scenarios, faults, clear-to-send and interrupted runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from aifabric.cli import main
+from fabric.errors import AifabricError
+from fabric.rundir import COLLECTIVE_FIELDS, FLOW_FIELDS, PORT_SERIES, Run, RunWriter
+from fabric.scenario import Fault
+from fabric.sim import layout as L
+from fabric.sim.run import run_scenario
+from fabric.sim.scenario_spec import load_scenario, scenario_presets
+from tests.conftest import fabric as preset
+from tests.simhelp import flows, run
+
+SMALL = """
+[scenario]
+topology = "lab-small"
+seed = 2
+sample_interval = "5us"
+
+[workload]
+collective = "allreduce"
+algorithm = "ring"
+size = "2MiB"
+
+[ecmp]
+policy = "eecmp"
+
+[queue]
+ecn_kmin = "50KiB"
+
+[congestion_control]
+kind = "dcqcn"
+rate_timer = "20us"
+
+[[faults]]
+link = "z0-r0-rtsw--z0-ctsw0"
+at = "30us"
+"""
+
+
+@pytest.fixture
+def small(tmp_path):
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL)
+    return path
+
+
+def invoke(*args):
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    return result
+
+
+def test_run_writes_the_run_directory(small, tmp_path):
+    out = tmp_path / "run"
+    result = invoke("run", small, "-o", out, "--capture", "z0-r0-h0-nic0", "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    r = Run(out)
+    assert r.status == "complete" and r.engine == "sim"
+    assert r.meta["scenario"]["congestion_control"]["kind"] == "dcqcn"
+    assert r.meta["scenario"]["queues"]["rtsw"]["ecn"]["kmin_bytes"] == 50 * 1024
+    fl = r.flows()
+    assert set(FLOW_FIELDS) <= set(fl)
+    assert (fl["end_ns"] > fl["start_ns"]).all()
+    assert any(f["kind"] == "link" for f in r.meta["results"]["faults_applied"])
+    used = fl["path_link"]
+    assert len(used) == fl["path_ptr"][-1]
+    ports = r.ports()
+    assert set(PORT_SERIES) <= set(ports)
+    assert ports["tx_bytes"].shape == (len(ports["t_ns"]), len(ports["port"]))
+    # every data byte crossed the first link of its flow: the port series add up
+    sent = ports["tx_bytes"].sum()
+    assert sent >= fl["bytes"].sum()
+    coll = r.collectives()
+    assert set(COLLECTIVE_FIELDS) <= set(coll)
+    assert coll["busbw_bps"][0] == pytest.approx(
+        coll["algbw_bps"][0] * 2 * (coll["ranks"][0] - 1) / coll["ranks"][0]
+    )
+    assert summary["flows_done"] == len(fl["flow_id"])
+    assert [p.name for p in r.captures()] == ["z0-r0-h0-nic0-p0.pcap"]
+
+
+def test_run_prints_a_summary_and_the_same_seed_reproduces(small, tmp_path):
+    a = invoke("run", small, "-o", tmp_path / "a", "--seed", "9")
+    b = invoke("run", small, "-o", tmp_path / "b", "--seed", "9")
+    assert a.exit_code == 0, a.output
+    assert b.exit_code == 0, b.output
+    assert "completion time" in a.output and "run directory" in a.output
+    fa, fb = Run(tmp_path / "a").flows(), Run(tmp_path / "b").flows()
+    for key in fa:
+        assert np.array_equal(fa[key], fb[key])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "no-such-scenario"], "unknown scenario"),
+        (["run", "demo", "--capture", "nowhere:1"], "no node named"),
+    ],
+)
+def test_run_errors_are_one_sentence(args, message, tmp_path):
+    result = invoke(*args, "-o", tmp_path / "x")
+    assert result.exit_code == 1, result.output
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_bad_scenario_keys_fail_with_the_key_named(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(SMALL.replace('rate_timer = "20us"', 'rate_timr = "20us"'))
+    result = invoke("run", path, "-o", tmp_path / "x")
+    assert result.exit_code == 1
+    assert "rate_timr" in result.output
+
+
+def test_mininet_engine_missing_is_one_sentence(small, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "fabric.emu", None)
+    result = invoke("run", small, "--engine", "mininet", "-o", tmp_path / "x")
+    assert result.exit_code == 1
+    assert "Mininet engine is not available" in result.output
+
+
+def test_every_preset_loads():
+    names = scenario_presets()
+    assert "demo" in names
+    for name in names:
+        sc = load_scenario(name)
+        assert len(sc.flows) > 0
+
+
+def test_interrupted_run_is_partial_with_everything_so_far(small, tmp_path):
+    sc = load_scenario(small)
+    writer = RunWriter(tmp_path / "p", "sim", sc.to_dict())
+    calls = []
+
+    def interrupt(progress):
+        calls.append(progress)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+
+    summary = run_scenario(sc, writer, progress=interrupt)
+    r = Run(tmp_path / "p")
+    assert summary["status"] == "partial" and r.status == "partial"
+    fl = r.flows()
+    assert (fl["end_ns"] == -1).any()
+    assert r.ports()["t_ns"].size > 0
+
+
+def test_link_down_reroutes_flows_and_they_complete():
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    table = flows(nics[0:4], nics[8:12], 300 * 4096)
+    base = run(fab, table)
+    used = base.path_port[base.path_ptr[0] : base.path_ptr[1]] // 2
+    link = int(used[1])  # the first flow's uplink
+    sim = run(fab, table, faults=[Fault("link", link, at_ns=20_000)])
+    c = sim.counters()
+    assert c["flows_done"] == 4
+    rec = sim.flow_records()
+    for f in range(4):
+        links = rec["path_link"][rec["path_ptr"][f] : rec["path_ptr"][f + 1]]
+        assert link not in links
+    assert (sim.pt[[2 * link, 2 * link + 1], L.PT_ALIVE] == 0).all()
+
+
+def test_drained_switch_carries_no_new_flows():
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    spine = fab.node_id("z0-ctsw0")
+    first = flows(nics[0:4], nics[8:12], 100 * 4096, start_ns=[0, 0, 50_000, 50_000])
+    sim = run(fab, first, faults=[Fault("node", spine, at_ns=10_000, action="drain")])
+    rec = sim.flow_records()
+    spine_links = set(np.flatnonzero((fab.link_a == spine) | (fab.link_b == spine)).tolist())
+    for f in (2, 3):
+        links = rec["path_link"][rec["path_ptr"][f] : rec["path_ptr"][f + 1]]
+        assert not spine_links & set(links.tolist())
+    assert sim.counters()["drops"] == 0
+
+
+def test_clear_to_send_bounds_what_is_in_flight_to_a_receiver():
+    fab = preset("lab-medium")
+    nics = fab.nic_ids
+    senders = [int(n) for n in nics[1:9]]
+    chunk, window = 64 * 1024, 2
+    table = flows(senders, [int(nics[0])] * 8, 2 * 2**20)
+    params = {"cts_chunk": chunk, "cts_window": window}
+    sim = run(fab, table, cc="cts", cc_params=params, sample_interval_ns=2_000)
+    none = run(fab, table, cc="none", sample_interval_ns=2_000)
+    bottleneck = int(fab.nic_port[nics[0]]) ^ 1
+    q_cts = sim.port_series()["qdepth_max_bytes"][:, bottleneck].max()
+    q_none = none.port_series()["qdepth_max_bytes"][:, bottleneck].max()
+    overhead = (4096 + L.DATA_OVERHEAD) / 4096
+    assert q_cts <= len(senders) * window * chunk * overhead
+    assert q_none > q_cts
+    assert sim.counters()["pfc_frames"] == 0 and sim.counters()["flows_done"] == 8
+
+
+def test_simulation_rejects_bad_input():
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    with pytest.raises(AifabricError, match="itself"):
+        run(fab, flows([nics[0]], [nics[0]], 10))
+    with pytest.raises(AifabricError, match="congestion control"):
+        run(fab, flows([nics[0]], [nics[1]], 10), cc="bbr")
+    with pytest.raises(AifabricError, match="NIC"):
+        run(fab, flows([fab.node_id("z0-ctsw0")], [nics[1]], 10))
