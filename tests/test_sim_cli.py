@@ -212,3 +212,17 @@ def test_simulation_rejects_bad_input():
         run(fab, flows([nics[0]], [nics[1]], 10), cc="bbr")
     with pytest.raises(AifabricError, match="NIC"):
         run(fab, flows([fab.node_id("z0-ctsw0")], [nics[1]], 10))
+
+
+def test_clear_to_send_takes_chunk_and_window_from_the_workload_where_set():
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    ops = {"op_id": [0, 1], "op_job": [0, 0], "op_kind": ["sendrecv"] * 2,
+           "op_algorithm": ["p2p"] * 2, "op_bytes": [1, 1], "op_ranks": [2, 2],
+           "op_busbw_factor": [1.0, 1.0], "op_chunk_bytes": [32 * 1024, 0],
+           "op_window": [3, 0]}  # fmt: skip
+    table = flows(nics[0:2], nics[2:4], 200_000, ops=ops, op=[0, 1])
+    sim = run(fab, table, cc="cts", cc_params={"cts_chunk": "128KiB", "cts_window": 2})
+    assert sim.fl[:, L.FL_CHUNK].tolist() == [32 * 1024, 128 * 1024]
+    assert sim.fl[:, L.FL_WINDOW].tolist() == [3, 2]
+    assert sim.counters()["flows_done"] == 2

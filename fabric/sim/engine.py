@@ -245,6 +245,7 @@ class Simulation:
         fl[:, L.FL_DQPN] = t.dqpn
         fl[:, L.FL_SQPN] = t.sqpn
         fl[:, L.FL_PRIO] = t.priority
+        fl[:, L.FL_CHUNK], fl[:, L.FL_WINDOW] = self._cts_grants()
         fr = np.zeros((n, L.FR_N), dtype=np.float64)
         fr[:, L.FR_LINE] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
         fr[:, L.FR_RC] = fr[:, L.FR_LINE]
@@ -290,6 +291,26 @@ class Simulation:
         for i in np.flatnonzero(fl[:, L.FL_DEPS] == 0):
             schedule(ev, g, int(fl[i, L.FL_EARLIEST]), L.EV_FLOW_START, int(i), 0)
         schedule(ev, g, int(prm[L.P_SAMPLE_PS]), L.EV_SAMPLE, 0, 0)
+
+    def _cts_grants(self) -> tuple[np.ndarray, np.ndarray]:
+        """Clear-to-send chunk and window per flow: its operation's (the workload's
+        `chunk` and `window`) where it sets a window, else the scenario's."""
+        t = self.flows
+        chunk = np.full(len(t), self.params["cts_chunk"], dtype=np.int64)
+        window = np.full(len(t), self.params["cts_window"], dtype=np.int64)
+        op_window = getattr(t, "op_window", None)
+        op_chunk = getattr(t, "op_chunk_bytes", None)
+        if op_window is None or op_chunk is None or len(t.op_id) == 0:
+            return chunk, window
+        order = np.argsort(t.op_id)
+        row = order[np.clip(np.searchsorted(t.op_id, t.op, sorter=order), 0, len(order) - 1)]
+        known = t.op_id[row] == t.op
+        w = np.where(known, op_window[row], 0)
+        c = np.where(known, op_chunk[row], 0)
+        own = (w > 0) & (c > 0)
+        chunk[own] = c[own]
+        window[own] = w[own]
+        return chunk, window
 
     def _state(self) -> tuple:
         f, r = self.fabric, self.routing

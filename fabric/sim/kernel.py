@@ -57,6 +57,7 @@ from fabric.sim.layout import (
     FL_B_STAGE,
     FL_BC,
     FL_BYTES,
+    FL_CHUNK,
     FL_DELIV,
     FL_DEPS,
     FL_DQPN,
@@ -77,6 +78,7 @@ from fabric.sim.layout import (
     FL_T_STAGE,
     FL_T_START,
     FL_UNSENT,
+    FL_WINDOW,
     FR_ALPHA,
     FR_LINE,
     FR_RC,
@@ -110,8 +112,6 @@ from fabric.sim.layout import (
     P_BYTE_COUNTER,
     P_CC,
     P_CNP_INTERVAL_PS,
-    P_CTS_CHUNK,
-    P_CTS_WINDOW,
     P_MTU,
     P_RATE_TIMER_PS,
     P_RTO_PS,
@@ -560,9 +560,9 @@ def arrive_at_switch(S, i, p_in, q, now):
 @njit(cache=True)
 def grant(S, f, now):
     """cts: the receiver keeps up to `window` chunks of flow f granted and not yet received."""
-    prm, fl = S[1], S[5]
-    chunk = prm[P_CTS_CHUNK]
-    limit = prm[P_CTS_WINDOW] * chunk
+    fl = S[5]
+    chunk = fl[f, FL_CHUNK]
+    limit = fl[f, FL_WINDOW] * chunk
     while fl[f, FL_GRANTED] < fl[f, FL_BYTES]:
         n = min(chunk, fl[f, FL_BYTES] - fl[f, FL_GRANTED])
         if fl[f, FL_GRANTED] + n - fl[f, FL_DELIV] > limit:

@@ -139,8 +139,10 @@ CC_KINDS = {"none": CC_NONE, "dcqcn": CC_DCQCN, "cts": CC_CTS}
     FL_DQPN,
     FL_SQPN,
     FL_PRIO,
+    FL_CHUNK,  # cts: bytes per grant
+    FL_WINDOW,  # cts: grants outstanding at most
     FL_N,
-) = range(27)
+) = range(29)
 FR_RC, FR_RT, FR_ALPHA, FR_LINE, FR_N = range(5)
 ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
 
