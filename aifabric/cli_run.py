@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 
 import click
 
 from aifabric.cli import emit_json, json_option, main
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _progress_printer():
@@ -77,11 +82,15 @@ def run(scenario, output, engine, captures, seed, as_json):
         resolve_port(sc.fabric, name)
     path = Path(output or f"runs/{sc.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     writer = RunWriter(path, engine, sc.to_dict())
-    if engine == "mininet":
-        summary = run_engine(sc, writer)
-    else:
-        summary = run_engine(sc, writer, progress=_progress_printer())
-        sys.stderr.write("\n")
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` ends the run like Ctrl-C
+    try:
+        if engine == "mininet":
+            summary = run_engine(sc, writer)
+        else:
+            summary = run_engine(sc, writer, progress=_progress_printer())
+            sys.stderr.write("\n")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     summary = dict(summary or {})
     summary["run_dir"] = str(path)
     if as_json:
@@ -103,8 +112,9 @@ def _print_summary(sc, s: dict) -> None:
     for op in s.get("collectives", []):
         if op["time_ns"] is None:
             continue
+        label = op["kind"] if op["algorithm"] in ("", "-") else f"{op['kind']} {op['algorithm']}"
         click.echo(
-            f"{op['kind']} {op['algorithm']:<10} {format_size(op['bytes'])} x {op['ranks']} ranks"
+            f"{label:<17} {format_size(op['bytes'])} x {op['ranks']} ranks"
             f"  {format_time(op['time_ns'])}  busbw {format_rate(int(op['busbw_bps']))}bps"
         )
     where = f" at {s['max_queue_port']}" if s.get("max_queue_port") else ""
