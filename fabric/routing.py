@@ -212,7 +212,7 @@ def _choose(s, lj, h, mode, net, live, load):
 
 
 @njit(cache=True)
-def _walk(src, dst, sip, dip, sport, dqpn, psn, rnd, mode, net, live, load, weight, out):
+def route_packet(src, dst, sip, dip, sport, dqpn, psn, rnd, mode, net, live, load, weight, out):
     """Route one packet from NIC src to NIC dst; write its ports to out, return the count.
 
     `net` is the fabric (nic_port, nic_switch, port_peer, adj_ptr, adj_port,
@@ -259,7 +259,7 @@ def _walk_many(src, dst, ip, sport, dqpn, psn, weight, rnd, mode, net, live, loa
     buf = np.empty(MAX_HOPS, dtype=np.int32)
     total = 0
     for f in range(src.shape[0]):
-        n = _walk(
+        n = route_packet(
             src[f], dst[f], ip[src[f]], ip[dst[f]], sport[f], dqpn[f], psn[f], rnd[f],
             mode, net, live, load, weight[f], buf,
         )  # fmt: skip

@@ -202,7 +202,7 @@ def parse(text: str, name: str) -> Spec:
             body = {k: v for k, v in body.items() if k not in QUEUE_ROLES}
         values[table] = _check_table(name, table, body, SCHEMA[table])
     display = values["fabric"]["name"] or name
-    queues = _queues(name, raw.get("queue", {}))
+    queues = queue_profiles(name, raw.get("queue", {}))
     return Spec(name=display, kind=kind, values=values, queues=queues, raw=raw)
 
 
@@ -235,7 +235,7 @@ def _check_table(name: str, table: str, body: dict, keys: dict[str, Key]) -> dic
     return out
 
 
-def _queues(name: str, body: dict) -> dict[Role, QueueProfile]:
+def queue_profiles(name: str, body: dict) -> dict[Role, QueueProfile]:
     if not isinstance(body, dict):
         raise SpecError(f"topology {name}: queue must be a table")
     base = {k: v for k, v in body.items() if k not in QUEUE_ROLES}

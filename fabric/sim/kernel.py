@@ -26,7 +26,7 @@ from numba import njit
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from fabric.routing import _walk
+from fabric.routing import route_packet
 from fabric.sim import dcqcn, ecn, pfc
 from fabric.sim.heap import pop, schedule
 from fabric.sim.layout import (
@@ -404,7 +404,7 @@ def send_data(S, f, p, now):
         net, live, ip = S[18], S[19], S[20]
         src = fl[f, FL_SRC]
         dst = fl[f, FL_DST]
-        n = _walk(
+        n = route_packet(
             src, dst, ip[src], ip[dst], fl[f, FL_SPORT], fl[f, FL_DQPN], psn & 0xFFFFFF,
             S[22], 3, net, live, S[21], 0.0, pp[i],
         )  # fmt: skip

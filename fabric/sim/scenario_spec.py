@@ -189,7 +189,7 @@ def scenario_from_dict(
 
 def with_queues(fabric: Fabric, queue: dict, name: str) -> Fabric:
     """The fabric with the scenario's [queue] keys laid over its topology's."""
-    from topologies.spec import QUEUE_ROLES, _queues
+    from topologies.spec import QUEUE_ROLES, queue_profiles
 
     if not isinstance(queue, dict):
         raise SpecError(f"scenario {name}: [queue] must be a table")
@@ -201,7 +201,7 @@ def with_queues(fabric: Fabric, queue: dict, name: str) -> Fabric:
             merged.setdefault(key, {}).update(value)
         else:
             merged[key] = value
-    queues = _queues(f"{fabric.name} (scenario {name})", merged)
+    queues = queue_profiles(f"{fabric.name} (scenario {name})", merged)
     return dataclasses.replace(fabric, queues=queues)
 
 
