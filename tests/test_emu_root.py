@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -129,6 +130,23 @@ def test_ring_allreduce_delivers_every_byte(tmp_path):
     assert emu["ecn"] in ("red", "ebpf", "none") and emu["scale"] >= 1
     topo = run.topology()
     assert len(topo["links"]) == sc.fabric.n_links
+
+
+def test_replay_copes_with_descriptors_past_1024(tmp_path):
+    # A large fabric opens more sockets than select() can watch; hold 1,100
+    # descriptors so that even lab-small's sockets are numbered past 1024.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096 and (hard == resource.RLIM_INFINITY or hard >= 4096):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (4096, hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        sc = _scenario({"collective": "allgather", "algorithm": "ring", "size": "64KiB", "gpus": 8})
+        summary, run = _run(tmp_path, sc, timeout_s=120)
+    finally:
+        for fd in held:
+            os.close(fd)
+    assert run.status == "complete", run.meta["message"]
+    assert summary["bytes_received"] == int(sc.flows.bytes.sum())
 
 
 @pytest.fixture(scope="module")

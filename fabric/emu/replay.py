@@ -160,6 +160,10 @@ class Replay:
         zero_set = set(zero.tolist())
         recv_socks = list(self._recv.items())
         sock_host = {s.fileno(): h for h, s in recv_socks}
+        # poll, not select: a fabric of a hundred hosts has descriptors past select's 1024.
+        poller = select.poll()
+        for _, s in recv_socks:
+            poller.register(s, select.POLLIN)
         try:
             while done < n:
                 now = time.monotonic()
@@ -212,11 +216,17 @@ class Replay:
                 wait = 0.0 if (waiting or any(sent_off[f] < nbytes[f] for f in active)) else 0.002
                 if self.cc and active:
                     wait = max(0.0, min(0.002, min(next_tx[f] for f in active) - now))
-                ready, _, _ = select.select([s for _, s in recv_socks], blocked, [], wait)
-                for s in ready:
-                    if s.fileno() not in sock_host:
+                waking = {s.fileno() for s in blocked} - sock_host.keys()
+                for fd in waking:
+                    poller.register(fd, select.POLLOUT)
+                events = poller.poll(wait * 1000)
+                for fd in waking:
+                    poller.unregister(fd)
+                for fd, event in events:
+                    if fd not in sock_host or not event & select.POLLIN:
                         continue
-                    h = sock_host[s.fileno()]
+                    h = sock_host[fd]
+                    s = self._recv[h]
                     while True:
                         try:
                             data, anc, _, addr = s.recvmsg(self.mtu + 64, 64)
