@@ -7,11 +7,14 @@ from collections import deque
 
 import numpy as np
 import pytest
+from numba import njit
 
 from fabric.model import EcnProfile
 from fabric.sim import dcqcn, ecn, pfc
 from fabric.sim import layout as L
+from fabric.sim.engine import CACHE_LINE, zeros_aligned
 from fabric.sim.heap import pop, schedule
+from fabric.sim.kernel import prefetch
 from fabric.sim.queue import dequeue, enqueue, fifo_check
 from tests.conftest import fabric as preset
 from tests.simhelp import flows, run
@@ -38,6 +41,42 @@ def test_event_heap_pops_in_time_then_schedule_order_like_heapq():
             seq += 1
     assert popped == expected
     assert g[L.G_HEAP] == len(ref)
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((1000, L.PK_N), np.int64), ((77, L.MAX_HOPS), np.int32), ((0, 5), np.int64)],
+)
+def test_aligned_arrays_are_zeroed_writable_and_start_a_cache_line(shape, dtype):
+    for _ in range(5):
+        a = zeros_aligned(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+        assert a.size == 0 or a.ctypes.data % CACHE_LINE == 0
+        assert not a.any()
+        a[...] = 7
+        assert (a == np.full(shape, 7, dtype=dtype)).all()
+
+
+@njit
+def _prefetch_rows(a, rows):
+    for i in rows:
+        prefetch(a, i)
+
+
+def test_prefetch_is_only_a_hint_and_changes_nothing():
+    rng = np.random.default_rng(2)
+    for a in (rng.integers(0, 99, (300, L.PK_N)), rng.integers(0, 99, (300, 16)).astype(np.int32)):
+        before = a.copy()
+        _prefetch_rows(a, rng.integers(0, len(a), 1000))
+        assert np.array_equal(a, before)
+
+
+def test_a_packet_row_is_whole_cache_lines_and_a_hop_reads_only_the_first():
+    assert L.PK_N * 8 % CACHE_LINE == 0
+    hot = (L.PK_KIND, L.PK_WIRE, L.PK_HOP, L.PK_NHOPS, L.PK_NEXT, L.PK_CE)
+    assert max(hot) * 8 < CACHE_LINE
+    cols = (L.PK_FLOW, L.PK_BYTES, L.PK_PSN, L.PK_ARG, L.PK_PAD) + hot
+    assert sorted(cols) == list(range(len(cols)))
 
 
 @pytest.mark.parametrize("depth", [0, 100, 101, 150, 399, 400, 401, 10_000])

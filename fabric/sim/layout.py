@@ -150,20 +150,23 @@ ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
 # nodes (nd[v, ...]): a NIC's list of flows that have data to send
 ND_OFF, ND_CNT, ND_RR, ND_N = range(4)
 
-# packets (pk[i, ...]) and their ports (pp[i, :MAX_HOPS])
+# packets (pk[i, ...]) and their ports (pp[i, :MAX_HOPS]). Columns are ordered by use:
+# what a switch hop reads comes first; a row is padded to two cache lines so that the
+# hot columns of a packet (usually cold by the time it leaves a queue) are one access.
 (
-    PK_FLOW,
     PK_KIND,
-    PK_BYTES,  # payload
     PK_WIRE,  # bytes on the wire, with headers, preamble and gap
-    PK_PSN,
     PK_HOP,  # index in pp of the port it is on or queued at
     PK_NHOPS,
-    PK_CE,
     PK_NEXT,
+    PK_CE,
+    PK_FLOW,
+    PK_BYTES,  # payload
+    PK_PSN,
     PK_ARG,  # cts grant bytes
-    PK_N,
+    PK_PAD,
 ) = range(11)
+PK_N = 16
 K_DATA, K_CNP, K_ACK, K_CTS, K_REQ, K_PFC = range(6)
 
 # frame overheads on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12, ICRC 4,
