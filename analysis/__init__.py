@@ -8,3 +8,5 @@
 - `report`: the self-contained Plotly HTML report.
 - `topology`: the `Fabric` a run recorded in its topology.json.
 """
+
+import fabric  # noqa: E402, F401  (sets the numba cache directory first)

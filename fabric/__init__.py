@@ -1,5 +1,6 @@
 """The network model of a backend fabric, its units, ECMP routing and the engines."""
 
+import fabric._numba_cache  # noqa: F401  (before anything imports numba)
 from fabric.errors import AifabricError, SpecError
 from fabric.model import (
     ROLES,

@@ -42,6 +42,7 @@ tables, with `name` and `description` beside them). Jobs never share a NIC.
 `traffic.collectives`; dependencies across ops: see `traffic.generate`.
 """
 
+import fabric  # noqa: F401  (sets the numba cache directory first)
 from traffic.flows import FlowTable
 from traffic.generate import generate
 from traffic.packets import Packets, packetize
