@@ -11,12 +11,12 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from fabric.errors import SpecError, UnitError
 from fabric.model import DEFAULT_QUEUE, EcnProfile, PfcProfile, QueueProfile, Role
+from fabric.specfile import Presets
 from fabric.units import parse_rate, parse_size, parse_time
 
 
@@ -137,35 +137,16 @@ class Spec:
         return self.values[table]
 
 
+PRESETS = Presets("topologies", "presets", "topology")
+
+
 def preset_names() -> list[str]:
-    folder = resources.files("topologies") / "presets"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
-
-
-def preset_text(name: str) -> str:
-    path = resources.files("topologies") / "presets" / f"{name}.toml"
-    if not path.is_file():
-        raise SpecError(
-            f"unknown topology preset {name!r}; the presets are: {', '.join(preset_names())}"
-        )
-    return path.read_text()
+    return PRESETS.names()
 
 
 def load(source: str | Path) -> Spec:
     """A preset name or a path to a TOML file -> a checked `Spec`."""
-    text_source = str(source)
-    if text_source.endswith(".toml") or "/" in text_source or Path(text_source).is_file():
-        path = Path(text_source)
-        if not path.is_file():
-            raise SpecError(f"topology file {text_source} does not exist")
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise SpecError(f"topology file {text_source} cannot be read: {e}") from None
-        name = path.stem
-    else:
-        text = preset_text(text_source)
-        name = text_source
+    text, name, _ = PRESETS.read(source)
     return parse(text, name)
 
 

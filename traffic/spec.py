@@ -15,11 +15,11 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from fabric.errors import SpecError, UnitError
+from fabric.specfile import Presets
 from fabric.units import parse_size, parse_time
 
 COLLECTIVES = {
@@ -184,36 +184,16 @@ class Workload:
     raw: dict[str, Any]
 
 
+PRESETS = Presets("traffic", "presets", "workload")
+
+
 def workload_presets() -> list[str]:
-    folder = resources.files("traffic") / "presets"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
-
-
-def _preset_text(name: str) -> str:
-    path = resources.files("traffic") / "presets" / f"{name}.toml"
-    if not path.is_file():
-        raise SpecError(
-            f"unknown workload {name!r}; the presets are {', '.join(workload_presets())}, "
-            "or give a TOML file"
-        )
-    return path.read_text()
+    return PRESETS.names()
 
 
 def load_workload(source: str | Path) -> Workload:
     """A preset name or a path to a TOML file -> a checked `Workload`."""
-    text_source = str(source)
-    if text_source.endswith(".toml") or "/" in text_source or Path(text_source).is_file():
-        path = Path(text_source)
-        if not path.is_file():
-            raise SpecError(f"workload file {text_source} does not exist")
-        try:
-            text = path.read_text()
-        except (OSError, UnicodeDecodeError) as e:
-            raise SpecError(f"workload file {text_source} cannot be read: {e}") from None
-        name = path.stem
-    else:
-        text = _preset_text(text_source)
-        name = text_source
+    text, name, _ = PRESETS.read(source)
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -260,7 +240,7 @@ def _from_preset(table: dict, name: str) -> dict:
     preset = table["preset"]
     if not isinstance(preset, str):
         raise SpecError(f"workload {name}: preset = {preset!r} must be a preset name")
-    base = tomllib.loads(_preset_text(preset))
+    base = tomllib.loads(PRESETS.text(preset))
     overrides = {k: v for k, v in table.items() if k != "preset"}
     if "jobs" in base and overrides:
         key = sorted(overrides)[0]

@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import tomllib
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from fabric.model import Fabric, Role
 from fabric.routing import POLICIES
 from fabric.scenario import CONGESTION_CONTROLS, Fault, Scenario
 from fabric.sim.engine import CC_DEFAULTS, cc_parameters
+from fabric.specfile import Presets
 from fabric.units import parse_time
 
 TABLES = ("scenario", "workload", "ecmp", "queue", "congestion_control", "faults")
@@ -45,33 +45,16 @@ SCENARIO_KEYS = (
 FAULT_KEYS = ("link", "node", "at", "action")
 
 
+PRESETS = Presets("fabric.sim", "scenarios", "scenario")
+
+
 def scenario_presets() -> list[str]:
-    folder = resources.files("fabric.sim") / "scenarios"
-    return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
-
-
-def _read(source: str | Path) -> tuple[str, str, Path | None]:
-    text_source = str(source)
-    if text_source.endswith(".toml") or "/" in text_source or Path(text_source).is_file():
-        path = Path(text_source)
-        if not path.is_file():
-            raise SpecError(f"scenario file {text_source} does not exist")
-        try:
-            return path.read_text(), path.stem, path.parent
-        except (OSError, UnicodeDecodeError) as e:
-            raise SpecError(f"scenario file {text_source} cannot be read: {e}") from None
-    path = resources.files("fabric.sim") / "scenarios" / f"{text_source}.toml"
-    if not path.is_file():
-        raise SpecError(
-            f"unknown scenario {text_source!r}; the presets are "
-            f"{', '.join(scenario_presets())}, or give a TOML file"
-        )
-    return path.read_text(), text_source, None
+    return PRESETS.names()
 
 
 def load_scenario(source: str | Path, *, seed: int | None = None) -> Scenario:
     """A scenario preset name or TOML path -> a `Scenario` with its flows generated."""
-    text, stem, folder = _read(source)
+    text, stem, folder = PRESETS.read(source)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

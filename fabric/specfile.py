@@ -1,0 +1,48 @@
+"""Specs by name or by path: the presets a package ships, or a user's TOML file.
+
+Topologies, workloads and scenarios are all found the same way: a source
+that ends in `.toml`, contains a `/` or names an existing file is a file;
+anything else is the name of a preset shipped in `package/folder/NAME.toml`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from fabric.errors import SpecError
+
+
+@dataclass(frozen=True)
+class Presets:
+    package: str  # the package that ships them, e.g. "topologies"
+    folder: str  # their folder inside it, e.g. "presets"
+    what: str  # how errors name one, e.g. "topology"
+
+    def names(self) -> list[str]:
+        folder = resources.files(self.package) / self.folder
+        return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
+
+    def read(self, source: str | Path) -> tuple[str, str, Path | None]:
+        """(text, name, folder of the file or None for a preset), or one-sentence SpecError."""
+        text_source = str(source)
+        if text_source.endswith(".toml") or "/" in text_source or Path(text_source).is_file():
+            path = Path(text_source)
+            if not path.is_file():
+                raise SpecError(f"{self.what} file {text_source} does not exist")
+            try:
+                return path.read_text(), path.stem, path.parent
+            except (OSError, UnicodeDecodeError) as e:
+                raise SpecError(f"{self.what} file {text_source} cannot be read: {e}") from None
+        return self.text(text_source), text_source, None
+
+    def text(self, name: str) -> str:
+        """The TOML text of the preset `name`."""
+        path = resources.files(self.package) / self.folder / f"{name}.toml"
+        if not path.is_file():
+            raise SpecError(
+                f"unknown {self.what} preset {name!r}; the presets are "
+                f"{', '.join(self.names())}, or give a TOML file"
+            )
+        return path.read_text()
