@@ -7,11 +7,48 @@ anything else is the name of a preset shipped in `package/folder/NAME.toml`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from fabric.errors import SpecError
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of a spec table: how to parse it, its default (None: required), its bound."""
+
+    parse: Callable[[Any], Any]
+    default: Any = None
+    minimum: float | None = None
+    doc: str = ""
+    optional: bool = False  # None is a legal "not given" value
+
+
+def as_int(value):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("must be a whole number")
+    return value
+
+
+def as_number(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number")
+    return float(value)
+
+
+def as_str(value):
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value
+
+
+def as_bool(value):
+    if not isinstance(value, bool):
+        raise ValueError("must be true or false")
+    return value
 
 
 @dataclass(frozen=True)

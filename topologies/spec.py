@@ -9,48 +9,14 @@ fails with one sentence that names the key and the value.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fabric.errors import SpecError, UnitError
 from fabric.model import DEFAULT_QUEUE, EcnProfile, PfcProfile, QueueProfile, Role
-from fabric.specfile import Presets
+from fabric.specfile import Key, Presets, as_bool, as_int, as_number, as_str
 from fabric.units import parse_rate, parse_size, parse_time
-
-
-@dataclass(frozen=True)
-class Key:
-    parse: Callable[[Any], Any]
-    default: Any = None  # None: required
-    minimum: float | None = None
-    doc: str = ""
-
-
-def _int(value):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError("must be a whole number")
-    return value
-
-
-def _float(value):
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError("must be a number")
-    return float(value)
-
-
-def _str(value):
-    if not isinstance(value, str):
-        raise ValueError("must be a string")
-    return value
-
-
-def _bool(value):
-    if not isinstance(value, bool):
-        raise ValueError("must be true or false")
-    return value
-
 
 KINDS = {
     "two-tier": ("servers", "zone"),
@@ -63,60 +29,60 @@ COMMON = ("fabric", "links", "radix", "queue")
 
 _QUEUE_KEYS = {
     "buffer": Key(parse_size, DEFAULT_QUEUE.buffer_bytes, 1),
-    "ecn": Key(_bool, DEFAULT_QUEUE.ecn.enabled),
+    "ecn": Key(as_bool, DEFAULT_QUEUE.ecn.enabled),
     "ecn_kmin": Key(parse_size, DEFAULT_QUEUE.ecn.kmin_bytes, 0),
     "ecn_kmax": Key(parse_size, DEFAULT_QUEUE.ecn.kmax_bytes, 0),
-    "ecn_pmax": Key(_float, DEFAULT_QUEUE.ecn.pmax, 0),
-    "pfc": Key(_bool, DEFAULT_QUEUE.pfc.enabled),
+    "ecn_pmax": Key(as_number, DEFAULT_QUEUE.ecn.pmax, 0),
+    "pfc": Key(as_bool, DEFAULT_QUEUE.pfc.enabled),
     "pfc_xoff": Key(parse_size, DEFAULT_QUEUE.pfc.xoff_bytes, 1),
     "pfc_xon": Key(parse_size, DEFAULT_QUEUE.pfc.xon_bytes, 0),
     "pfc_headroom": Key(parse_size, DEFAULT_QUEUE.pfc.headroom_bytes, 0),
-    "pfc_quanta": Key(_int, DEFAULT_QUEUE.pfc.pause_quanta, 1),
-    "lossless_priority": Key(_int, DEFAULT_QUEUE.lossless_priority, 0),
-    "control_priority": Key(_int, DEFAULT_QUEUE.control_priority, 0),
+    "pfc_quanta": Key(as_int, DEFAULT_QUEUE.pfc.pause_quanta, 1),
+    "lossless_priority": Key(as_int, DEFAULT_QUEUE.lossless_priority, 0),
+    "control_priority": Key(as_int, DEFAULT_QUEUE.control_priority, 0),
 }
 
 SCHEMA: dict[str, dict[str, Key]] = {
     "fabric": {
-        "kind": Key(_str, doc="two-tier, leaf-spine, three-tier, rail or fat-tree"),
-        "name": Key(_str, ""),
-        "description": Key(_str, ""),
+        "kind": Key(as_str, doc="two-tier, leaf-spine, three-tier, rail or fat-tree"),
+        "name": Key(as_str, ""),
+        "description": Key(as_str, ""),
     },
     "servers": {
-        "gpus_per_server": Key(_int, 8, 1, "one backend NIC per GPU"),
-        "servers_per_rack": Key(_int, 2, 1),
+        "gpus_per_server": Key(as_int, 8, 1, "one backend NIC per GPU"),
+        "servers_per_rack": Key(as_int, 2, 1),
     },
     "zone": {
-        "racks": Key(_int, minimum=1, doc="racks per AI Zone, one RTSW each"),
-        "ctsw_planes": Key(_int, minimum=1, doc="CTSWs the RTSW uplinks need"),
-        "spine_redundancy": Key(_float, 1.0, 1, "CTSWs built per CTSW needed (Meta: 1.125)"),
-        "rtsw_up_down": Key(_float, 1.0, 0, "RTSW uplink : downlink capacity (Meta: 2)"),
+        "racks": Key(as_int, minimum=1, doc="racks per AI Zone, one RTSW each"),
+        "ctsw_planes": Key(as_int, minimum=1, doc="CTSWs the RTSW uplinks need"),
+        "spine_redundancy": Key(as_number, 1.0, 1, "CTSWs built per CTSW needed (Meta: 1.125)"),
+        "rtsw_up_down": Key(as_number, 1.0, 0, "RTSW uplink : downlink capacity (Meta: 2)"),
     },
     "aggregation": {
-        "zones": Key(_int, minimum=1),
-        "atsw_per_plane": Key(_int, 1, 1, "ATSWs that each CTSW plane connects to"),
-        "oversubscription": Key(_float, 1.0, 1, "CTSW downlink : uplink capacity (Meta: 7)"),
+        "zones": Key(as_int, minimum=1),
+        "atsw_per_plane": Key(as_int, 1, 1, "ATSWs that each CTSW plane connects to"),
+        "oversubscription": Key(as_number, 1.0, 1, "CTSW downlink : uplink capacity (Meta: 7)"),
     },
     "rail": {
-        "groups": Key(_int, minimum=1, doc="groups of servers, each with one switch per rail"),
-        "servers_per_group": Key(_int, minimum=1),
-        "spines": Key(_int, minimum=1),
-        "rail_up_down": Key(_float, 1.0, 0, "rail switch uplink : downlink capacity"),
+        "groups": Key(as_int, minimum=1, doc="groups of servers, each with one switch per rail"),
+        "servers_per_group": Key(as_int, minimum=1),
+        "spines": Key(as_int, minimum=1),
+        "rail_up_down": Key(as_number, 1.0, 0, "rail switch uplink : downlink capacity"),
     },
     "fat_tree": {
-        "k": Key(_int, minimum=2, doc="switch radix; k**3/4 hosts"),
+        "k": Key(as_int, minimum=2, doc="switch radix; k**3/4 hosts"),
     },
     "links": {
         "rate": Key(parse_rate, 400 * 10**9, doc="NIC to switch"),
         "fabric_rate": Key(parse_rate, 0, doc="switch to switch; default: rate"),
         "delay": Key(parse_time, 100, 0, "propagation, NIC to switch"),
         "fabric_delay": Key(parse_time, 500, 0, "propagation, switch to switch"),
-        "mtu": Key(_int, 4096, 256, "RoCE path MTU, payload bytes"),
+        "mtu": Key(as_int, 4096, 256, "RoCE path MTU, payload bytes"),
     },
     "radix": {
-        "rtsw": Key(_int, 64, 1),
-        "ctsw": Key(_int, 576, 1),
-        "atsw": Key(_int, 576, 1),
+        "rtsw": Key(as_int, 64, 1),
+        "ctsw": Key(as_int, 576, 1),
+        "atsw": Key(as_int, 576, 1),
     },
     "queue": dict(_QUEUE_KEYS),
 }

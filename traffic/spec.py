@@ -13,13 +13,12 @@ value out of range fails with one sentence that names the key and the value.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fabric.errors import SpecError, UnitError
-from fabric.specfile import Presets
+from fabric.specfile import Key, Presets, as_bool, as_int, as_number, as_str
 from fabric.units import parse_size, parse_time
 
 COLLECTIVES = {
@@ -34,27 +33,6 @@ PATTERNS = ("permutation", "incast", "uniform")
 PLACEMENTS = ("packed", "fragmented", "rail-aligned")
 QP_MODES = ("split", "round-robin")
 DISTRIBUTIONS = ("fixed", "exponential", "pareto")
-
-
-@dataclass(frozen=True)
-class Key:
-    parse: Callable[[Any], Any]
-    default: Any = None  # None: required (or decided later, see `optional`)
-    minimum: float | None = None
-    doc: str = ""
-    optional: bool = False  # None is a legal "not given" value
-
-
-def _int(value):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError("must be a whole number")
-    return value
-
-
-def _number(value):
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError("must be a number")
-    return float(value)
 
 
 def _count(value):
@@ -73,18 +51,6 @@ def _count(value):
     if value != int(value):
         raise ValueError("must be a whole count")
     return int(value)
-
-
-def _str(value):
-    if not isinstance(value, str):
-        raise ValueError("must be a string")
-    return value
-
-
-def _bool(value):
-    if not isinstance(value, bool):
-        raise ValueError("must be true or false")
-    return value
 
 
 def _choice(options: tuple[str, ...]):
@@ -112,51 +78,53 @@ def _sizes(value):
 
 # Keys every job takes.
 COMMON = {
-    "name": Key(_str, "", doc="job name"),
+    "name": Key(as_str, "", doc="job name"),
     "gpus": Key(_gpus, 0, doc='GPUs of the job, or "all" (the default: every free GPU)'),
     "placement": Key(_choice(PLACEMENTS), "packed", doc=", ".join(PLACEMENTS)),
-    "priority": Key(_int, 3, 0, "802.1p priority of the flows (the lossless class)"),
+    "priority": Key(as_int, 3, 0, "802.1p priority of the flows (the lossless class)"),
     "start": Key(parse_time, 0, 0, "earliest start of the job's first flows"),
-    "channels": Key(_int, 1, 1, "parallel rings or trees per connection"),
-    "qps": Key(_int, 1, 1, "QPs per connection (QP scaling)"),
+    "channels": Key(as_int, 1, 1, "parallel rings or trees per connection"),
+    "qps": Key(as_int, 1, 1, "QPs per connection (QP scaling)"),
     "qp_mode": Key(_choice(QP_MODES), "split", doc="split each message, or round-robin them"),
     "chunk": Key(parse_size, 512 * 2**10, 1, "message (chunk) size a channel posts at once"),
-    "window": Key(_int, 0, 0, "clear-to-send: outstanding chunks per channel, 0 = no limit"),
-    "segments": Key(_int, 16, 0, "pipelined flows per connection, 0 = one per algorithm step"),
+    "window": Key(as_int, 0, 0, "clear-to-send: outstanding chunks per channel, 0 = no limit"),
+    "segments": Key(as_int, 16, 0, "pipelined flows per connection, 0 = one per algorithm step"),
 }
 COLLECTIVE = {
     "collective": Key(_choice(tuple(COLLECTIVES)), doc=", ".join(COLLECTIVES)),
-    "algorithm": Key(_str, "", doc="ring, tree, halving-doubling, pairwise, p2p"),
+    "algorithm": Key(as_str, "", doc="ring, tree, halving-doubling, pairwise, p2p"),
     "size": Key(parse_size, 64 * 2**20, 1, "bytes of the operation (nccl-tests convention)"),
-    "hierarchical": Key(_bool, False, doc="intra-server step on NVLink, rails on the fabric"),
-    "root": Key(_int, 0, 0, "broadcast root rank"),
-    "stages": Key(_int, 2, 2, "sendrecv: pipeline stages"),
-    "iterations": Key(_int, 1, 1, "times the operation runs, one after the other"),
+    "hierarchical": Key(as_bool, False, doc="intra-server step on NVLink, rails on the fabric"),
+    "root": Key(as_int, 0, 0, "broadcast root rank"),
+    "stages": Key(as_int, 2, 2, "sendrecv: pipeline stages"),
+    "iterations": Key(as_int, 1, 1, "times the operation runs, one after the other"),
 }
 PATTERN = {
     "pattern": Key(_choice(PATTERNS), doc=", ".join(PATTERNS)),
     "size": Key(parse_size, 2 * 10**6, 1, "bytes per flow (the mean for uniform)"),
-    "senders": Key(_int, 8, 1, "incast: senders into rank 0"),
-    "flows": Key(_int, 0, 0, "uniform: number of flows, 0 = one per GPU"),
+    "senders": Key(as_int, 8, 1, "incast: senders into rank 0"),
+    "flows": Key(as_int, 0, 0, "uniform: number of flows, 0 = one per GPU"),
     "distribution": Key(_choice(DISTRIBUTIONS), "fixed", doc="uniform: flow sizes"),
-    "pareto_shape": Key(_number, 1.5, 1.01, "uniform: Pareto shape"),
-    "load": Key(_number, 0.0, 0, "uniform: offered load per NIC (Poisson arrivals), 0 = all at 0"),
+    "pareto_shape": Key(as_number, 1.5, 1.01, "uniform: Pareto shape"),
+    "load": Key(
+        as_number, 0.0, 0, "uniform: offered load per NIC (Poisson arrivals), 0 = all at 0"
+    ),
 }
 TRAINING = {
-    "model": Key(_str, doc="a label for the model; marks a training iteration"),
-    "tp": Key(_int, 8, 1, "tensor parallel, inside a server (NVLink)"),
-    "pp": Key(_int, 1, 1, "pipeline stages"),
-    "dp": Key(_int, 0, 0, "data parallel; 0 = the GPUs left over"),
-    "ep": Key(_int, 1, 1, "expert parallel, within the data-parallel group"),
+    "model": Key(as_str, doc="a label for the model; marks a training iteration"),
+    "tp": Key(as_int, 8, 1, "tensor parallel, inside a server (NVLink)"),
+    "pp": Key(as_int, 1, 1, "pipeline stages"),
+    "dp": Key(as_int, 0, 0, "data parallel; 0 = the GPUs left over"),
+    "ep": Key(as_int, 1, 1, "expert parallel, within the data-parallel group"),
     "params": Key(_count, 0, 0, "parameters of the model"),
-    "layers": Key(_int, 32, 1, "transformer layers, split evenly over the stages"),
+    "layers": Key(as_int, 32, 1, "transformer layers, split evenly over the stages"),
     "layer_sizes": Key(_sizes, (), doc="per-layer parameter bytes (instead of params)"),
-    "dtype_bytes": Key(_int, 2, 1, "bytes per parameter and gradient"),
+    "dtype_bytes": Key(as_int, 2, 1, "bytes per parameter and gradient"),
     "bucket": Key(parse_size, 25 * 2**20, 1, "gradient AllReduce bucket"),
-    "fsdp": Key(_bool, False, doc="shard parameters: AllGather and ReduceScatter per bucket"),
-    "micro_batches": Key(_int, 0, 0, "micro-batches per iteration; 0 = 2 x pp"),
+    "fsdp": Key(as_bool, False, doc="shard parameters: AllGather and ReduceScatter per bucket"),
+    "micro_batches": Key(as_int, 0, 0, "micro-batches per iteration; 0 = 2 x pp"),
     "activation": Key(parse_size, 16 * 2**20, 0, "pipeline send per micro-batch and GPU"),
-    "moe_layers": Key(_int, 0, 0, "MoE layers (each: 2 AllToAll forward, 2 backward)"),
+    "moe_layers": Key(as_int, 0, 0, "MoE layers (each: 2 AllToAll forward, 2 backward)"),
     "moe_alltoall": Key(parse_size, 32 * 2**20, 0, "AllToAll size per GPU per MoE layer"),
 }
 KINDS = {"collective": COLLECTIVE, "pattern": PATTERN, "model": TRAINING}
