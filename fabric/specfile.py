@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import SpecError
+from fabric.errors import SpecError, UnitError
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,33 @@ class Key:
     default: Any = None
     minimum: float | None = None
     doc: str = ""
-    optional: bool = False  # None is a legal "not given" value
+
+
+def parse_keys(what: str, where: str, body: dict, keys: dict[str, Key]) -> dict[str, Any]:
+    """Every key of `keys` from `body`, parsed, checked and defaulted.
+
+    `what` names the spec ("topology lab-small"), `where` the key's place
+    ("zone."); errors are one sentence naming the key and the value.
+    Unknown keys are the caller's to report, with what the table takes.
+    """
+    out = {}
+    for key, rule in keys.items():
+        if key not in body:
+            if rule.default is None:
+                raise SpecError(f"{what}: {where}{key} is missing")
+            out[key] = rule.default
+            continue
+        value = body[key]
+        try:
+            parsed = rule.parse(value)
+        except UnitError as e:
+            raise SpecError(f"{what}: {where}{key} = {value!r}: {e}") from None
+        except ValueError as e:
+            raise SpecError(f"{what}: {where}{key} = {value!r} {e}") from None
+        if rule.minimum is not None and parsed < rule.minimum:
+            raise SpecError(f"{what}: {where}{key} = {value!r} must be at least {rule.minimum:g}")
+        out[key] = parsed
+    return out
 
 
 def as_int(value):

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import SpecError, UnitError
+from fabric.errors import SpecError
 from fabric.model import DEFAULT_QUEUE, EcnProfile, PfcProfile, QueueProfile, Role
-from fabric.specfile import Key, Presets, as_bool, as_int, as_number, as_str
+from fabric.specfile import Key, Presets, as_bool, as_int, as_number, as_str, parse_keys
 from fabric.units import parse_rate, parse_size, parse_time
 
 KINDS = {
@@ -154,32 +154,13 @@ def parse(text: str, name: str) -> Spec:
 
 
 def _check_table(name: str, table: str, body: dict, keys: dict[str, Key]) -> dict[str, Any]:
-    out = {}
     for key in body:
         if key not in keys:
             raise SpecError(
                 f"topology {name}: unknown key {table}.{key} = {body[key]!r}; "
                 f"[{table}] takes {', '.join(keys)}"
             )
-    for key, rule in keys.items():
-        if key not in body:
-            if rule.default is None:
-                raise SpecError(f"topology {name}: {table}.{key} is missing")
-            out[key] = rule.default
-            continue
-        value = body[key]
-        try:
-            parsed = rule.parse(value)
-        except UnitError as e:
-            raise SpecError(f"topology {name}: {table}.{key} = {value!r}: {e}") from None
-        except ValueError as e:
-            raise SpecError(f"topology {name}: {table}.{key} = {value!r} {e}") from None
-        if rule.minimum is not None and parsed < rule.minimum:
-            raise SpecError(
-                f"topology {name}: {table}.{key} = {value!r} must be at least {rule.minimum:g}"
-            )
-        out[key] = parsed
-    return out
+    return parse_keys(f"topology {name}", f"{table}.", body, keys)
 
 
 def queue_profiles(name: str, body: dict) -> dict[Role, QueueProfile]:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import SpecError, UnitError
-from fabric.specfile import Key, Presets, as_bool, as_int, as_number, as_str
+from fabric.errors import SpecError
+from fabric.specfile import Key, Presets, as_bool, as_int, as_number, as_str, parse_keys
 from fabric.units import parse_size, parse_time
 
 COLLECTIVES = {
@@ -241,25 +241,7 @@ def _job(name: str, where: str, body: dict) -> Job:
                 f"workload {name}: unknown key {where}{key} = {value!r}; "
                 f"a {kind} job takes {', '.join(keys)}"
             )
-    values: dict[str, Any] = {}
-    for key, rule in keys.items():
-        if key not in body:
-            if rule.default is None:
-                raise SpecError(f"workload {name}: {where}{key} is missing")
-            values[key] = rule.default
-            continue
-        value = body[key]
-        try:
-            parsed = rule.parse(value)
-        except UnitError as e:
-            raise SpecError(f"workload {name}: {where}{key} = {value!r}: {e}") from None
-        except ValueError as e:
-            raise SpecError(f"workload {name}: {where}{key} = {value!r} {e}") from None
-        if rule.minimum is not None and parsed < rule.minimum:
-            raise SpecError(
-                f"workload {name}: {where}{key} = {value!r} must be at least {rule.minimum:g}"
-            )
-        values[key] = parsed
+    values = parse_keys(f"workload {name}", where, body, keys)
     if values["priority"] > 7:
         raise SpecError(
             f"workload {name}: {where}priority = {values['priority']} must be an 802.1p "
