@@ -423,6 +423,12 @@ def pairwise(n: int, size: int, channels: int) -> Transfers:
     return concat(blocks, steps)
 
 
+def pipeline_pieces(nbytes: int, hops: int, chunk: int, segments: int) -> int:
+    """Pipelined flows a chain of `hops` carries `nbytes` in: chunks, capped by `segments`."""
+    p = max(1, -(-nbytes // chunk)) if hops > 1 else 1
+    return p if segments == 0 else min(segments, p)
+
+
 def collective(
     kind: str,
     algorithm: str,
@@ -472,8 +478,7 @@ def transfer_count(
         return 0
 
     def pieces(nbytes: int, hops: int) -> int:
-        p = max(1, -(-nbytes // chunk)) if hops > 1 else 1
-        return p if segments == 0 else min(segments, p)
+        return pipeline_pieces(nbytes, hops, chunk, segments)
 
     def groups(steps: int) -> int:
         return steps if segments == 0 else min(segments, steps)

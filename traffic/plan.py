@@ -86,8 +86,7 @@ def op_steps(
         return 0
 
     def pieces(nbytes: int, hops: int) -> int:
-        p = max(1, -(-nbytes // chunk)) if hops > 1 else 1
-        return p if segments == 0 else min(segments, p)
+        return coll.pipeline_pieces(nbytes, hops, chunk, segments)
 
     per_channel = [int(x) for x in coll.parts(size, channels)]
     if kind == "allreduce" and algorithm == "tree":
