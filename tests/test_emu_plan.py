@@ -15,6 +15,7 @@ from fabric.emu import available
 from fabric.emu import plan as P
 from fabric.emu.bpfmap import prog_id_from_tc
 from fabric.emu.packets import HEADER_BYTES, ICRC_BYTES, cnp, fill_writes, parse_write, pfc_frame
+from fabric.errors import AifabricError
 from fabric.model import Role
 from fabric.routing import Routing
 from fabric.scenario import Scenario
@@ -141,6 +142,36 @@ def test_port_queue_snapshot():
     ]
 
 
+def test_netem_delay_sits_in_front_of_each_queue():
+    lines = P.port_tc("afs0p1", 20_000_000, 4194304, ecn="none", delay_ns=10_000_000)
+    assert lines[4] == "qdisc add dev afs0p1 parent 1:10 handle 10: netem delay 10000us limit 10000"
+    assert lines[6] == "qdisc add dev afs0p1 parent 30:1 handle 33: netem delay 10000us limit 10000"
+    # the queue the monitor reads keeps its handle, now below the delay line
+    assert lines[7] == "qdisc add dev afs0p1 parent 33:1 handle 31: bfifo limit 4194304"
+    red = P.port_tc("x", 20_000_000, 4194304, ecn="red", kmin_bytes=1, kmax_bytes=2, delay_ns=1)
+    assert red[7].startswith("qdisc add dev x parent 33:1 handle 31: red ")
+    assert "netem delay 1us" in red[6]  # never rounded down to no delay
+
+
+def test_link_delays_scale_with_the_rates(small):
+    sc, _ = small
+    f = sc.fabric
+    pl = P.plan(sc, ecn="none", delay="netem", scale=1000)
+    assert pl.delay == "netem"
+    for cfg in pl.nodes:
+        for p in f.ports_of(cfg.node):
+            want = int(f.port_delay_ns[p])  # ns times a scale of 1000 is that many µs
+            dev = pl.port_iface[int(p)]
+            assert f"qdisc add dev {dev} parent 30:1 handle 33: netem delay {want}us" in " ".join(
+                cfg.tc
+            )
+    plain = P.plan(sc, ecn="none", scale=1000)
+    assert plain.delay == "none"
+    assert not any("netem" in line for cfg in plain.nodes for line in cfg.tc)
+    with pytest.raises(AifabricError, match="link delay mechanism"):
+        P.plan(sc, ecn="none", delay="wire")
+
+
 def test_ebpf_markers_only_on_switch_ports(small):
     sc, pl = small
     f = sc.fabric
@@ -221,7 +252,5 @@ def test_available_says_why_not_without_root(monkeypatch):
 
 
 def test_bad_scale_is_one_sentence():
-    from fabric.errors import AifabricError
-
     with pytest.raises(AifabricError, match="scale"):
         P.plan(scenario(), ecn="none", scale=0)

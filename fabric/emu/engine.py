@@ -103,7 +103,8 @@ def run_scenario(
     fabric = scenario.fabric
     writer.topology(fabric)
     mechanism = kernel.ecn_mechanism(ecn)
-    pl = plan(scenario, ecn=mechanism, scale=scale)
+    delay = kernel.delay_mechanism()
+    pl = plan(scenario, ecn=mechanism, delay=delay, scale=scale)
     net = Network(fabric, pl)
     replay = monitor = None
     stop = threading.Event()
@@ -120,7 +121,11 @@ def run_scenario(
         net.build()
         if mechanism == "ebpf":
             net.plan = pl = plan(
-                scenario, ecn=mechanism, scale=pl.scale, ecn_objects=net.compile_markers()
+                scenario,
+                ecn=mechanism,
+                delay=delay,
+                scale=pl.scale,
+                ecn_objects=net.compile_markers(),
             )
         net.apply()
         build_s = time.perf_counter() - t0
@@ -135,7 +140,9 @@ def run_scenario(
                 if pfc
                 else "off",
                 "hash_policy": pl.hash_policy,
-                "link_delays": "not emulated (no netem in this kernel)",
+                "link_delays": "netem: each link's delay times the scale, on both egresses"
+                if delay == "netem"
+                else "not emulated: this kernel has no netem qdisc (sch_netem)",
                 "notes": pl.notes,
                 "names": pl.table(),
                 "build_s": round(build_s, 3),

@@ -112,6 +112,20 @@ def has_red() -> bool:
     )
 
 
+def has_netem() -> bool:
+    """netem under the engine's own queue tree (HTB, TBF, netem, bfifo) on a veth."""
+    from fabric.emu.plan import port_tc
+
+    lines = port_tc("afpa", 10_000_000, 100_000, ecn="none", delay_ns=1_000_000)
+    script = "tc -batch - <<'EOF'\n" + "\n".join(lines) + "\nEOF\n"
+    return _probe_ns(f"af-probe-{os.getpid()}", script)
+
+
+def delay_mechanism() -> str:
+    """How links get their propagation delay here: netem where the kernel has it, else none."""
+    return "netem" if has_netem() else "none"
+
+
 def has_bpf_marker() -> bool:
     if shutil.which("clang") is None:
         return False

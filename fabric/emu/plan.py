@@ -17,8 +17,10 @@ four bytes. Neighbours are static (no ARP on the wire), so a paused egress
 never holds back address resolution.
 
 Rates are divided by `scale` (HTB cannot run 400 Gb/s on veth); time
-stretches by the same factor, so buffers and thresholds keep their bytes.
-Link delays are not emulated: the kernel here has no netem.
+stretches by the same factor, so buffers and thresholds keep their bytes and
+a link's propagation delay becomes `delay * scale`. Where the kernel has
+netem (`delay="netem"`), every egress holds its packets that long before
+they join the queue; without netem (`delay="none"`) links have no delay.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ TOS_DATA_ECT0 = (DSCP_DATA << 2) | 0x2
 TOS_CNP = DSCP_CNP << 2
 HASH_POLICY = {"5tuple": 1, "eecmp": 1, "pinned": 0, "spray": 1, "adaptive": 1}
 ECN_MECHANISMS = ("red", "ebpf", "none")
+DELAY_MECHANISMS = ("netem", "none")
+NETEM_LIMIT_PACKETS = 10_000  # frames on the wire at once: far above rate * delay / MTU
 DEFAULT_TARGET_BPS = 20_000_000  # the fastest link after scaling
 
 
@@ -63,6 +67,7 @@ class NodeConfig:
 class Plan:
     scale: int
     ecn: str  # red | ebpf | none
+    delay: str  # netem | none
     hash_policy: int
     nodes: tuple[NodeConfig, ...]
     port_iface: tuple[str, ...]  # interface name of every fabric port
@@ -135,13 +140,18 @@ def port_tc(
     kmin_bytes: int = 0,
     kmax_bytes: int = 0,
     pmax: float = 0.0,
+    delay_ns: int = 0,
 ) -> list[str]:
     """`tc -batch` lines for one egress: HTB at the link rate, two classes, pausable TBF, FIFO.
 
     Class 1:10 (DSCP 48: CNPs) is served first and never paused; class 1:30
     carries the lossless priority through TBF 30: (transparent until a PAUSE
-    turns its rate to nothing) into a byte-limited FIFO, or RED with ECN when
-    `ecn == "red"`.
+    turns its rate to nothing) into a byte-limited FIFO 31:, or RED with ECN
+    when `ecn == "red"`. With `delay_ns` (already scaled) a netem delay line
+    sits in front of each class's queue (10: for CNPs, 33: above 31:): a
+    frame waits out the link's propagation delay, then queues for the link.
+    The queue the monitor reads stays 31:, so frames still "on the wire" are
+    not counted as backlog.
     """
     r = _rate(rate_bps)
     lines = [
@@ -152,24 +162,38 @@ def port_tc(
         f"ceil {r} prio 0 quantum {MAX_PACKET_BYTES}",
         f"class add dev {iface} parent 1:1 classid 1:30 htb rate {_rate(rate_bps - rate_bps // 10)}"
         f" ceil {r} prio 1 quantum {MAX_PACKET_BYTES}",
-        f"qdisc add dev {iface} parent 1:10 handle 10: pfifo limit 1000",
-        tbf_line(iface, paused=False, rate_bps=rate_bps, buffer_bytes=buffer_bytes, verb="add"),
     ]
+    if delay_ns > 0:
+        lines.append(f"qdisc add dev {iface} parent 1:10 handle 10: {_netem(delay_ns)}")
+    else:
+        lines.append(f"qdisc add dev {iface} parent 1:10 handle 10: pfifo limit 1000")
+    lines.append(
+        tbf_line(iface, paused=False, rate_bps=rate_bps, buffer_bytes=buffer_bytes, verb="add")
+    )
+    parent = "30:1"
+    if delay_ns > 0:
+        lines.append(f"qdisc add dev {iface} parent 30:1 handle 33: {_netem(delay_ns)}")
+        parent = "33:1"
     if ecn == "red":
         avpkt = 4200
         burst = max(1, (2 * kmin_bytes + kmax_bytes) // (3 * avpkt))
         lines.append(
-            f"qdisc add dev {iface} parent 30:1 handle 31: red limit {buffer_bytes} "
+            f"qdisc add dev {iface} parent {parent} handle 31: red limit {buffer_bytes} "
             f"min {kmin_bytes} max {kmax_bytes} avpkt {avpkt} burst {burst} "
             f"probability {pmax:g} bandwidth {r} ecn"
         )
     else:
-        lines.append(f"qdisc add dev {iface} parent 30:1 handle 31: bfifo limit {buffer_bytes}")
+        lines.append(f"qdisc add dev {iface} parent {parent} handle 31: bfifo limit {buffer_bytes}")
     lines.append(
         f"filter add dev {iface} parent 1: protocol ip prio 1 u32 "
         f"match ip dsfield {DSCP_CNP << 2:#x} 0xfc flowid 1:10"
     )
     return lines
+
+
+def _netem(delay_ns: int) -> str:
+    """A netem delay line of `delay_ns` (whole microseconds, at least one)."""
+    return f"netem delay {max(1, round(delay_ns / 1000))}us limit {NETEM_LIMIT_PACKETS}"
 
 
 def tbf_line(
@@ -200,6 +224,7 @@ def plan(
     scenario,
     *,
     ecn: str,
+    delay: str = "none",
     scale: int | None = None,
     ecn_objects: dict[str, str] | None = None,
 ) -> Plan:
@@ -207,6 +232,10 @@ def plan(
     fabric: Fabric = scenario.fabric
     if ecn not in ECN_MECHANISMS:
         raise AifabricError(f"ECN mechanism {ecn!r} is not one of {', '.join(ECN_MECHANISMS)}")
+    if delay not in DELAY_MECHANISMS:
+        raise AifabricError(
+            f"link delay mechanism {delay!r} is not one of {', '.join(DELAY_MECHANISMS)}"
+        )
     scale = choose_scale(fabric) if scale is None else int(scale)
     if scale < 1:
         raise AifabricError(f"the emulation scale must be a positive whole number, not {scale}")
@@ -219,6 +248,7 @@ def plan(
         raise AifabricError(f"fabric {fabric.name} is too large for 15-character interface names")
     macs = tuple(port_mac(p) for p in range(n_ports))
     rates = np.maximum(fabric.port_rate_bps // scale, 8).astype(np.int64)
+    delays = fabric.port_delay_ns * scale if delay == "netem" else np.zeros(n_ports, np.int64)
     seeds = switch_seeds(fabric, scenario.seed, scenario.same_seed)
     policy = HASH_POLICY[scenario.ecmp]
     notes = {}
@@ -262,7 +292,9 @@ def plan(
                 f"route add {gw}/32 dev {dev} scope link",
                 f"route add default via {gw} dev {dev} onlink",
             ]
-            tc_lines += port_tc(dev, int(rates[p]), HOST_BUFFER_BYTES, ecn="none")
+            tc_lines += port_tc(
+                dev, int(rates[p]), HOST_BUFFER_BYTES, ecn="none", delay_ns=int(delays[p])
+            )
             sysctl = tuple(common)
         else:
             q = fabric.queue(role)
@@ -297,6 +329,7 @@ def plan(
                     kmin_bytes=e.kmin_bytes if e else 0,
                     kmax_bytes=e.kmax_bytes if e else 0,
                     pmax=e.pmax if e else 0.0,
+                    delay_ns=int(delays[p]),
                 )
                 if ecn == "ebpf" and e is not None:
                     key = ecn_object_key(int(rates[p]), e.kmin_bytes, e.kmax_bytes, e.pmax)
@@ -335,6 +368,7 @@ def plan(
     return Plan(
         scale=scale,
         ecn=ecn,
+        delay=delay,
         hash_policy=policy,
         nodes=tuple(configs),
         port_iface=iface,
