@@ -254,3 +254,31 @@ def test_available_says_why_not_without_root(monkeypatch):
 def test_bad_scale_is_one_sentence():
     with pytest.raises(AifabricError, match="scale"):
         P.plan(scenario(), ecn="none", scale=0)
+
+
+@pytest.mark.parametrize("name", ["lab-small", "lab-medium", "fat-tree-k8"])
+def test_pfc_pauses_cannot_wait_in_a_circle(name):
+    """Egress e waits for the egresses its peer's ingress feeds: that graph has no cycle."""
+    import networkx as nx
+
+    from fabric.emu.monitor import pfc_feeds
+
+    f = load_fabric(name)
+    routing = Routing(f, "5tuple", 0)
+    feeds = pfc_feeds(f, routing)
+    g = nx.DiGraph()
+    for q, egresses in feeds.items():
+        for e in egresses:
+            assert f.port_node[e] == f.port_node[q] and e != q
+            g.add_edge(q ^ 1, e)  # the egress into q waits while e is past XOFF
+    assert nx.is_directed_acyclic_graph(g)
+    # a leaf's uplink is fed by its NICs only; a spine's downlink by the other leaves
+    leaf = int(f.nic_switch[f.nic_ids[0]])
+    for q in f.ports_of(leaf):
+        peer = int(f.port_peer[q])
+        if f.node_role[peer] != Role.NIC:
+            assert not any(f.node_role[f.port_peer[e]] != Role.NIC for e in feeds[int(q)])
+    # after a failure the link's own ports feed nothing new and nothing feeds into it
+    dead = int(f.ports_of(leaf)[-1])
+    cut = pfc_feeds(f, routing.without(links=[dead // 2]))
+    assert all(dead not in es and (dead ^ 1) not in es for es in cut.values())

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from fabric.emu import available
+from fabric.model import Role
 
 pytestmark = [
     pytest.mark.root,
@@ -21,13 +22,14 @@ pytestmark = [
 ]
 
 
-def _scenario(workload, cc="none"):
+def _scenario(workload, cc="none", **sections):
     from fabric.sim.scenario_spec import scenario_from_dict
 
     raw = {
         "scenario": {"topology": "lab-small"},
         "workload": workload,
         "congestion_control": {"kind": cc},
+        **sections,
     }
     return scenario_from_dict(raw, "emu-test")
 
@@ -36,7 +38,7 @@ def _nothing_left():
     from fabric.emu.clean import leftovers
 
     left = leftovers()
-    assert left == {"processes": [], "links": [], "namespaces": [], "tempdirs": []}, left
+    assert not any(left.values()), left
 
 
 def _run(tmp_path, sc, **kw):
@@ -152,7 +154,13 @@ def test_replay_copes_with_descriptors_past_1024(tmp_path):
 @pytest.fixture(scope="module")
 def incast(tmp_path_factory):
     sc = _scenario({"pattern": "incast", "gpus": 16, "size": "3MiB"})
-    return sc, *_run(tmp_path_factory.mktemp("incast"), sc, timeout_s=120)
+    f = sc.fabric
+    dst = int(np.bincount(sc.flows.dst, minlength=f.n_nodes).argmax())
+    leaf = int(f.nic_switch[dst])
+    # the receiver's port, and an uplink of its leaf: PFC frames leave by the ingresses paused
+    uplink = next(int(q) for q in f.ports_of(leaf) if f.node_role[f.port_peer[q]] != Role.NIC)
+    ports = [int(f.nic_port[dst]) ^ 1, uplink]
+    return sc, *_run(tmp_path_factory.mktemp("incast"), sc, timeout_s=120, capture_ports=ports)
 
 
 def test_incast_with_pfc_is_lossless_and_captures_pfc_frames(incast):
@@ -188,6 +196,61 @@ def test_ecn_marks_appear_past_kmin(incast):
     # every mark the switches counted reached a receiver as CE, and CE drew CNPs
     assert summary["ce_received"] == summary["ecn_marked"]
     assert summary["cnp_sent"] > 0
+
+
+def test_switch_failing_mid_run_is_routed_around_and_every_byte_arrives(tmp_path):
+    sc = _scenario(
+        {"pattern": "permutation", "gpus": 16, "size": "2MiB"},
+        faults=[{"node": "z0-ctsw1", "at": "30us", "action": "down"}],
+    )
+    f = sc.fabric
+    summary, run = _run(tmp_path, sc, timeout_s=120)
+    assert run.status == "complete", run.meta["message"]
+    assert summary["bytes_received"] == int(sc.flows.bytes.sum())
+    (fault,) = summary["faults"]
+    assert fault["target"] == "z0-ctsw1" and fault["action"] == "down"
+    assert 30_000 <= fault["applied_ns"] <= fault["settled_ns"]
+    assert fault["switches_rerouted"] == 4  # every rack switch lost half its next hops
+    # the switch carried traffic before it failed, and none after its routes settled
+    ctsw1 = int(np.flatnonzero(np.array(f.node_name) == "z0-ctsw1")[0])
+    mine = np.array([int(p) for q in f.ports_of(ctsw1) for p in (int(q), int(q) ^ 1)])
+    ports = run.ports()
+    cols = np.isin(ports["port"], mine)
+    assert cols.sum() == len(mine)
+    t = ports["t_ns"]
+    after = t >= fault["settled_ns"] + ports["interval_ns"]
+    assert after.any() and (~after).any()
+    assert ports["tx_bytes"][~after][:, cols].sum() > 0
+    assert ports["tx_bytes"][after][:, cols].sum() == 0
+    # flows that ended after the fault are recorded on the paths they ended on
+    flows = run.flows()
+    dead = set((mine // 2).tolist())
+    late = np.flatnonzero(flows["end_ns"] >= fault["applied_ns"])
+    assert len(late)
+    for i in late:
+        path = flows["path_link"][flows["path_ptr"][i] : flows["path_ptr"][i + 1]]
+        assert len(path) and not dead & set(path.tolist()), i
+
+
+def test_drops_without_pfc_are_resent_go_back_n(tmp_path):
+    sc = _scenario(
+        {"pattern": "incast", "gpus": 16, "senders": 4, "size": "512KiB"},
+        queue={
+            "pfc": False,
+            "buffer": "256KiB",
+            "ecn_kmin": "64KiB",
+            "ecn_kmax": "128KiB",
+            "pfc_xoff": "128KiB",
+            "pfc_xon": "96KiB",
+            "pfc_headroom": "64KiB",
+        },
+    )
+    summary, run = _run(tmp_path, sc, timeout_s=120)
+    assert run.status == "complete", run.meta["message"]
+    assert summary["drops"] > 0
+    assert summary["naks"] > 0 and summary["packets_resent"] > 0
+    # delivered in order, each byte once: exactly the flow table's bytes
+    assert summary["bytes_received"] == int(sc.flows.bytes.sum())
 
 
 KILLED = """

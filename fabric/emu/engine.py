@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from fabric.emu import kernel
+from fabric.emu.faults import FaultInjector
 from fabric.emu.monitor import Monitor
 from fabric.emu.net import Network
 from fabric.emu.plan import plan, route_get_line
@@ -106,7 +107,7 @@ def run_scenario(
     delay = kernel.delay_mechanism()
     pl = plan(scenario, ecn=mechanism, delay=delay, scale=scale)
     net = Network(fabric, pl)
-    replay = monitor = None
+    replay = monitor = injector = None
     stop = threading.Event()
     old_term = signal.getsignal(signal.SIGTERM)
 
@@ -172,12 +173,22 @@ def run_scenario(
         replay = Replay(scenario, net, cc_params=_cc(scenario))
         replay.open()
         time.sleep(0.3 if captures else 0)  # tcpdump attaches
+        injector = FaultInjector(net, scenario.faults, replay, stop, on_routing=monitor.set_routing)
+        injector.start()
         monitor.start()
         try:
             result = replay.run(timeout_s=timeout_s, stop=stop)
         except (KeyboardInterrupt, Terminated):
             status, message = "partial", "interrupted; results cover what was replayed"
             result = replay.last_result
+        stop.set()
+        injector.join(timeout=30)
+        if injector.error is not None:
+            raise injector.error
+        if injector.applied and result is not None:
+            path_ptr, path_link = _paths_after_faults(
+                net, scenario, injector.applied, result, path_ptr, path_link
+            )
         if result is not None and not result.complete and status == "complete":
             status = "partial"
             message = "the replay timed out before every flow completed"
@@ -187,6 +198,7 @@ def run_scenario(
         if monitor.error is not None:
             raise monitor.error
         summary = _write(writer, scenario, pl, monitor, result, path_ptr, path_link)
+        summary["faults"] = injector.applied
         summary["build_s"] = round(build_s, 3)
     except (KeyboardInterrupt, Terminated):
         writer.finish("partial", "interrupted while building the emulated fabric")
@@ -196,6 +208,8 @@ def run_scenario(
         raise
     finally:
         stop.set()
+        if injector is not None and injector.is_alive():
+            injector.join(timeout=30)
         if monitor is not None and monitor.is_alive():
             monitor.stop_event.set()
             monitor.join(timeout=10)
@@ -210,6 +224,25 @@ def run_scenario(
     writer.finish(status, message)
     summary["status"] = status
     return summary
+
+
+def _paths_after_faults(net, scenario, applied, result, ptr0, links0):
+    """Each flow's links: as routed at its end for flows that ended after the first fault.
+
+    Linux's hash-threshold multipath moves some flows that did not use the
+    failed element as well, so every such flow is asked again, not only those
+    that crossed it.
+    """
+    first = min(a["applied_ns"] for a in applied)
+    ptr1, links1 = observed_paths(net, scenario)
+    late = (result.end_ns < 0) | (result.end_ns >= first)
+    ptr = np.zeros(len(late) + 1, dtype=np.int64)
+    out = []
+    for i, moved in enumerate(late):
+        src_ptr, src = (ptr1, links1) if moved else (ptr0, links0)
+        out.extend(src[src_ptr[i] : src_ptr[i + 1]].tolist())
+        ptr[i + 1] = len(out)
+    return ptr, np.array(out, dtype=np.int64)
 
 
 def _cc(scenario) -> dict:
@@ -287,6 +320,9 @@ def _write(writer, scenario, pl, monitor, result, path_ptr, path_link) -> dict:
         "collectives": ops,
         "bytes_received": int(result.received.sum()) if result is not None else 0,
         "packets_sent": int(result.packets_sent) if result is not None else 0,
+        "packets_resent": int(result.retx_packets.sum()) if result is not None else 0,
+        "naks": int(result.naks) if result is not None else 0,
+        "retransmission_timeouts": int(result.timeouts) if result is not None else 0,
         "replay_wall_s": round(result.wall_s, 3) if result is not None else None,
         "max_queue_bytes": int(qmax.max()) if len(qmax) else 0,
         "max_queue_port": port_name,

@@ -4,17 +4,24 @@ Every poll it reads `tc -s -j qdisc show` in each switch's namespace (bytes
 sent, drops, the lossless FIFO's backlog) and the eBPF markers' counters,
 and folds them into per-port samples at the run's (scaled) interval.
 
-PFC is per-switch backpressure: when any lossless queue of a switch passes
-XOFF, the switch sends an 802.1Qbb frame (priority 3, quanta 0xFFFF) out of
-every port and the upstream egress of each of those links is paused (its TBF
-set to no rate; its FIFO keeps the packets); when every queue is back under
-XON it sends quanta 0 and the upstream egresses resume. The reaction time
-recorded is from the poll that saw the crossing to the upstream qdiscs
-changed (the poll interval bounds the detection delay on top).
+PFC is per ingress port, as a switch accounts it: ingress port q of switch
+s is paused when a lossless egress queue of s that q's traffic can reach
+passes XOFF, and resumed when all of them are back under XON. Pausing sends
+an 802.1Qbb frame (priority 3, quanta 0xFFFF) out of q and stops the
+upstream egress of that link (its TBF set to no rate; its FIFO keeps the
+packets); resuming sends quanta 0 and restores it. Which egresses an
+ingress reaches comes from the routes (`pfc_feeds`): in a Clos a packet
+that came down from a spine never goes back up, so an up-queue never waits
+for a down-queue that waits for it, and PFC cannot deadlock. (Pausing every
+ingress of a switch whenever any of its queues is full would: a full
+down-queue at the spine and a full up-queue at the leaf pause each other.)
+The reaction time recorded is from the poll that saw a crossing to the
+upstream qdiscs changed (the poll interval bounds the detection delay on top).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 import threading
@@ -53,7 +60,8 @@ class Monitor(threading.Thread):
         self.drops = []
         self._cur = None
         self._paused_since: dict[int, float] = {}  # upstream port -> wall time
-        self.paused = {s: False for s in self.switches}
+        self.paused = {int(q): False for s in self.switches for q in f.ports_of(s)}
+        self.set_routing(self.plan.routing)
         self.reactions_s: list[float] = []
         self.pfc_frames = 0
         self.max_backlog = np.zeros(len(self.ports), dtype=np.int64)
@@ -61,6 +69,14 @@ class Monitor(threading.Thread):
         self._maps: dict[int, int] = {}
         self._pool = ThreadPoolExecutor(max_workers=8)
         self.error: BaseException | None = None
+
+    def set_routing(self, routing) -> None:
+        """Which egress queues (columns) each switch ingress feeds, for routes old and new."""
+        feeds = pfc_feeds(self.fabric, routing)
+        old = getattr(self, "_feeds", {})
+        self._feeds = {q: sorted(set(e) | set(old.get(q, ()))) for q, e in feeds.items()}
+        self._feed_cols = {q: np.array([self.col[e] for e in es], dtype=np.int64)
+                           for q, es in self._feeds.items()}  # fmt: skip
 
     # setup ---------------------------------------------------------------------------
     def open(self) -> None:
@@ -121,20 +137,20 @@ class Monitor(threading.Thread):
             ecn[self.col[port]] = bpfmap.read_vqueue(fd)[2]
         return tx, backlog, drops, ecn
 
-    def _set_pause(self, s: int, pause: bool) -> None:
-        """PAUSE (or resume) every link into switch s, with a PFC frame on each."""
+    def _set_pause(self, changes: list[tuple[int, bool]]) -> None:
+        """PAUSE (or resume) the links into switch ingress ports q, with a PFC frame on each."""
         f, p = self.fabric, self.plan
         t0 = time.monotonic()
         jobs = []
-        for q in f.ports_of(s):
-            q = int(q)
+        for q, pause in changes:
+            s = int(f.port_node[q])
             up = q ^ 1
             u = int(f.port_node[up])
-            prio = f.queue(Role(int(f.node_role[s]))).lossless_priority
-            quanta = f.queue(Role(int(f.node_role[s]))).pfc.pause_quanta if pause else 0
-            self._raw[q].send(pfc_frame(p.port_mac[q], prio, quanta))
-            self.pfc_frames += 1
-            self._pfc_count[self.col[q]] += 1
+            profile = f.queue(Role(int(f.node_role[s])))
+            quanta = profile.pfc.pause_quanta if pause else 0
+            if _send(self._raw[q], pfc_frame(p.port_mac[q], profile.lossless_priority, quanta)):
+                self.pfc_frames += 1
+                self._pfc_count[self.col[q]] += 1
             buf = (
                 HOST_BUFFER_BYTES
                 if f.node_role[u] == Role.NIC
@@ -143,26 +159,26 @@ class Monitor(threading.Thread):
             line = tbf_line(
                 p.port_iface[up], paused=pause, rate_bps=int(p.port_rate_bps[up]), buffer_bytes=buf
             )
-            jobs.append((u, up, line))
+            jobs.append((u, up, line, pause))
 
         def apply(job):
-            u, up, line = job
+            u, up, line, pause = job
             self.net.run(u, ["tc", *line.split()])
             if not pause:  # a packet through the qdisc restarts its dequeue
-                self._raw[up].send(kick_frame(p.port_mac[up], p.port_mac[up ^ 1]))
-            return up
+                _send(self._raw[up], kick_frame(p.port_mac[up], p.port_mac[up ^ 1]))
+            return up, pause
 
         now = time.monotonic()
-        for up in self._pool.map(apply, jobs):
+        for up, pause in self._pool.map(apply, jobs):
             if pause:
                 self._paused_since[up] = now
             else:
                 since = self._paused_since.pop(up, None)
                 if since is not None and up in self.col:
                     self._paused_acc[self.col[up]] += now - since
-        if pause:
+            self.paused[up ^ 1] = pause
+        if any(pause for _, pause in changes):
             self.reactions_s.append(time.monotonic() - t0)
-        self.paused[s] = pause
 
     def run(self) -> None:
         try:
@@ -182,7 +198,6 @@ class Monitor(threading.Thread):
         polls = 0
         self._paused_acc = np.zeros(k, dtype=np.float64)
         self._pfc_count = np.zeros(k, dtype=np.int64)
-        sw_ports = {s: [self.col[int(p)] for p in f.ports_of(s)] for s in self.switches}
         while True:
             stopping = self.stop_event.is_set()
             tx, backlog, drops, ecn = self.poll()
@@ -192,15 +207,18 @@ class Monitor(threading.Thread):
             qsum += backlog
             polls += 1
             if self.pfc and not stopping:
-                for s in self.switches:
-                    pfc = f.queue(Role(int(f.node_role[s]))).pfc
+                changes = []
+                for q, cols in self._feed_cols.items():
+                    pfc = f.queue(Role(int(f.node_role[f.port_node[q]]))).pfc
                     if not pfc.enabled:
                         continue
-                    b = backlog[sw_ports[s]].max()
-                    if not self.paused[s] and b >= pfc.xoff_bytes:
-                        self._set_pause(s, True)
-                    elif self.paused[s] and b <= pfc.xon_bytes:
-                        self._set_pause(s, False)
+                    b = backlog[cols].max() if len(cols) else 0
+                    if not self.paused[q] and b >= pfc.xoff_bytes:
+                        changes.append((q, True))
+                    elif self.paused[q] and b <= pfc.xon_bytes:
+                        changes.append((q, False))
+                if changes:
+                    self._set_pause(changes)
             if now - start >= self.interval_s or stopping:
                 for up, since in self._paused_since.items():
                     if up in self.col:
@@ -222,9 +240,9 @@ class Monitor(threading.Thread):
                 self._pfc_count[:] = 0
                 start = now
             if stopping:
-                for s in self.switches:
-                    if self.paused[s]:
-                        self._set_pause(s, False)
+                held = [(q, False) for q, paused in self.paused.items() if paused]
+                if held:
+                    self._set_pause(held)
                 return
             time.sleep(self.poll_s)
 
@@ -247,3 +265,50 @@ class Monitor(threading.Thread):
             "pfc_sent": stack(self.pfc_sent, np.int64),
             "drops": stack(self.drops, np.int64),
         }
+
+
+def _send(sock, frame: bytes) -> bool:
+    """Send a raw frame; False where its interface is down (a fault took it down mid-run)."""
+    try:
+        sock.send(frame)
+    except OSError as e:
+        if e.errno in (errno.ENETDOWN, errno.ENXIO):
+            return False
+        raise
+    return True
+
+
+def pfc_feeds(fabric, routing) -> dict[int, list[int]]:
+    """For every switch port q: the ports of the same switch its arriving traffic can leave by.
+
+    Traffic from neighbour u arrives on q for every NIC d that u sends through
+    this switch (u is a NIC sending to any other NIC, or a switch whose next
+    hops to d include the link to q); it leaves by this switch's next hops to d.
+    """
+    nics = [int(d) for d in fabric.nic_ids]
+    hops: dict[tuple[int, int], frozenset] = {}
+
+    def next_hops(v: int, d: int) -> frozenset:
+        key = (v, d)
+        if key not in hops:
+            hops[key] = frozenset(int(h) for h in routing.next_hops(v, d))
+        return hops[key]
+
+    out: dict[int, list[int]] = {}
+    for s in fabric.switch_ids:
+        s = int(s)
+        if s in routing.failed_nodes:
+            out.update({int(q): [] for q in fabric.ports_of(s)})
+            continue
+        for q in fabric.ports_of(s):
+            q = int(q)
+            u = int(fabric.port_peer[q])
+            from_nic = fabric.node_role[u] == Role.NIC
+            reach: set[int] = set()
+            for d in nics:
+                if d == u or not (from_nic or (q ^ 1) in next_hops(u, d)):
+                    continue
+                reach |= next_hops(s, d)
+            reach.discard(q)
+            out[q] = sorted(reach)
+    return out

@@ -6,7 +6,9 @@ virtual address = the byte offset in the flow, R_Key = the flow's row in the
 flow table, DMA length = this packet's payload), the payload (zeros) and a
 4-byte ICRC left zero (no NIC checks it here). The kernel adds IP (DSCP 26,
 ECT(0)) and UDP (source port from the QPNs, destination 4791). A CNP is BTH
-opcode 0x81 with the sender's QPN, 16 reserved bytes and the ICRC.
+opcode 0x81 with the sender's QPN, 16 reserved bytes and the ICRC. A NAK is
+the RC ACKNOWLEDGE (opcode 0x11) whose AETH syndrome 0x60 says "PSN sequence
+error": the receiver expected the PSN it carries, so the sender goes back there.
 
 `pfc_frame` builds an 802.1Qbb frame (MAC control opcode 0x0101) for one
 priority, as scapy.contrib.mac_control declares it.
@@ -23,6 +25,8 @@ from numba import njit
 
 OP_WRITE_ONLY = 0x0A
 OP_CNP = 0x81
+OP_ACK = 0x11
+AETH_NAK_SEQ = 0x60  # AETH syndrome: NAK, PSN sequence error
 BTH_BYTES = 12
 RETH_BYTES = 16
 ICRC_BYTES = 4
@@ -89,6 +93,18 @@ def cnp(sqpn: int) -> bytes:
         + (sqpn & 0xFFFFFF).to_bytes(3, "big")
         + bytes(4)
         + bytes(16)
+        + bytes(ICRC_BYTES)
+    )
+
+
+def nak(sqpn: int, psn: int) -> bytes:
+    """A go-back-N NAK to the QP `sqpn`: resend from `psn`, the one this receiver expects."""
+    return (
+        bytes([OP_ACK, 0, 0xFF, 0xFF, 0])
+        + (sqpn & 0xFFFFFF).to_bytes(3, "big")
+        + bytes([0])
+        + (psn & 0xFFFFFF).to_bytes(3, "big")
+        + bytes([AETH_NAK_SEQ, 0, 0, 0])
         + bytes(ICRC_BYTES)
     )
 

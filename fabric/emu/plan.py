@@ -77,6 +77,7 @@ class Plan:
     hash_seed: np.ndarray  # uint32 per node (switches)
     nic_ip: np.ndarray  # uint32 per node
     notes: dict = field(default_factory=dict)
+    routing: Routing | None = None  # what the routes were made from (faults at time 0 applied)
 
     def node_of(self, short: str) -> int:
         return self.node_short.index(short)
@@ -264,8 +265,6 @@ def plan(
     down = [f.target for f in scenario.faults if f.kind == "link" and f.at_ns == 0]
     down_nodes = [f.target for f in scenario.faults if f.kind == "node" and f.at_ns == 0]
     routing = Routing(fabric, "5tuple", scenario.seed).without(down, down_nodes)
-    if any(f.at_ns > 0 for f in scenario.faults):
-        notes["faults"] = "faults during the run are not emulated; faults at time 0 are"
 
     configs = []
     for v in range(fabric.n_nodes):
@@ -336,24 +335,7 @@ def plan(
                     obj = (ecn_objects or {}).get(key, f"{key}.o")
                     tc_lines += ecn_tc(dev, obj)
                     ecn_ifaces.append((dev, p))
-            for dst in fabric.nic_ids:
-                hops = routing.next_hops(v, int(dst))
-                if len(hops) == 0:
-                    continue
-                target = f"{format_ipv4(ips[dst])}/32"
-                if fabric.port_peer[hops[0]] == dst:
-                    ip_lines.append(f"route add {target} dev {iface[hops[0]]} scope link")
-                elif len(hops) == 1:
-                    h = int(hops[0])
-                    ip_lines.append(
-                        f"route add {target} via {format_ipv4(p2p_ip(h ^ 1))} dev {iface[h]}"
-                    )
-                else:
-                    nh = " ".join(
-                        f"nexthop via {format_ipv4(p2p_ip(int(h) ^ 1))} dev {iface[int(h)]}"
-                        for h in hops
-                    )
-                    ip_lines.append(f"route add {target} {nh}")
+            ip_lines += [f"route add {r}" for r in switch_routes(fabric, routing, v, ips, iface)]
         configs.append(
             NodeConfig(
                 name=names[v],
@@ -378,7 +360,66 @@ def plan(
         hash_seed=seeds,
         nic_ip=ips,
         notes=notes,
+        routing=routing,
     )
+
+
+def switch_routes(fabric: Fabric, routing: Routing, switch: int, ips, iface) -> list[str]:
+    """The routes of `switch`, one per NIC it can reach, as `ip route` arguments.
+
+    `unreachable` for a NIC that `routing` cannot reach from here, so that
+    replacing one switch's routes after a fault never needs a delete.
+    """
+    out = []
+    for dst in fabric.nic_ids:
+        hops = routing.next_hops(switch, int(dst))
+        target = f"{format_ipv4(ips[dst])}/32"
+        if len(hops) == 0:
+            out.append(f"unreachable {target}")
+        elif fabric.port_peer[hops[0]] == dst:
+            out.append(f"{target} dev {iface[hops[0]]} scope link")
+        elif len(hops) == 1:
+            h = int(hops[0])
+            out.append(f"{target} via {format_ipv4(p2p_ip(h ^ 1))} dev {iface[h]}")
+        else:
+            nh = " ".join(
+                f"nexthop via {format_ipv4(p2p_ip(int(h) ^ 1))} dev {iface[int(h)]}" for h in hops
+            )
+            out.append(f"{target} {nh}")
+    return out
+
+
+def fault_lines(pl: Plan, fabric: Fabric, fault, before: Routing) -> tuple[Routing, dict]:
+    """What a fault during the run changes: (the routing after it, node -> `ip -batch` lines).
+
+    `down` takes the link's (or every link of the node's) interfaces down on
+    both ends first, so what is queued or on the wire there is lost, as in the
+    simulator; `drain` leaves them up. Then every switch whose routes change
+    gets them replaced by the routing over what is left.
+    """
+    links = [fault.target] if fault.kind == "link" else []
+    nodes = [fault.target] if fault.kind == "node" else []
+    after = before.without(links=links, nodes=nodes)
+    out: dict[int, list[str]] = {}
+    if fault.action == "down":
+        if fault.kind == "link":
+            ports = [2 * fault.target, 2 * fault.target + 1]
+        else:
+            ports = [int(q) for p in fabric.ports_of(fault.target) for q in (int(p), int(p) ^ 1)]
+        for p in ports:
+            out.setdefault(int(fabric.port_node[p]), []).append(
+                f"link set dev {pl.port_iface[p]} down"
+            )
+    for v in fabric.switch_ids:
+        v = int(v)
+        if v in after.failed_nodes:
+            continue
+        old = switch_routes(fabric, before, v, pl.nic_ip, pl.port_iface)
+        new = switch_routes(fabric, after, v, pl.nic_ip, pl.port_iface)
+        changed = [f"route replace {r}" for r, o in zip(new, old, strict=True) if r != o]
+        if changed:
+            out.setdefault(v, []).extend(changed)
+    return after, out
 
 
 def route_get_line(dst_ip: int, src_ip: int, iif: str, sport: int) -> str:

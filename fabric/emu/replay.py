@@ -12,6 +12,14 @@ its rate on CNPs (DCQCN's rate decrease, alpha update, fast recovery and
 additive increase on the rate timer), otherwise they send as fast as the
 host's NIC queue takes packets.
 
+Delivery is RoCE's go-back-N: a receiver counts a packet only when it
+carries the PSN it expects; past a gap (a drop: a full buffer without PFC,
+a link that failed mid-run) it drops what follows and sends one NAK with the
+expected PSN, and the sender resends from there. A sender whose flow has
+gone quiet for the retransmission timeout (the scenario's `rto`, scaled)
+resends from the receiver's expected PSN, which stands in for the ACKs this
+replay does not send. So "delivered" means every byte arrived in order.
+
 Times in the results are fabric time: wall-clock nanoseconds divided by the
 scale, so they compare with the simulator's.
 """
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import select
 import socket
+import threading
 import time
 from dataclasses import dataclass
 
@@ -27,13 +36,34 @@ import numpy as np
 
 from fabric.addressing import ROCE_UDP_PORT, format_ipv4
 from fabric.emu import kernel
-from fabric.emu.packets import OP_CNP, OP_WRITE_ONLY, Batch, cnp, fill_writes, parse_write
+from fabric.emu.packets import (
+    OP_ACK,
+    OP_CNP,
+    OP_WRITE_ONLY,
+    Batch,
+    cnp,
+    fill_writes,
+    nak,
+    parse_write,
+)
 from fabric.emu.plan import TOS_CNP, TOS_DATA_ECT0
+from fabric.model import Role
 
 IP_RECVTOS = 13
 IP_TOS = 1
 BATCH = 16
 PAYLOAD_MTU = 4096
+
+
+def _drain_s(network) -> float:
+    """Wall seconds the slowest full switch buffer takes to drain at its scaled link rate."""
+    f, rates = network.fabric, network.plan.port_rate_bps
+    worst = 0.0
+    for p in range(f.n_ports):
+        role = Role(int(f.node_role[f.port_node[p]]))
+        if role != Role.NIC:
+            worst = max(worst, f.queue(role).buffer_bytes * 8 / float(rates[p]))
+    return worst
 
 
 @dataclass
@@ -44,6 +74,9 @@ class ReplayResult:
     ce: np.ndarray  # CE-marked packets per flow
     cnps: np.ndarray  # CNPs received per flow (by its sender)
     packets_sent: int
+    retx_packets: np.ndarray  # packets sent again per flow (after a NAK or a timeout)
+    naks: int  # NAKs the receivers sent
+    timeouts: int  # retransmission timeouts that fired
     wall_s: float
     complete: bool
 
@@ -61,6 +94,8 @@ class Replay:
         self._send: dict[tuple[int, int, int], socket.socket] = {}
         self.batch = Batch(BATCH, mtu + 64)
         self.last_result: ReplayResult | None = None
+        self.started = threading.Event()  # set once run() has fixed its time zero, self.t0
+        self.t0 = 0.0
 
     # sockets ---------------------------------------------------------------------------
     def open(self) -> None:
@@ -111,7 +146,13 @@ class Replay:
         np.cumsum(np.bincount(ft.dep, minlength=n), out=rptr[1:])
         sent_off = np.zeros(n, dtype=np.int64)
         psn = np.zeros(n, dtype=np.int64)
-        received = np.zeros(n, dtype=np.int64)
+        received = np.zeros(n, dtype=np.int64)  # in order, so exactly what was delivered
+        expect = np.zeros(n, dtype=np.int64)  # the receiver's next PSN (not wrapped)
+        nak_for = np.full(n, -1, dtype=np.int64)  # the PSN last NAKed: one NAK per gap
+        progress = np.zeros(n)  # when the flow last delivered a packet (or was resent)
+        retx = np.zeros(n, dtype=np.int64)
+        high = np.zeros(n, dtype=np.int64)  # one past the highest PSN sent
+        sending = np.zeros(n, dtype=bool)  # in `active`
         ce = np.zeros(n, dtype=np.int64)
         cnps = np.zeros(n, dtype=np.int64)
         start = np.full(n, -1, dtype=np.int64)
@@ -133,8 +174,12 @@ class Replay:
         ai = float(self.ccp.get("additive_increase", 40e6)) / scale
         min_rate = float(self.ccp.get("min_rate", 100e6)) / scale
         fast_steps = int(self.ccp.get("fast_recovery_steps", 5))
+        # A quiet flow may only be queued: wait at least as long as three full buffers drain.
+        t_rto = max(0.05, self.ccp.get("rto", 100_000) * scale / 1e9, 3 * _drain_s(self.net))
+        n_naks = n_timeouts = 0
 
-        t0 = time.monotonic()
+        t0 = self.t0 = time.monotonic()
+        self.started.set()
         sent_pkts = 0
         for f in np.flatnonzero(pending == 0):
             released_at[f] = 0.0
@@ -157,7 +202,24 @@ class Replay:
                     released_at[w] = now - t0
                     waiting.add(w)
 
+        def go_back(f, psn24, now):
+            """Send flow f on from the PSN the receiver expects (`psn24`, its low 24 bits).
+
+            That PSN is at most one past the highest sent; it may lie ahead of
+            where an earlier, staler NAK sent the flow back to.
+            """
+            full = int(high[f]) - ((int(high[f]) - psn24) & 0xFFFFFF)
+            if full == psn[f]:
+                return
+            psn[f] = full
+            sent_off[f] = full * self.mtu
+            progress[f] = now
+            if not sending[f]:
+                sending[f] = True
+                active.append(f)
+
         zero_set = set(zero.tolist())
+        last_rto_check = t0
         recv_socks = list(self._recv.items())
         sock_host = {s.fileno(): h for h, s in recv_socks}
         # poll, not select: a fabric of a hundred hosts has descriptors past select's 1024.
@@ -177,13 +239,16 @@ class Replay:
                             finish(f, now)
                         else:
                             active.append(f)
+                            sending[f] = True
                             qp_flow[(int(ips[ft.src[f]]), int(ft.sqpn[f]))] = f
                             next_tx[f] = now
                             last_timer[f] = now
+                            progress[f] = now
                 blocked = []
                 still = []
                 for f in active:
                     if sent_off[f] >= nbytes[f]:
+                        sending[f] = False
                         continue
                     still.append(f)
                     if self.cc:
@@ -209,10 +274,18 @@ class Replay:
                         sent_pkts += m
                         payload = int(self.batch.lens[:m].sum()) - m * 32
                         sent_off[f] += payload
+                        retx[f] += max(0, min(int(psn[f]) + m, int(high[f])) - int(psn[f]))
                         psn[f] += m
+                        high[f] = max(high[f], psn[f])
                         if self.cc:
                             next_tx[f] = max(next_tx[f], now) + (payload + m * 90) * 8 / rate[f]
                 active = still
+                if now - last_rto_check >= t_rto / 4:
+                    last_rto_check = now
+                    for f in np.flatnonzero((start >= 0) & (end < 0) & ~sending):
+                        if now - progress[f] >= t_rto:
+                            n_timeouts += 1
+                            go_back(int(f), int(expect[f]) & 0xFFFFFF, now)
                 wait = 0.0 if (waiting or any(sent_off[f] < nbytes[f] for f in active)) else 0.002
                 if self.cc and active:
                     wait = max(0.0, min(0.002, min(next_tx[f] for f in active) - now))
@@ -232,11 +305,21 @@ class Replay:
                             data, anc, _, addr = s.recvmsg(self.mtu + 64, 64)
                         except BlockingIOError:
                             break
-                        op, dqpn, _, f, pay = parse_write(data)
+                        op, dqpn, psn_in, f, pay = parse_write(data)
                         now = time.monotonic()
                         if op == OP_WRITE_ONLY and 0 <= f < n:
                             tos = anc[0][2][0] if anc else 0
-                            received[f] += pay
+                            ahead = (psn_in - int(expect[f])) & 0xFFFFFF
+                            if ahead == 0:
+                                received[f] += pay
+                                expect[f] += 1
+                                progress[f] = now
+                            elif ahead < 0x800000 and nak_for[f] != expect[f]:
+                                nak_for[f] = expect[f]  # a gap: one NAK, then wait for it
+                                n_naks += 1
+                                s.sendto(
+                                    nak(int(ft.sqpn[f]), int(expect[f])), (addr[0], ROCE_UDP_PORT)
+                                )
                             if tos & 3 == 3:
                                 ce[f] += 1
                                 if now - last_cnp[f] >= t_cnp:
@@ -246,6 +329,10 @@ class Replay:
                                     )
                             if received[f] >= nbytes[f] and end[f] < 0:
                                 finish(f, now)
+                        elif op == OP_ACK and len(data) >= 16:
+                            g_f = qp_flow.get((int(ips[h]), dqpn))
+                            if g_f is not None and end[g_f] < 0:
+                                go_back(g_f, psn_in, now)
                         elif op == OP_CNP:
                             src_ip = flow_of_src.get(
                                 int.from_bytes(socket.inet_aton(addr[0]), "big")
@@ -271,6 +358,9 @@ class Replay:
                 ce=ce,
                 cnps=cnps,
                 packets_sent=sent_pkts,
+                retx_packets=retx,
+                naks=n_naks,
+                timeouts=n_timeouts,
                 wall_s=time.monotonic() - t0,
                 complete=done == n,
             )
