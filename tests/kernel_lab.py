@@ -146,9 +146,7 @@ def run(timeout_s: int = 600) -> tuple[dict[str, list[str]], str, float]:
     with tempfile.TemporaryDirectory(prefix="aifabric-kernel-lab-") as d:
         write_payload(Path(d))
         t0 = time.monotonic()
-        r = subprocess.run(
-            [str(HARNESS), d], capture_output=True, text=True, timeout=timeout_s
-        )
+        r = subprocess.run([str(HARNESS), d], capture_output=True, text=True, timeout=timeout_s)
         wall = time.monotonic() - t0
     console = r.stdout + r.stderr
     if r.returncode != 0:
