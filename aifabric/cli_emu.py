@@ -12,7 +12,7 @@ from aifabric.cli import emit_json, json_option, main
 @main.command("clean")
 @json_option
 def clean(as_json):
-    """Remove what a killed Mininet run left: its processes, links, namespaces, temp dirs."""
+    """Remove what a killed Mininet run left: processes, links, bridges, namespaces, temp dirs."""
     if os.geteuid() != 0:
         raise click.ClickException("aifabric clean needs root (it removes namespaces and links)")
     from fabric.emu.clean import clean as run_clean
@@ -23,5 +23,6 @@ def clean(as_json):
         return
     click.echo(
         f"removed {removed['processes']} processes, {removed['links']} links, "
-        f"{removed['namespaces']} namespaces, {removed['tempdirs']} temporary directories"
+        f"{removed['bridges']} bridges, {removed['namespaces']} namespaces, "
+        f"{removed['tempdirs']} temporary directories"
     )

@@ -54,9 +54,15 @@ def _progress_printer():
     metavar="PORT",
     help="Capture a port to captures/*.pcap: node:peer, node:N or a NIC (repeatable).",
 )
+@click.option(
+    "--switch",
+    type=click.Choice(["router", "ovs"]),
+    default=None,
+    help="Mininet engine: switches as Linux routers (default) or Open vSwitch bridges.",
+)
 @click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
 @json_option
-def run(scenario, output, engine, captures, seed, as_json):
+def run(scenario, output, engine, captures, switch, seed, as_json):
     """Run SCENARIO (a scenario preset or a TOML file) and write a run directory."""
     from dataclasses import replace
     from pathlib import Path
@@ -64,6 +70,8 @@ def run(scenario, output, engine, captures, seed, as_json):
     from fabric.rundir import RunWriter
     from fabric.sim.scenario_spec import load_scenario, resolve_port
 
+    if switch is not None and engine != "mininet":
+        raise click.UsageError("--switch applies to --engine mininet only")
     if engine == "mininet":
         try:
             from fabric.emu import run_scenario as run_engine
@@ -85,7 +93,7 @@ def run(scenario, output, engine, captures, seed, as_json):
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` ends the run like Ctrl-C
     try:
         if engine == "mininet":
-            summary = run_engine(sc, writer)
+            summary = run_engine(sc, writer, switch=switch or "router")
         else:
             summary = run_engine(sc, writer, progress=_progress_printer())
             sys.stderr.write("\n")

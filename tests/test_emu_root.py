@@ -271,22 +271,11 @@ time.sleep(600)
 
 
 def test_sigkill_then_clean_leaves_nothing():
-    from click.testing import CliRunner
+    from tests.emuhelp import killed_then_cleaned
 
-    from aifabric.cli import main
-    from fabric.emu.clean import leftovers
-
-    proc = subprocess.Popen([sys.executable, "-c", KILLED], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "ready"
-        left = leftovers()
-        assert left["processes"] and left["tempdirs"]
-    finally:
-        proc.kill()
-        proc.wait()
-    result = CliRunner().invoke(main, ["clean"])
-    assert result.exit_code == 0, result.output
-    assert "removed" in result.output
+    words, left = killed_then_cleaned(KILLED)
+    assert words == ["ready"]
+    assert left["processes"] and left["tempdirs"]
     _nothing_left()
 
 

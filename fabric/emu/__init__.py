@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 
 
-def available() -> str | None:
-    """None when the engine can run on this machine, else one sentence why not."""
+def available(switch: str = "router") -> str | None:
+    """None when the engine can run on this machine with `switch`es, else one sentence why not."""
     from fabric.emu import kernel
 
     if os.geteuid() != 0:
@@ -21,6 +21,10 @@ def available() -> str | None:
     missing = kernel.missing_tools()
     if missing:
         return f"the mininet engine needs {', '.join(missing)} on the PATH"
+    if switch == "ovs":
+        from fabric.emu import ovs
+
+        return ovs.missing()
     return None
 
 

@@ -3,8 +3,11 @@
 Ours is recognised by name and mark, never by guessing: processes whose
 environment carries AIFABRIC_EMU (every Mininet shell and tool the engine
 starts inherits it), Mininet shells named `mininet:af...`, veth interfaces
-in the root namespace named `af...` (a half-built link), named namespaces
-`af-...` (capability probes) and temporary directories `aifabric-emu-*`.
+in the root namespace named `af...` (a half-built link, a switch port or
+bridge of Open vSwitch), named namespaces `af-...` (capability probes),
+temporary directories `aifabric-emu-*`, bridges named `af...` in the
+system's Open vSwitch and a kernel datapath holding nothing but ports of
+ours (left by a killed private ovs-vswitchd; see fabric.emu.ovs).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fabric.emu import ovs
 from fabric.emu.kernel import ENV_MARK
 from fabric.emu.net import TMP_PREFIX
 from fabric.emu.plan import PREFIX
@@ -70,6 +74,7 @@ def leftovers() -> dict[str, list]:
         "links": our_links(),
         "namespaces": our_namespaces(),
         "tempdirs": [str(p) for p in our_tempdirs()],
+        "bridges": ovs.our_bridges(),
     }
 
 
@@ -82,6 +87,11 @@ def clean() -> dict[str, int]:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in procs):
         time.sleep(0.05)
+    bridges = ovs.our_bridges()
+    ovs.remove_bridges(bridges)
+    datapath = ovs.stale_datapath()
+    if datapath is not None:
+        subprocess.run(["ovs-dpctl", "del-dp", datapath], capture_output=True)
     links = our_links()
     for name in links:
         subprocess.run(["ip", "link", "del", name], capture_output=True)
@@ -96,4 +106,5 @@ def clean() -> dict[str, int]:
         "links": len(links),
         "namespaces": len(spaces),
         "tempdirs": len(dirs),
+        "bridges": len(bridges),
     }

@@ -14,8 +14,8 @@ import numpy as np
 from fabric.emu import kernel
 from fabric.emu.faults import FaultInjector
 from fabric.emu.monitor import Monitor
-from fabric.emu.net import Network
-from fabric.emu.plan import plan, route_get_line
+from fabric.emu.net import SWITCHES, make_network
+from fabric.emu.plan import plan
 from fabric.emu.replay import Replay
 from fabric.errors import AifabricError
 
@@ -25,7 +25,7 @@ class Terminated(Exception):
 
 
 def observed_paths(network, scenario) -> tuple[np.ndarray, np.ndarray]:
-    """Each flow's links as the switches' kernels forward it (`ip route get`, hop by hop)."""
+    """Each flow's links as the switches forward it, asked hop by hop (`Network.egress`)."""
     f, p = network.fabric, network.plan
     ft = scenario.flows
     iface_port = {name: i for i, name in enumerate(p.port_iface)}
@@ -44,21 +44,17 @@ def observed_paths(network, scenario) -> tuple[np.ndarray, np.ndarray]:
 
         def ask(item):
             s, ks = item
-            lines = [
-                route_get_line(int(p.nic_ip[k[1]]), int(p.nic_ip[k[0]]),
-                               p.port_iface[paths[k][-1] ^ 1], k[2])[3:]
+            queries = [
+                (int(p.nic_ip[k[1]]), int(p.nic_ip[k[0]]), p.port_iface[paths[k][-1] ^ 1], k[2])
                 for k in ks
-            ]  # fmt: skip
-            r = network.run(s, ["ip", "-o", "-batch", "-"], input="\n".join(lines) + "\n")
-            return s, ks, r.stdout.splitlines()
+            ]
+            return s, ks, network.egress(s, queries)
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             answers = list(pool.map(ask, by_switch.items()))
         nxt = []
         for _, ks, out in answers:
-            for k, line in zip(ks, out, strict=False):
-                words = line.split()
-                dev = words[words.index("dev") + 1] if "dev" in words else None
+            for k, dev in zip(ks, out, strict=True):
                 port = iface_port.get(dev)
                 if port is None:
                     continue
@@ -94,11 +90,14 @@ def run_scenario(
     pfc: bool = True,
     capture_ports=None,
     timeout_s: float = 300.0,
+    switch: str = "router",
 ) -> dict:
     """Build, replay, record, tear down. Returns the summary also noted in run.json."""
     from fabric.emu import available
 
-    reason = available()
+    if switch not in SWITCHES:
+        raise AifabricError(f"switch {switch!r} is not one of {', '.join(SWITCHES)}")
+    reason = available(switch)
     if reason:
         raise AifabricError(reason)
     fabric = scenario.fabric
@@ -106,7 +105,7 @@ def run_scenario(
     mechanism = kernel.ecn_mechanism(ecn)
     delay = kernel.delay_mechanism()
     pl = plan(scenario, ecn=mechanism, delay=delay, scale=scale)
-    net = Network(fabric, pl)
+    net = make_network(scenario, pl, switch)
     replay = monitor = injector = None
     stop = threading.Event()
     old_term = signal.getsignal(signal.SIGTERM)
@@ -145,6 +144,7 @@ def run_scenario(
                 if delay == "netem"
                 else "not emulated: this kernel has no netem qdisc (sch_netem)",
                 "notes": pl.notes,
+                "switch": net.describe(),
                 "names": pl.table(),
                 "build_s": round(build_s, 3),
             }

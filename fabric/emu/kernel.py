@@ -38,6 +38,24 @@ def in_netns(pid: int, argv: list[str], **kw) -> subprocess.CompletedProcess:
     )
 
 
+def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 5) -> None:
+    """Terminate every process still running, then wait for each; kill what does not end."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def netns_id(pid: int) -> int:
+    """The inode that identifies the network namespace of process `pid`."""
+    return os.stat(f"/proc/{pid}/ns/net").st_ino
+
+
 def popen_in_netns(pid: int, argv: list[str], **kw) -> subprocess.Popen:
     return subprocess.Popen(["nsenter", f"--net=/proc/{pid}/ns/net", *argv], **kw)
 

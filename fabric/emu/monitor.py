@@ -49,6 +49,8 @@ class Monitor(threading.Thread):
         self.stop_event = threading.Event()
         f = self.fabric
         self.switches = [int(s) for s in f.switch_ids]
+        # one `tc qdisc show` per namespace: Open vSwitch's switches share the root one
+        self._readers = list({kernel.netns_id(network.pid[s]): s for s in self.switches}.values())
         self.ports = np.array(
             [int(p) for s in self.switches for p in f.ports_of(s)], dtype=np.int64
         )
@@ -121,7 +123,7 @@ class Monitor(threading.Thread):
         tx = np.zeros(len(self.ports), dtype=np.int64)
         backlog = np.zeros(len(self.ports), dtype=np.int64)
         drops = np.zeros(len(self.ports), dtype=np.int64)
-        for _, items in self._pool.map(self._read_switch, self.switches):
+        for _, items in self._pool.map(self._read_switch, self._readers):
             for q in items:
                 i = self.iface_col.get(q.get("dev"))
                 if i is None:

@@ -2,7 +2,8 @@
 
 Mininet gives each node (NIC or switch) its own network namespace and a
 shell, and each fabric link a veth pair named after the plan. Switches are
-routers: Linux hosts with IP forwarding and multipath routes. Everything
+routers: Linux hosts with IP forwarding and multipath routes (or, with
+`make_network(..., "ovs")`, Open vSwitch bridges: see fabric.emu.ovs). Everything
 else (addresses, routes, neighbours, sysctls, qdiscs, eBPF markers) comes
 from the plan's `ip -batch`, `tc -batch` and sysctl lines, run in each
 node's namespace by `apply()`. `close()` undoes it all and is safe to call
@@ -21,11 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fabric.emu import kernel
-from fabric.emu.plan import Plan, ecn_object_key
+from fabric.emu.plan import NodeConfig, Plan, ecn_object_key, route_get_line
 from fabric.errors import AifabricError
 from fabric.model import Fabric, Role
 
 TMP_PREFIX = "aifabric-emu-"
+SWITCHES = ("router", "ovs")
 
 
 class Network:
@@ -55,7 +57,7 @@ class Network:
         self.net = net
         f, p = self.fabric, self.plan
         for v in range(f.n_nodes):
-            net.addHost(p.node_short[v], ip=None, inNamespace=True)
+            net.addHost(p.node_short[v], ip=None, inNamespace=self.in_namespace(v))
         for link in range(f.n_links):
             a, b = 2 * link, 2 * link + 1
             net.addLink(
@@ -90,18 +92,25 @@ class Network:
                 out[key] = str(obj)
         return out
 
+    def in_namespace(self, node: int) -> bool:
+        """Whether `node` gets a namespace of its own (routers do; Open vSwitch bridges do not)."""
+        return True
+
+    def script(self, cfg: NodeConfig) -> str:
+        """The shell line that configures one node: its sysctls, `ip -batch` and `tc -batch`."""
+        ip_file = self.workdir / f"{cfg.name}.ip"
+        tc_file = self.workdir / f"{cfg.name}.tc"
+        ip_file.write_text("\n".join(cfg.ip) + "\n")
+        tc_file.write_text("\n".join(cfg.tc) + "\n")
+        steps = [f"ip -batch {ip_file}", f"tc -batch {tc_file}"]
+        if cfg.sysctl:
+            steps.insert(0, "sysctl -q -w " + " ".join(f"{k}={v}" for k, v in cfg.sysctl))
+        return " && ".join(steps)
+
     def apply(self) -> None:
-        """Run every node's sysctls, `ip -batch` and `tc -batch` lines in its namespace."""
+        """Run every node's configuration (see `script`) in its namespace."""
         t0 = time.perf_counter()
-        scripts = []
-        for cfg in self.plan.nodes:
-            ip_file = self.workdir / f"{cfg.name}.ip"
-            tc_file = self.workdir / f"{cfg.name}.tc"
-            ip_file.write_text("\n".join(cfg.ip) + "\n")
-            tc_file.write_text("\n".join(cfg.tc) + "\n")
-            sysctl = " ".join(f"{k}={v}" for k, v in cfg.sysctl)
-            script = f"sysctl -q -w {sysctl} && ip -batch {ip_file} && tc -batch {tc_file}"
-            scripts.append((cfg, script))
+        scripts = [(cfg, self.script(cfg)) for cfg in self.plan.nodes]
 
         def run(item):
             cfg, script = item
@@ -124,18 +133,28 @@ class Network:
         self.processes.append(proc)
         return proc
 
+    def egress(self, switch: int, queries: list[tuple[int, int, str, int]]) -> list[str | None]:
+        """The interface `switch` sends each (dst ip, src ip, in interface, UDP sport) out of.
+
+        Asked of the router's kernel with `ip route get`, one batch per switch;
+        None where it has no route.
+        """
+        lines = [route_get_line(d, s, iif, sport)[3:] for d, s, iif, sport in queries]
+        r = self.run(switch, ["ip", "-o", "-batch", "-"], input="\n".join(lines) + "\n")
+        out: list[str | None] = []
+        for line in r.stdout.splitlines()[: len(queries)]:
+            words = line.split()
+            out.append(words[words.index("dev") + 1] if "dev" in words else None)
+        return out + [None] * (len(queries) - len(out))
+
+    def describe(self) -> dict:
+        """What the switches are, for run.json."""
+        return {"kind": "router", "forwarding": "Linux IP forwarding, multipath routes"}
+
     # teardown -------------------------------------------------------------------------------
     def close(self) -> None:
         t0 = time.perf_counter()
-        for proc in self.processes:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.processes:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        kernel.stop_processes(self.processes)
         self.processes.clear()
         if self.net is not None:
             from mininet.log import setLogLevel
@@ -160,3 +179,14 @@ class Network:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def make_network(scenario, plan: Plan, switch: str = "router") -> Network:
+    """The network of `scenario` with its switches as Linux routers or Open vSwitch bridges."""
+    if switch == "router":
+        return Network(scenario.fabric, plan)
+    if switch == "ovs":
+        from fabric.emu.ovs import OvsNetwork
+
+        return OvsNetwork.for_scenario(scenario, plan)
+    raise AifabricError(f"switch {switch!r} is not one of {', '.join(SWITCHES)}")
