@@ -58,16 +58,16 @@ def test_aligned_arrays_are_zeroed_writable_and_start_a_cache_line(shape, dtype)
 
 
 @njit
-def _prefetch_rows(a, rows):
-    for i in rows:
-        prefetch(a, i)
+def _prefetch_rows(a, rows, cols):
+    for k in range(len(rows)):
+        prefetch(a, rows[k], cols[k])
 
 
 def test_prefetch_is_only_a_hint_and_changes_nothing():
     rng = np.random.default_rng(2)
     for a in (rng.integers(0, 99, (300, L.PK_N)), rng.integers(0, 99, (300, 16)).astype(np.int32)):
         before = a.copy()
-        _prefetch_rows(a, rng.integers(0, len(a), 1000))
+        _prefetch_rows(a, rng.integers(0, len(a), 1000), rng.integers(0, a.shape[1], 1000))
         assert np.array_equal(a, before)
 
 

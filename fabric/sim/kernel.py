@@ -46,6 +46,7 @@ from fabric.sim.layout import (
     CTS_WIRE,
     DATA_OVERHEAD,
     E_A,
+    E_B,
     E_KIND,
     EV_ARRIVE,
     EV_DC_ALPHA,
@@ -139,6 +140,7 @@ from fabric.sim.layout import (
     PT_FREE_AT,
     PT_HEAD0,
     PT_HEAD1,
+    PT_HEADROOM,
     PT_IS_NIC,
     PT_KMAX,
     PT_KMIN,
@@ -195,22 +197,23 @@ def _borrow(typingctx, arr):
 
 
 @intrinsic
-def prefetch(typingctx, arr, i):
-    """Hint the CPU to bring row i of a 2-D array into the cache; no effect on results.
+def prefetch(typingctx, arr, i, j):
+    """Hint the CPU to bring the cache line of arr[i, j] into the cache; no effect on results.
 
     The loop peeks at the next event while it handles the current one, so that the
-    packet or port row the next event needs (usually not touched since it was queued,
-    and on a large fabric out of every cache) is on its way in the meantime.
+    packet and port rows the next event needs (usually not touched since it was queued,
+    and on a large fabric out of every cache) are on their way in the meantime.
     """
 
     def codegen(context, builder, sig, args):
         aryty = sig.args[0]
         ary = context.make_array(aryty)(context, builder, value=args[0])
         row = context.cast(builder, args[1], sig.args[1], types.intp)
+        col = context.cast(builder, args[2], sig.args[2], types.intp)
         ptr = cgutils.get_item_pointer2(
             context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
             cgutils.unpack_tuple(builder, ary.strides), aryty.layout,
-            [row, context.get_constant(types.intp, 0)], wraparound=False, boundscheck=False,
+            [row, col], wraparound=False, boundscheck=False,
         )  # fmt: skip
         i8p = ir.IntType(8).as_pointer()
         i32 = ir.IntType(32)
@@ -220,7 +223,7 @@ def prefetch(typingctx, arr, i):
         builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
         return context.get_dummy_value()
 
-    return types.void(arr, i), codegen
+    return types.void(arr, i, j), codegen
 
 
 @njit(cache=True)
@@ -259,7 +262,41 @@ def want_tx(S, p, t):
     pt, ev, g = S[3], S[11], S[0]
     if pt[p, PT_TXEV] != t:
         pt[p, PT_TXEV] = t
-        schedule(ev, g, t, EV_TX, p, 0)
+        schedule(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
+
+
+@njit(cache=True, inline="always")
+def arrive_hint(p, q):
+    """An EV_ARRIVE's b: the port the packet is on and the next one (-1: none), for prefetching."""
+    return p | ((q + 1) << 32)
+
+
+@njit(cache=True, inline="always")
+def prefetch_next(S, ev):
+    """Start loading the rows the earliest event will touch (see `prefetch`)."""
+    pt, pk, pp = S[3], S[9], S[10]
+    kind = ev[0, E_KIND]
+    a = ev[0, E_A]
+    b = ev[0, E_B]
+    if kind == EV_ARRIVE:
+        prefetch(pk, a, 0)
+        prefetch(pp, a, 0)
+        p = b & 0xFFFFFFFF
+        q = (b >> 32) - 1
+        prefetch(pt, p, PT_ALIVE)
+        prefetch(pt, p ^ 1, PT_PFC_ON)
+        prefetch(pt, p ^ 1, PT_HEADROOM)
+        if q >= 0:
+            prefetch(pt, q, PT_FREE_AT)
+            prefetch(pt, q, PT_QB0)
+    elif kind == EV_TX:
+        prefetch(pt, a, PT_FREE_AT)
+        prefetch(pt, a, PT_QB0)
+        prefetch(pt, a, PT_ECN_ON)
+        prefetch(pt, a, PT_KMIN)
+        if b >= 0:
+            prefetch(pk, b, 0)
+            prefetch(pp, b, 0)
 
 
 @njit(cache=True)
@@ -280,10 +317,12 @@ def record(S, p, kind, f, psn, nbytes, ce, arg, now):
 @njit(cache=True, inline="always")
 def put_on_wire(S, p, i, now):
     """Port p starts sending packet i: it arrives at the far end after serialization and delay."""
-    g, pt, pk, ev = S[0], S[3], S[9], S[11]
+    g, pt, pk, pp, ev = S[0], S[3], S[9], S[10], S[11]
     ser = serialization_ps(pk[i, PK_WIRE], pt[p, PT_RATE])
     pt[p, PT_FREE_AT] = now + ser
-    schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, 0)
+    h = pk[i, PK_HOP] + 1
+    q = pp[i, h] if h < pk[i, PK_NHOPS] else -1
+    schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
     pt[p, PT_S_TX] += pk[i, PK_WIRE]
     g[G_HOPS] += 1
     if pt[p, PT_CAPTURE]:
@@ -795,11 +834,7 @@ def run(S_counted, t_stop, max_events):
             return R_LIMIT
         pop(ev, g, e)
         if g[G_HEAP] > 0:
-            if ev[0, E_KIND] == EV_ARRIVE:
-                prefetch(pk, ev[0, E_A])
-                prefetch(S[10], ev[0, E_A])
-            elif ev[0, E_KIND] == EV_TX:
-                prefetch(pt, ev[0, E_A])
+            prefetch_next(S, ev)
         now = e[0]
         kind = e[2]
         a = e[3]
