@@ -3,10 +3,11 @@
     sudo .venv/bin/python benchmarks/bench_emu.py [--skip-medium]
 
 Prints: build (Mininet + plan applied) and teardown seconds for lab-small
-and lab-medium; the replay's packets per second next to the machine's veth
-ceiling (one sendmmsg sender, no shaping); the same small ring AllReduce in
-the simulator and the emulator (completion time in fabric time, bytes per
-leaf uplink).
+and lab-medium, medians of --repeat runs, with the switches as routers and,
+where Open vSwitch is installed, as OVS bridges; the replay's packets per
+second next to the machine's veth ceiling (one sendmmsg sender, no shaping),
+for each kind of switch; the same small ring AllReduce in the simulator and
+the emulator (completion time in fabric time, bytes per leaf uplink).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import socket
+import statistics
 import sys
 import tempfile
 import time
@@ -28,16 +30,16 @@ def scenario(topology, workload, cc="none"):
     return scenario_from_dict(raw, "bench")
 
 
-def build_teardown(topology):
+def build_teardown(topology, switch="router"):
     from fabric.emu import kernel
-    from fabric.emu.net import Network
+    from fabric.emu.net import make_network
     from fabric.emu.plan import plan
 
     sc = scenario(topology, {"pattern": "permutation", "gpus": 16})
     mech = kernel.ecn_mechanism()
     t0 = time.perf_counter()
     pl = plan(sc, ecn=mech)
-    net = Network(sc.fabric, pl)
+    net = make_network(sc, pl, switch)
     try:
         net.build()
         if mech == "ebpf":
@@ -88,13 +90,13 @@ def veth_ceiling(seconds=1.0):
         net.close()
 
 
-def run_emu(sc, scale=None):
+def run_emu(sc, scale=None, switch="router"):
     from fabric.emu import run_scenario
     from fabric.rundir import Run, RunWriter
 
     d = Path(tempfile.mkdtemp(prefix="bench-emu-run-"))
     w = RunWriter(d / "run", "mininet", sc.to_dict())
-    summary = run_scenario(sc, w, scale=scale, timeout_s=300)
+    summary = run_scenario(sc, w, scale=scale, timeout_s=300, switch=switch)
     return summary, Run(d / "run")
 
 
@@ -124,6 +126,7 @@ def uplink_bytes(run, fabric):
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-medium", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="builds per figure (the median)")
     args = ap.parse_args()
     from fabric.emu import available
 
@@ -131,16 +134,31 @@ def main() -> int:
     if reason:
         print(f"skipped: {reason}")
         return 0
+    switches = ["router"]
+    if available("ovs") is None:
+        switches.append("ovs")
+    else:
+        print(f"router only: {available('ovs')}")
     for topo in ("lab-small",) + (() if args.skip_medium else ("lab-medium",)):
-        b, t, mech = build_teardown(topo)
-        print(f"{topo:<11} build {b:6.2f} s  teardown {t:5.2f} s  (ECN: {mech})")
+        for switch in switches:
+            runs = [build_teardown(topo, switch) for _ in range(args.repeat)]
+            b = statistics.median(r[0] for r in runs)
+            t = statistics.median(r[1] for r in runs)
+            print(
+                f"{topo:<11} {switch:<6} build {b:6.2f} s  teardown {t:5.2f} s  "
+                f"(ECN: {runs[0][2]}; median of {len(runs)})"
+            )
     ceiling = veth_ceiling()
     print(f"veth ceiling        {ceiling:10,.0f} packets/s (4 KiB payload, one sender)")
     ring = {"collective": "allreduce", "algorithm": "ring", "size": "4MiB", "gpus": 16}
     sc = scenario("lab-small", ring)
-    s, _ = run_emu(sc, scale=50)
-    pps = s["packets_sent"] / s["replay_wall_s"]
-    print(f"replay (scale 50)   {pps:10,.0f} packets/s  ({pps / ceiling:.0%} of the ceiling)")
+    for switch in switches:
+        s, _ = run_emu(sc, scale=50, switch=switch)
+        pps = s["packets_sent"] / s["replay_wall_s"]
+        print(
+            f"replay {switch:<6} (scale 50) {pps:10,.0f} packets/s  "
+            f"({pps / ceiling:.0%} of the ceiling)"
+        )
     sc = scenario("lab-small", {**ring, "size": "1MiB"})
     es, erun = run_emu(sc)
     ss, srun = run_sim(sc)
