@@ -214,6 +214,16 @@ def test_simulation_rejects_bad_input():
         run(fab, flows([fab.node_id("z0-ctsw0")], [nics[1]], 10))
 
 
+def test_a_route_longer_than_a_packet_carries_is_one_sentence(monkeypatch):
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    table = flows([nics[0]], [nics[-1]], 10)
+    assert run(fab, table).counters()["flows_done"] == 1
+    monkeypatch.setattr(L, "MAX_HOPS", 3)
+    with pytest.raises(AifabricError, match="crosses 4 links; the simulator carries .* at most 3"):
+        run(fab, table)
+
+
 def test_clear_to_send_takes_chunk_and_window_from_the_workload_where_set():
     fab = preset("lab-small")
     nics = fab.nic_ids

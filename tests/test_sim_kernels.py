@@ -45,7 +45,7 @@ def test_event_heap_pops_in_time_then_schedule_order_like_heapq():
 
 @pytest.mark.parametrize(
     ("shape", "dtype"),
-    [((1000, L.PK_N), np.int64), ((77, L.MAX_HOPS), np.int32), ((0, 5), np.int64)],
+    [((1000, L.PK_N), np.int32), ((77, L.PT_N), np.int64), ((0, 5), np.int64)],
 )
 def test_aligned_arrays_are_zeroed_writable_and_start_a_cache_line(shape, dtype):
     for _ in range(5):
@@ -71,12 +71,12 @@ def test_prefetch_is_only_a_hint_and_changes_nothing():
         assert np.array_equal(a, before)
 
 
-def test_a_packet_row_is_whole_cache_lines_and_a_hop_reads_only_the_first():
-    assert L.PK_N * 8 % CACHE_LINE == 0
-    hot = (L.PK_KIND, L.PK_WIRE, L.PK_HOP, L.PK_NHOPS, L.PK_NEXT, L.PK_CE)
-    assert max(hot) * 8 < CACHE_LINE
-    cols = (L.PK_FLOW, L.PK_BYTES, L.PK_PSN, L.PK_ARG, L.PK_PAD) + hot
-    assert sorted(cols) == list(range(len(cols)))
+def test_a_packet_row_is_one_cache_line_holding_its_fields_and_route():
+    assert L.PK_N * 4 == CACHE_LINE
+    fields = (L.PK_KIND, L.PK_WIRE, L.PK_HOP, L.PK_NHOPS, L.PK_NEXT, L.PK_CE, L.PK_FLOW, L.PK_BYTES)
+    assert sorted(fields) == list(range(L.PK_ROUTE))
+    assert L.PK_ROUTE + L.MAX_HOPS == L.PK_N
+    assert L.MAX_HOPS >= 6  # NIC, rack, spine, zone, spine, rack: the longest Clos route
 
 
 @pytest.mark.parametrize("depth", [0, 100, 101, 150, 399, 400, 401, 10_000])
@@ -99,7 +99,7 @@ def test_queue_is_a_fifo_with_byte_counts():
     pt = np.zeros((2, L.PT_N), dtype=np.int64)
     for col in (L.PT_HEAD0, L.PT_TAIL0, L.PT_HEAD1, L.PT_TAIL1):
         pt[:, col] = -1
-    pk = np.zeros((64, L.PK_N), dtype=np.int64)
+    pk = np.zeros((64, L.PK_N), dtype=np.int32)
     rng = np.random.default_rng(2)
     ref = {0: deque(), 1: deque()}
     nxt = 0

@@ -183,9 +183,16 @@ class Simulation:
 
     def _route(self, routing: Routing, which: np.ndarray):
         t = self.flows
-        return routing.paths(
+        paths = routing.paths(
             t.src[which], t.dst[which], t.sport[which], t.dqpn[which], 0, t.bytes[which]
         )
+        longest = int(np.diff(paths.ptr).max()) if len(which) else 0
+        if longest > L.MAX_HOPS:
+            raise AifabricError(
+                f"a route on fabric {self.fabric.name} crosses {longest} links; "
+                f"the simulator carries routes of at most {L.MAX_HOPS}"
+            )
+        return paths
 
     def _allocate(self) -> None:
         f, t = self.fabric, self.flows
@@ -278,11 +285,11 @@ class Simulation:
             np.cumsum(np.bincount(t.dep, minlength=n), out=rdep_ptr[1:])
 
         n_pk = 4096
-        pk = zeros_aligned((n_pk, L.PK_N), np.int64)
+        pk = zeros_aligned((n_pk, L.PK_N), np.int32)
         pk[:, L.PK_NEXT] = np.arange(1, n_pk + 1)
         pk[-1, L.PK_NEXT] = -1
         pk[:, L.PK_KIND] = -1
-        pp = zeros_aligned((n_pk, L.MAX_HOPS), np.int32)
+        pc = np.zeros((n_pk, L.PC_N), dtype=np.int64)
         ev = zeros_aligned((max(4096, 4 * n + 64), 5), np.int64)
         g = np.zeros(L.G_NG, dtype=np.int64)
         g[L.G_FREE] = 0
@@ -293,7 +300,7 @@ class Simulation:
         cap = np.zeros((65536 if len(self.capture_ports) else 32, L.CP_N), dtype=np.int64)
 
         self.g, self.prm, self.fprm, self.pt, self.pmax = g, prm, fprm, pt, pmax
-        self.fl, self.fr, self.nd, self.act, self.pk, self.pp = fl, fr, nd, act, pk, pp
+        self.fl, self.fr, self.nd, self.act, self.pk, self.pc = fl, fr, nd, act, pk, pc
         self.ev, self.rdep_ptr, self.rdep, self.smp, self.cap = ev, rdep_ptr, rdep, smp, cap
         self._load = np.zeros(f.n_ports, dtype=np.float64)
         self._rnd = np.zeros(L.MAX_HOPS, dtype=np.uint32)
@@ -330,7 +337,7 @@ class Simulation:
         live = (r.port_alive, r.dist, r.dist0, r.seeds, CRC_TABLE)
         return (
             self.g, self.prm, self.fprm, self.pt, self.pmax, self.fl, self.fr, self.nd,
-            self.act, self.pk, self.pp, self.ev, self.path_ptr, self.path_port,
+            self.act, self.pk, self.pc, self.ev, self.path_ptr, self.path_port,
             self.rdep_ptr, self.rdep, self.smp, self.cap, net, live, r.ip, self._load,
             self._rnd,
         )  # fmt: skip
@@ -339,16 +346,16 @@ class Simulation:
     def _grow_packets(self) -> None:
         old = len(self.pk)
         new = old * 2
-        pk = zeros_aligned((new, L.PK_N), np.int64)
+        pk = zeros_aligned((new, L.PK_N), np.int32)
         pk[:old] = self.pk
         pk[old:, L.PK_KIND] = -1
         pk[old:, L.PK_NEXT] = np.arange(old + 1, new + 1)
         pk[-1, L.PK_NEXT] = self.g[L.G_FREE]
-        pp = zeros_aligned((new, L.MAX_HOPS), np.int32)
-        pp[:old] = self.pp
+        pc = np.zeros((new, L.PC_N), dtype=np.int64)
+        pc[:old] = self.pc
         self.g[L.G_FREE] = old
         self.g[L.G_NFREE] += new - old
-        self.pk, self.pp = pk, pp
+        self.pk, self.pc = pk, pc
 
     def _grow_events(self) -> None:
         ev = zeros_aligned((len(self.ev) * 2, 5), np.int64)

@@ -7,7 +7,7 @@ State is one tuple `S` of flat arrays (see `layout` for the columns):
     pt pmax      ports (one row per directed link) and their ECN Pmax
     fl fr        flows: counters and times; DCQCN rates
     nd act       NICs: each NIC's list of flows with data to send (act[off:off + cnt])
-    pk pp        packets: fields and the ports of their route
+    pk pc        packets: what a hop reads, their route included; the rest
     ev           the event heap
     path_ptr path_port   each flow's route (CSR of ports)
     rdep_ptr rdep        the flows waiting on each flow
@@ -121,8 +121,9 @@ from fabric.sim.layout import (
     P_RTO_PS,
     P_SAMPLE_PS,
     P_SPRAY,
+    PC_ARG,
+    PC_PSN,
     PFC_WIRE,
-    PK_ARG,
     PK_BYTES,
     PK_CE,
     PK_FLOW,
@@ -130,7 +131,7 @@ from fabric.sim.layout import (
     PK_KIND,
     PK_NEXT,
     PK_NHOPS,
-    PK_PSN,
+    PK_ROUTE,
     PK_WIRE,
     PT_ALIVE,
     PT_BUF,
@@ -274,13 +275,12 @@ def arrive_hint(p, q):
 @njit(cache=True, inline="always")
 def prefetch_next(S, ev):
     """Start loading the rows the earliest event will touch (see `prefetch`)."""
-    pt, pk, pp = S[3], S[9], S[10]
+    pt, pk = S[3], S[9]
     kind = ev[0, E_KIND]
     a = ev[0, E_A]
     b = ev[0, E_B]
     if kind == EV_ARRIVE:
         prefetch(pk, a, 0)
-        prefetch(pp, a, 0)
         p = b & 0xFFFFFFFF
         q = (b >> 32) - 1
         prefetch(pt, p, PT_ALIVE)
@@ -296,7 +296,6 @@ def prefetch_next(S, ev):
         prefetch(pt, a, PT_KMIN)
         if b >= 0:
             prefetch(pk, b, 0)
-            prefetch(pp, b, 0)
 
 
 @njit(cache=True)
@@ -317,18 +316,18 @@ def record(S, p, kind, f, psn, nbytes, ce, arg, now):
 @njit(cache=True, inline="always")
 def put_on_wire(S, p, i, now):
     """Port p starts sending packet i: it arrives at the far end after serialization and delay."""
-    g, pt, pk, pp, ev = S[0], S[3], S[9], S[10], S[11]
+    g, pt, pk, pc, ev = S[0], S[3], S[9], S[10], S[11]
     ser = serialization_ps(pk[i, PK_WIRE], pt[p, PT_RATE])
     pt[p, PT_FREE_AT] = now + ser
     h = pk[i, PK_HOP] + 1
-    q = pp[i, h] if h < pk[i, PK_NHOPS] else -1
+    q = pk[i, PK_ROUTE + h] if h < pk[i, PK_NHOPS] else -1
     schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
     pt[p, PT_S_TX] += pk[i, PK_WIRE]
     g[G_HOPS] += 1
     if pt[p, PT_CAPTURE]:
         record(
-            S, p, pk[i, PK_KIND], pk[i, PK_FLOW], pk[i, PK_PSN], pk[i, PK_BYTES],
-            pk[i, PK_CE], pk[i, PK_ARG], now,
+            S, p, pk[i, PK_KIND], pk[i, PK_FLOW], pc[i, PC_PSN], pk[i, PK_BYTES],
+            pk[i, PK_CE], pc[i, PC_ARG], now,
         )  # fmt: skip
 
 
@@ -357,7 +356,6 @@ def alloc(S):
     g[G_NFREE] -= 1
     pk[i, PK_NEXT] = -1
     pk[i, PK_CE] = 0
-    pk[i, PK_ARG] = 0
     pk[i, PK_HOP] = 0
     return i
 
@@ -374,7 +372,7 @@ def release_packet(S, i):
 @njit(cache=True)
 def drop(S, i, p, now):
     """Packet i is lost at port p; the sender finds out after the retransmission timeout."""
-    g, prm, pt, pk, ev = S[0], S[1], S[3], S[9], S[11]
+    g, prm, pt, pk, pc, ev = S[0], S[1], S[3], S[9], S[10], S[11]
     pt[p, PT_S_DROPS] += 1
     g[G_DROPS] += 1
     kind = pk[i, PK_KIND]
@@ -382,7 +380,7 @@ def drop(S, i, p, now):
     if kind == K_DATA:
         schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, pk[i, PK_BYTES])
     elif kind == K_CTS:
-        schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, -pk[i, PK_ARG])
+        schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, -pc[i, PC_ARG])
     elif kind == K_REQ:
         schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, 0)
     release_packet(S, i)
@@ -391,7 +389,7 @@ def drop(S, i, p, now):
 @njit(cache=True)
 def send_control(S, f, kind, arg, now):
     """The receiver of flow f (or, for REQ, its sender) sends a control packet."""
-    pt, fl, pk, pp, path_ptr, path_port = S[3], S[5], S[9], S[10], S[12], S[13]
+    pt, fl, pk, pc, path_ptr, path_port = S[3], S[5], S[9], S[10], S[12], S[13]
     a = path_ptr[f]
     n = path_ptr[f + 1] - a
     if n == 0:
@@ -400,9 +398,9 @@ def send_control(S, f, kind, arg, now):
     pk[i, PK_FLOW] = f
     pk[i, PK_KIND] = kind
     pk[i, PK_BYTES] = 0
-    pk[i, PK_PSN] = fl[f, FL_PSN]
+    pc[i, PC_PSN] = fl[f, FL_PSN]
     pk[i, PK_NHOPS] = n
-    pk[i, PK_ARG] = arg
+    pc[i, PC_ARG] = arg
     if kind == K_CNP:
         pk[i, PK_WIRE] = CNP_WIRE
     elif kind == K_ACK:
@@ -411,11 +409,11 @@ def send_control(S, f, kind, arg, now):
         pk[i, PK_WIRE] = CTS_WIRE
     if kind == K_REQ:
         for j in range(n):
-            pp[i, j] = path_port[a + j]
+            pk[i, PK_ROUTE + j] = path_port[a + j]
     else:
         for j in range(n):
-            pp[i, j] = path_port[a + n - 1 - j] ^ 1
-    p = pp[i, 0]
+            pk[i, PK_ROUTE + j] = path_port[a + n - 1 - j] ^ 1
+    p = pk[i, PK_ROUTE]
     if not pt[p, PT_ALIVE]:
         drop(S, i, p, now)
         return
@@ -453,7 +451,7 @@ def list_remove(S, f):
 @njit(cache=True)
 def send_data(S, f, p, now):
     """Flow f puts its next data packet on its NIC's port p."""
-    prm, fl, fr, pk, pp = S[1], S[5], S[6], S[9], S[10]
+    prm, fl, fr, pk, pc = S[1], S[5], S[6], S[9], S[10]
     path_ptr, path_port = S[12], S[13]
     size = min(prm[P_MTU], fl[f, FL_UNSENT])
     cc = prm[P_CC]
@@ -468,7 +466,8 @@ def send_data(S, f, p, now):
     wire = size + DATA_OVERHEAD
     pk[i, PK_WIRE] = wire
     psn = fl[f, FL_PSN]
-    pk[i, PK_PSN] = psn
+    pc[i, PC_PSN] = psn
+    pc[i, PC_ARG] = 0
     fl[f, FL_PSN] = psn + 1
     n = -1
     if prm[P_SPRAY]:
@@ -477,13 +476,13 @@ def send_data(S, f, p, now):
         dst = fl[f, FL_DST]
         n = route_packet(
             src, dst, ip[src], ip[dst], fl[f, FL_SPORT], fl[f, FL_DQPN], psn & 0xFFFFFF,
-            S[22], 3, net, live, S[21], 0.0, pp[i],
+            S[22], 3, net, live, S[21], 0.0, pk[i, PK_ROUTE:],
         )  # fmt: skip
     if n <= 0:
         a = path_ptr[f]
         n = path_ptr[f + 1] - a
         for j in range(n):
-            pp[i, j] = path_port[a + j]
+            pk[i, PK_ROUTE + j] = path_port[a + j]
     pk[i, PK_NHOPS] = n
     rc = fr[f, FR_RC]
     fl[f, FL_LAST_TX] = now
@@ -537,7 +536,7 @@ def nic_pick(S, p, now):
 @njit(cache=True)
 def kick(S, p, now):
     """Port p starts its next frame if it is free: PFC first, then control, then data."""
-    g, pt, pmax, pk, pp = S[0], S[3], S[4], S[9], S[10]
+    g, pt, pmax, pk = S[0], S[3], S[4], S[9]
     if pt[p, PT_FREE_AT] > now:
         want_tx(S, p, pt[p, PT_FREE_AT])
         return
@@ -575,7 +574,7 @@ def kick(S, p, now):
             pk[i, PK_CE] = 1
             pt[p, PT_S_ECN] += 1
             g[G_ECN] += 1
-    k = pp[i, pk[i, PK_HOP] - 1] ^ 1
+    k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
     if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE]):
         send_pfc(S, k, 0, now)
     put_on_wire(S, p, i, now)
@@ -700,7 +699,7 @@ def deliver(S, i, now):
             dcqcn_timers(S, f, now)
             repace(S, f, now)
     elif kind == K_CTS:
-        fl[f, FL_ALLOW] += pk[i, PK_ARG]
+        fl[f, FL_ALLOW] += S[10][i, PC_ARG]
         if fl[f, FL_SLOT] >= 0:
             kick(S, S[18][0][fl[f, FL_SRC]], now)
     elif kind == K_REQ:
@@ -793,12 +792,12 @@ def close_sample(S, now):
 @njit(cache=True)
 def purge(S, p, now):
     """Port p went down: what waits in its queues is lost."""
-    pt, pk, pp = S[3], S[9], S[10]
+    pt, pk = S[3], S[9]
     for cls in range(2):
         while pt[p, PT_HEAD0 + 2 * cls] >= 0:
             i = dequeue(pt, pk, p, cls, now)
             if cls == 1 and not pt[p, PT_IS_NIC]:
-                k = pp[i, pk[i, PK_HOP] - 1] ^ 1
+                k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
                 if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE]):
                     send_pfc(S, k, 0, now)
             drop(S, i, p, now)
@@ -844,14 +843,14 @@ def run(S_counted, t_stop, max_events):
         done_events += 1
         if kind == EV_ARRIVE:
             h = pk[a, PK_HOP]
-            p = S[10][a, h]
+            p = pk[a, PK_ROUTE + h]
             if not pt[p, PT_ALIVE]:
                 drop(S, a, p, now)
             elif h + 1 == pk[a, PK_NHOPS]:
                 deliver(S, a, now)
             else:
                 pk[a, PK_HOP] = h + 1
-                arrive_at_switch(S, a, p, S[10][a, h + 1], now)
+                arrive_at_switch(S, a, p, pk[a, PK_ROUTE + h + 1], now)
         elif kind == EV_TX:
             if pt[a, PT_TXEV] == now:
                 pt[a, PT_TXEV] = -1

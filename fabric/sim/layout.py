@@ -150,23 +150,25 @@ ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
 # nodes (nd[v, ...]): a NIC's list of flows that have data to send
 ND_OFF, ND_CNT, ND_RR, ND_N = range(4)
 
-# packets (pk[i, ...]) and their ports (pp[i, :MAX_HOPS]). Columns are ordered by use:
-# what a switch hop reads comes first; a row is padded to two cache lines so that the
-# hot columns of a packet (usually cold by the time it leaves a queue) are one access.
+# packets: pk[i, ...] (int32) is one cache line holding what a hop reads, the route
+# included (the ports pk[i, PK_ROUTE:PK_ROUTE + PK_NHOPS]); on a large fabric a packet
+# is usually out of every cache when it reaches the head of a queue, and one line per
+# packet is one memory access per hop. What only captures and clear-to-send read is
+# in pc[i, ...] (int64).
 (
-    PK_KIND,
-    PK_WIRE,  # bytes on the wire, with headers, preamble and gap
-    PK_HOP,  # index in pp of the port it is on or queued at
-    PK_NHOPS,
     PK_NEXT,
+    PK_WIRE,  # bytes on the wire, with headers, preamble and gap
+    PK_HOP,  # index in the route of the port it is on or queued at
+    PK_NHOPS,
+    PK_KIND,
     PK_CE,
     PK_FLOW,
     PK_BYTES,  # payload
-    PK_PSN,
-    PK_ARG,  # cts grant bytes
-    PK_PAD,
-) = range(11)
+    PK_ROUTE,
+) = range(9)
 PK_N = 16
+MAX_HOPS = PK_N - PK_ROUTE  # the longest route a packet can carry
+PC_PSN, PC_ARG, PC_N = range(3)  # PC_ARG: cts grant bytes
 K_DATA, K_CNP, K_ACK, K_CTS, K_REQ, K_PFC = range(6)
 
 # frame overheads on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12, ICRC 4,
@@ -195,5 +197,4 @@ SERIES = (
 # why a kernel call returned
 R_DONE, R_LIMIT, R_GROW_EVENTS, R_GROW_PACKETS, R_DRAIN_CAPTURE, R_DRAIN_SAMPLES, R_STOP = range(7)
 
-MAX_HOPS = 16
 PS_PER_NS = 1000
