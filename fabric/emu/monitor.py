@@ -49,8 +49,14 @@ class Monitor(threading.Thread):
         self.stop_event = threading.Event()
         f = self.fabric
         self.switches = [int(s) for s in f.switch_ids]
-        # one `tc qdisc show` per namespace: Open vSwitch's switches share the root one
-        self._readers = list({kernel.netns_id(network.pid[s]): s for s in self.switches}.values())
+        # one tc shell per namespace: Open vSwitch's switches share the root one
+        self._ns = {v: kernel.netns_id(network.pid[v]) for v in range(f.n_nodes)}
+        self._readers = list({self._ns[s]: s for s in self.switches}.values())
+        # Two kinds of shell: one per namespace to pause with (its `sync` names a device,
+        # which tc then keeps as the filter of every later `qdisc show`: so never to read
+        # with), and one per switch namespace to read the queues with.
+        self._shells: dict[int, kernel.TcShell] = {}
+        self._reader_shells: dict[int, kernel.TcShell] = {}
         self.ports = np.array(
             [int(p) for s in self.switches for p in f.ports_of(s)], dtype=np.int64
         )
@@ -83,6 +89,11 @@ class Monitor(threading.Thread):
     # setup ---------------------------------------------------------------------------
     def open(self) -> None:
         f, p = self.fabric, self.plan
+        for v, ns in self._ns.items():
+            if ns not in self._shells:
+                self._shells[ns] = kernel.TcShell(self.net.pid[v])
+        for s in self._readers:
+            self._reader_shells[s] = kernel.TcShell(self.net.pid[s])
         for port in range(f.n_ports):
             node = int(f.port_node[port])
             with kernel.netns_of(self.net.pid[node]):
@@ -110,13 +121,14 @@ class Monitor(threading.Thread):
             os.close(fd)
         self._maps.clear()
         self._pool.shutdown(wait=True)
+        for shell in [*self._shells.values(), *self._reader_shells.values()]:
+            shell.close()
+        self._shells.clear()
+        self._reader_shells.clear()
 
     # polling --------------------------------------------------------------------------
     def _read_switch(self, s: int):
-        r = self.net.run(s, ["tc", "-s", "-j", "qdisc", "show"])
-        if r.returncode != 0:
-            return s, []
-        return s, json.loads(r.stdout or "[]")
+        return s, json.loads(self._reader_shells[s].query("qdisc show") or "[]")
 
     def poll(self):
         """tx bytes, lossless backlog and drops per recorded port, now."""
@@ -129,9 +141,9 @@ class Monitor(threading.Thread):
                 if i is None:
                     continue
                 h = q.get("handle")
-                drops[i] += q.get("drops", 0)
-                if h == "1:":
+                if h == "1:":  # the root counts its children's drops too: count them once
                     tx[i] = q.get("bytes", 0)
+                    drops[i] = q.get("drops", 0)
                 elif h == "31:":
                     backlog[i] = q.get("backlog", 0)
         ecn = np.zeros(len(self.ports), dtype=np.int64)
@@ -162,16 +174,17 @@ class Monitor(threading.Thread):
                 p.port_iface[up], paused=pause, rate_bps=int(p.port_rate_bps[up]), buffer_bytes=buf
             )
             jobs.append((u, up, line, pause))
-
-        def apply(job):
-            u, up, line, pause = job
-            self.net.run(u, ["tc", *line.split()])
+        by_ns: dict[int, list[str]] = {}
+        for u, _, line, _ in jobs:
+            by_ns.setdefault(self._ns[u], []).append(line)
+        for ns, lines in by_ns.items():
+            self._shells[ns].send(lines)
+        for ns in by_ns:
+            self._shells[ns].sync()  # every upstream qdisc has changed
+        now = time.monotonic()
+        for _, up, _, pause in jobs:
             if not pause:  # a packet through the qdisc restarts its dequeue
                 _send(self._raw[up], kick_frame(p.port_mac[up], p.port_mac[up ^ 1]))
-            return up, pause
-
-        now = time.monotonic()
-        for up, pause in self._pool.map(apply, jobs):
             if pause:
                 self._paused_since[up] = now
             else:
