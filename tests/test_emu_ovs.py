@@ -22,6 +22,7 @@ from fabric.addressing import format_ipv4
 from fabric.emu import available, ovs
 from fabric.emu import plan as P
 from fabric.errors import AifabricError
+from fabric.model import Role
 from fabric.scenario import Fault
 
 
@@ -137,11 +138,30 @@ Datapath actions: set(eth(src=02:af:00:00:00:24)),set(ipv4(ttl=63)),3
     )
 
 
-def test_faults_during_the_run_are_refused_with_ovs(small):
-    sc, pl, _ = small
-    late = replace(sc, faults=(Fault("link", 20, at_ns=1000),))
-    with pytest.raises(AifabricError, match="--switch router"):
-        ovs.OvsNetwork.for_scenario(late, pl)
+def test_a_fault_mid_run_changes_exactly_the_groups_that_used_it(small):
+    sc, pl, routing = small
+    f = sc.fabric
+    leaf, spine = int(f.switch_ids[0]), int(f.switch_ids[-1])
+    link = next(int(q) // 2 for q in f.ports_of(leaf) if f.port_peer[q] == spine)
+    fault = Fault("link", link, at_ns=1000)
+    after = P.routing_after(fault, routing)
+    dead = f"output:{ovs.ofport(f, 2 * link if f.link_a[link] == leaf else 2 * link + 1)}"
+    changed = ovs.group_changes(pl, f, routing, after, leaf)
+    before = ovs.bridge_rules(pl, f, routing, leaf)[0]
+    # every group whose buckets led over the link, and only those, loses that bucket
+    users = [g for g in before if dead + "," in g or g.endswith(dead)]
+    assert len(changed) == len(users) > 0
+    assert not any(dead + "," in g or g.endswith(dead) for g in changed)
+    assert [g.split(",", 1)[0] for g in changed] == [g.split(",", 1)[0] for g in users]
+    # the spine's side: it can still reach the leaf's NICs by its other parallel link
+    assert all("bucket=" in g for g in ovs.group_changes(pl, f, routing, after, spine))
+    # a switch that loses every path to a NIC gets an empty group for it, which drops
+    cut = routing
+    for q in f.ports_of(leaf):
+        if f.node_role[f.port_peer[q]] != Role.NIC:
+            cut = cut.without(links=[int(q) // 2])
+    emptied = ovs.group_changes(pl, f, routing, cut, spine)
+    assert emptied and all(g.endswith(",type=select") for g in emptied)
 
 
 def test_switch_is_checked_and_needs_the_mininet_engine(tmp_path):
@@ -245,19 +265,25 @@ def test_lab_small_builds_and_observed_paths_are_where_packets_go():
     _nothing_left()
 
 
-@pytest.mark.root
-@needs_ovs
-def test_ring_allreduce_delivers_every_byte(tmp_path):
+def _ovs_run(tmp_path, sc):
+    """Run `sc` with Open vSwitch switches; it completed, delivered every byte, left nothing."""
     from fabric.emu import run_scenario
     from fabric.rundir import Run, RunWriter
 
-    sc = _scenario({"collective": "allreduce", "algorithm": "ring", "size": "512KiB", "gpus": 16})
     writer = RunWriter(tmp_path / "run", "mininet", sc.to_dict())
     summary = run_scenario(sc, writer, timeout_s=120, switch="ovs")
     _nothing_left()
     run = Run(tmp_path / "run")
     assert run.status == "complete", run.meta["message"]
     assert summary["bytes_received"] == int(sc.flows.bytes.sum())
+    return summary, run
+
+
+@pytest.mark.root
+@needs_ovs
+def test_ring_allreduce_delivers_every_byte(tmp_path):
+    sc = _scenario({"collective": "allreduce", "algorithm": "ring", "size": "512KiB", "gpus": 16})
+    summary, run = _ovs_run(tmp_path, sc)
     assert summary["drops"] == 0
     flows = run.flows()
     ft = sc.flows
@@ -271,6 +297,27 @@ def test_ring_allreduce_delivers_every_byte(tmp_path):
     assert switch["kind"] == "ovs" and switch["datapath"] in ovs.DATAPATHS
     if switch["datapath"] == "netdev":
         assert switch["send_buffer_bytes"] >= ovs.SEND_BUFFER_BYTES
+
+
+@pytest.mark.root
+@needs_ovs
+def test_a_switch_failing_mid_run_is_routed_around_by_the_groups(tmp_path):
+    import numpy as np
+
+    sc = _scenario(
+        {"pattern": "permutation", "gpus": 16, "size": "1MiB"},
+        faults=[{"node": "z0-ctsw1", "at": "30us", "action": "down"}],
+    )
+    f = sc.fabric
+    summary, run = _ovs_run(tmp_path, sc)
+    (fault,) = summary["faults"]
+    assert fault["switches_rerouted"] == 4 and fault["applied_ns"] >= 30_000
+    ctsw1 = f.node_name.index("z0-ctsw1")
+    mine = np.array([int(p) for q in f.ports_of(ctsw1) for p in (int(q), int(q) ^ 1)])
+    ports = run.ports()
+    cols = np.isin(ports["port"], mine)
+    after = ports["t_ns"] >= fault["settled_ns"] + ports["interval_ns"]
+    assert after.any() and ports["tx_bytes"][after][:, cols].sum() == 0
 
 
 KILLED = """

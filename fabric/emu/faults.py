@@ -2,11 +2,12 @@
 
 Faults at time 0 are part of the plan (the fabric is built without them).
 The rest are applied by a thread beside the replay: when the replay's clock
-reaches a fault's time (scaled like every other time), `plan.fault_lines`
-says which interfaces go down and which switches get new routes, and each
-node runs its lines in one `ip -batch`. The recorded time is when the change
-started; `settled_ns` is when the last switch had its new routes, the
-emulator's counterpart of the simulator's instant re-route.
+reaches a fault's time (scaled like every other time), the network's
+`fault_actions` (worked out before the replay starts) take the interfaces
+down and give the switches their new routes or OpenFlow groups. The
+recorded time is when the change started; `settled_ns` is when the last
+switch had its new routes, the emulator's counterpart of the simulator's
+instant re-route.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from fabric.emu.plan import fault_lines
 from fabric.errors import AifabricError
 
 
@@ -29,6 +29,11 @@ class FaultInjector(threading.Thread):
         self.on_routing = on_routing  # told each routing as it takes effect (PFC's feeds)
         self.applied: list[dict] = []
         self.error: BaseException | None = None
+        routing = network.plan.routing
+        self.steps = []  # (fault, routing after it, [(node, apply)], switches re-routed)
+        for fault in self.faults:
+            routing, actions, rerouted = network.fault_actions(fault, routing)
+            self.steps.append((fault, routing, actions, rerouted))
 
     def run(self) -> None:
         try:
@@ -44,37 +49,28 @@ class FaultInjector(threading.Thread):
                 return
         net, pl = self.net, self.net.plan
         t0 = self.replay.t0
-        routing = pl.routing
         with ThreadPoolExecutor(max_workers=8) as pool:
-            for fault in self.faults:
+            for fault, routing, actions, rerouted in self.steps:
                 due = t0 + fault.at_ns * pl.scale / 1e9
                 if self.stop.wait(max(0.0, due - time.monotonic())):
                     return
                 began = time.monotonic()
-                routing, lines = fault_lines(pl, net.fabric, fault, routing)
-                if self.on_routing is not None:
-                    self.on_routing(routing)
 
-                def apply(item):
-                    node, batch = item
-                    return node, net.run(node, ["ip", "-batch", "-"], input="\n".join(batch) + "\n")
-
-                for node, r in pool.map(apply, lines.items()):
-                    if r.returncode != 0:
-                        err = (r.stderr.strip().splitlines() or ["failed"])[-1]
+                for node, err in pool.map(lambda a: (a[0], a[1]()), actions):
+                    if err:
                         raise AifabricError(
                             f"applying the fault on {net.fabric.node_name[node]} failed: {err}"
                         )
                 done = time.monotonic()
+                if self.on_routing is not None:
+                    self.on_routing(routing)
                 self.applied.append(
                     {
                         **_describe(net.fabric, fault),
                         "at_ns": int(fault.at_ns),
                         "applied_ns": int((began - t0) * 1e9 / pl.scale),
                         "settled_ns": int((done - t0) * 1e9 / pl.scale),
-                        "switches_rerouted": sum(
-                            1 for v, b in lines.items() if any(x.startswith("route") for x in b)
-                        ),
+                        "switches_rerouted": rerouted,
                     }
                 )
 

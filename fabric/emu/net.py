@@ -19,10 +19,11 @@ import subprocess
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from fabric.emu import kernel
-from fabric.emu.plan import NodeConfig, Plan, ecn_object_key, route_get_line
+from fabric.emu.plan import NodeConfig, Plan, ecn_object_key, fault_lines, route_get_line
 from fabric.errors import AifabricError
 from fabric.model import Fabric, Role
 
@@ -150,6 +151,22 @@ class Network:
     def describe(self) -> dict:
         """What the switches are, for run.json."""
         return {"kind": "router", "forwarding": "Linux IP forwarding, multipath routes"}
+
+    def fault_actions(self, fault, before):
+        """(routing after `fault`, [(node, apply)], switches re-routed) for a fault mid-run.
+
+        Worked out ahead of time; each `apply()` makes one node's change and
+        returns an error sentence or None.
+        """
+        after, lines = fault_lines(self.plan, self.fabric, fault, before)
+        rerouted = sum(1 for b in lines.values() if any(x.startswith("route") for x in b))
+        return after, [(n, partial(self.ip_batch, n, b)) for n, b in lines.items()], rerouted
+
+    def ip_batch(self, node: int, lines: list[str]) -> str | None:
+        r = self.run(node, ["ip", "-batch", "-"], input="\n".join(lines) + "\n")
+        if r.returncode != 0:
+            return (r.stderr.strip().splitlines() or ["failed"])[-1]
+        return None
 
     # teardown -------------------------------------------------------------------------------
     def close(self) -> None:

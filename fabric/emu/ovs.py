@@ -45,12 +45,13 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from fabric.addressing import ROCE_UDP_PORT, format_ipv4
 from fabric.emu import kernel
 from fabric.emu.net import Network
-from fabric.emu.plan import MTU_BYTES, PREFIX, NodeConfig, Plan
+from fabric.emu.plan import MTU_BYTES, PREFIX, NodeConfig, Plan, down_lines, routing_after
 from fabric.errors import AifabricError
 from fabric.model import Fabric, Role
 from fabric.routing import Routing
@@ -119,6 +120,23 @@ def bridge_rules(plan: Plan, fabric: Fabric, routing: Routing, switch: int):
         flows.append(f"priority=10,ip,nw_dst={format_ipv4(plan.nic_ip[dst])},actions=group:{g}")
     flows.append("priority=0,actions=drop")
     return groups, flows
+
+
+def group_changes(
+    plan: Plan, fabric: Fabric, before: Routing, after: Routing, switch: int
+) -> list[str]:
+    """`mod-group` specs for the groups of `switch` that a fault changes.
+
+    A NIC no longer reachable from here keeps its flow and gets an empty
+    group, which drops, as a router's `unreachable` route does.
+    """
+    old = {g.split(",", 1)[0]: g for g in bridge_rules(plan, fabric, before, switch)[0]}
+    new = {g.split(",", 1)[0]: g for g in bridge_rules(plan, fabric, after, switch)[0]}
+    out = []
+    for key, spec in old.items():
+        if new.get(key) != spec:
+            out.append(new.get(key, f"{key},type=select"))
+    return out
 
 
 def bridge_args(plan: Plan, fabric: Fabric, datapath: str) -> list[str]:
@@ -323,12 +341,30 @@ class OvsNetwork(Network):
 
     @classmethod
     def for_scenario(cls, scenario, plan: Plan) -> OvsNetwork:
-        if any(f.at_ns > 0 for f in scenario.faults):
-            raise AifabricError(
-                "faults during the run are emulated with --switch router only; "
-                "use faults at time 0 with --switch ovs"
-            )
         return cls(scenario.fabric, plan, initial_routing(scenario))
+
+    def fault_actions(self, fault, before):
+        """As the routers', with `mod-group` for every select group the fault changes."""
+        f, p = self.fabric, self.plan
+        after = routing_after(fault, before)
+        actions = [(n, partial(self.ip_batch, n, b)) for n, b in down_lines(p, f, fault).items()]
+        rerouted = 0
+        for s in (int(x) for x in f.switch_ids):
+            if s in after.failed_nodes:
+                continue
+            specs = group_changes(p, f, before, after, s)
+            if specs:
+                rerouted += 1
+                actions.append((s, partial(self._mod_groups, s, specs)))
+        return after, actions, rerouted
+
+    def _mod_groups(self, switch: int, specs: list[str]) -> str | None:
+        br = self.plan.node_short[switch]
+        for spec in specs:
+            r = self.daemons.run(["ovs-ofctl", "-O", OPENFLOW, "mod-group", br, spec])
+            if r.returncode != 0:
+                return f"{br}: {_last(r)}"
+        return None
 
     def in_namespace(self, node: int) -> bool:
         return self.fabric.node_role[node] == Role.NIC

@@ -389,27 +389,38 @@ def switch_routes(fabric: Fabric, routing: Routing, switch: int, ips, iface) -> 
     return out
 
 
-def fault_lines(pl: Plan, fabric: Fabric, fault, before: Routing) -> tuple[Routing, dict]:
-    """What a fault during the run changes: (the routing after it, node -> `ip -batch` lines).
+def down_lines(pl: Plan, fabric: Fabric, fault) -> dict[int, list[str]]:
+    """node -> `ip -batch` lines that take a `down` fault's interfaces down on both ends.
 
-    `down` takes the link's (or every link of the node's) interfaces down on
-    both ends first, so what is queued or on the wire there is lost, as in the
-    simulator; `drain` leaves them up. Then every switch whose routes change
-    gets them replaced by the routing over what is left.
+    What is queued or on the wire there is lost, as in the simulator; a
+    `drain` takes nothing down.
     """
+    out: dict[int, list[str]] = {}
+    if fault.action != "down":
+        return out
+    if fault.kind == "link":
+        ports = [2 * fault.target, 2 * fault.target + 1]
+    else:
+        ports = [int(q) for p in fabric.ports_of(fault.target) for q in (int(p), int(p) ^ 1)]
+    for p in ports:
+        out.setdefault(int(fabric.port_node[p]), []).append(f"link set dev {pl.port_iface[p]} down")
+    return out
+
+
+def routing_after(fault, before: Routing) -> Routing:
     links = [fault.target] if fault.kind == "link" else []
     nodes = [fault.target] if fault.kind == "node" else []
-    after = before.without(links=links, nodes=nodes)
-    out: dict[int, list[str]] = {}
-    if fault.action == "down":
-        if fault.kind == "link":
-            ports = [2 * fault.target, 2 * fault.target + 1]
-        else:
-            ports = [int(q) for p in fabric.ports_of(fault.target) for q in (int(p), int(p) ^ 1)]
-        for p in ports:
-            out.setdefault(int(fabric.port_node[p]), []).append(
-                f"link set dev {pl.port_iface[p]} down"
-            )
+    return before.without(links=links, nodes=nodes)
+
+
+def fault_lines(pl: Plan, fabric: Fabric, fault, before: Routing) -> tuple[Routing, dict]:
+    """What a fault during the run changes on routers: (routing after it, node -> ip lines).
+
+    The interfaces go down first (`down_lines`); then every switch whose
+    routes change gets them replaced by the routing over what is left.
+    """
+    after = routing_after(fault, before)
+    out = down_lines(pl, fabric, fault)
     for v in fabric.switch_ids:
         v = int(v)
         if v in after.failed_nodes:
