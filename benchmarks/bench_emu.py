@@ -51,32 +51,49 @@ def build_teardown(topology, switch="router"):
     return built, net.timings["teardown_s"], mech
 
 
-def veth_ceiling(seconds=1.0):
-    """Packets/s one sendmmsg sender pushes through an unshaped veth pair (4 KiB payloads)."""
+def flood_rate(across: bool, seconds=1.0):
+    """Packets/s one sendmmsg sender pushes (4 KiB payloads), counted where they arrive.
+
+    `across=False`: through one unshaped veth pair (NIC to its leaf), the
+    machine's veth ceiling. `across=True`: from a NIC to a NIC of another
+    rack through the built fabric (leaf, spine, leaf: four veths, three
+    routers, their HTB/TBF/FIFO queues and ECN markers, rates unscaled), the
+    ceiling a replay's cross-rack packets meet.
+    """
+    from fabric.addressing import format_ipv4
+    from fabric.emu import kernel
     from fabric.emu.kernel import netns_of
     from fabric.emu.net import Network
     from fabric.emu.packets import Batch, fill_writes
     from fabric.emu.plan import plan
 
     sc = scenario("lab-small", {"pattern": "permutation", "gpus": 16})
-    net = Network(sc.fabric, plan(sc, ecn="none", scale=1))
+    mech = kernel.ecn_mechanism() if across else "none"
+    pl = plan(sc, ecn=mech, scale=1)
+    net = Network(sc.fabric, pl)
     try:
         net.build()
+        if mech == "ebpf":
+            net.plan = pl = plan(sc, ecn=mech, scale=1, ecn_objects=net.compile_markers())
         net.apply()
         f = sc.fabric
         nic = int(f.nic_ids[0])
-        dev = net.plan.port_iface[int(f.nic_port[nic])]
+        dev = pl.port_iface[int(f.nic_port[nic])]
         net.run(nic, ["tc", "qdisc", "del", "dev", dev, "root"])
+        if across:
+            far = next(int(n) for n in f.nic_ids if f.node_rack[n] != f.node_rack[nic])
+            to, where, rx_dev = format_ipv4(pl.nic_ip[far]), far, pl.port_iface[f.nic_port[far]]
+        else:
+            to, where = "100.64.0.1", int(f.port_peer[int(f.nic_port[nic])])
+            rx_dev = pl.port_iface[int(f.nic_port[nic]) ^ 1]
         with netns_of(net.pid[nic]):
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.connect(("100.64.0.1", 9))
+        s.connect((to, 9))
         batch = Batch(64, 4200)
         k = fill_writes(batch.buf, batch.lens, 0, 1, 0, 0, 64 * 4096, 4096)
-        leaf = int(f.port_peer[int(f.nic_port[nic])])
-        rx_dev = net.plan.port_iface[int(f.nic_port[nic]) ^ 1]
 
         def rx():
-            out = net.run(leaf, ["ip", "-s", "-j", "link", "show", "dev", rx_dev])
+            out = net.run(where, ["ip", "-s", "-j", "link", "show", "dev", rx_dev])
             return int(json.loads(out.stdout)[0]["stats64"]["rx"]["packets"])
 
         r0 = rx()
@@ -148,8 +165,10 @@ def main() -> int:
                 f"{topo:<11} {switch:<6} build {b:6.2f} s  teardown {t:5.2f} s  "
                 f"(ECN: {runs[0][2]}; median of {len(runs)})"
             )
-    ceiling = veth_ceiling()
+    ceiling = flood_rate(across=False)
     print(f"veth ceiling        {ceiling:10,.0f} packets/s (4 KiB payload, one sender)")
+    path = flood_rate(across=True)
+    print(f"cross-rack ceiling  {path:10,.0f} packets/s (NIC to NIC over leaf, spine, leaf)")
     ring = {"collective": "allreduce", "algorithm": "ring", "size": "4MiB", "gpus": 16}
     sc = scenario("lab-small", ring)
     for switch in switches:
@@ -157,7 +176,7 @@ def main() -> int:
         pps = s["packets_sent"] / s["replay_wall_s"]
         print(
             f"replay {switch:<6} (scale 50) {pps:10,.0f} packets/s  "
-            f"({pps / ceiling:.0%} of the ceiling)"
+            f"({pps / ceiling:.0%} of the veth ceiling, {pps / path:.0%} of the cross-rack one)"
         )
     sc = scenario("lab-small", {**ring, "size": "1MiB"})
     es, erun = run_emu(sc)
