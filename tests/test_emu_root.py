@@ -309,3 +309,59 @@ run_scenario(sc, w, timeout_s=120)
     assert Run(tmp_path / "run").status == "partial"
     _nothing_left()
     assert np.load(tmp_path / "run" / "flows.npz")["end_ns"].min() == -1
+
+
+def test_a_paused_ports_marker_stops_draining(tmp_path):
+    """Told its port is paused, the eBPF marker's virtual queue fills as the real one does."""
+    import socket
+
+    from fabric.emu import bpfmap, kernel
+
+    if not kernel.has_bpf_marker():
+        pytest.skip("no eBPF marker here (clang or cls_bpf missing)")
+    ns = f"af-mark-{os.getpid()}"
+    obj = kernel.compile_marker(tmp_path, "m", 20_000_000, 20_000, 60_000, 0.2)
+    setup = (
+        "ip link add afma type veth peer name afmb && ip link set afma up && "
+        "ip link set afmb up && ip addr add 10.9.0.1/24 dev afma && "
+        "ip neigh add 10.9.0.3 lladdr 02:00:00:00:00:03 dev afma && "
+        "tc qdisc add dev afma clsact && "
+        f"tc filter add dev afma egress prio 1 bpf da obj {obj} sec tc"
+    )
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    holder = subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "60"])
+    fd = None
+    try:
+        r = subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", setup], capture_output=True)
+        assert r.returncode == 0, r.stderr
+        shown = subprocess.run(
+            ["ip", "netns", "exec", ns, "tc", "-j", "filter", "show", "dev", "afma", "egress"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        fd = bpfmap.map_of_prog(bpfmap.prog_id_from_tc(shown))
+        time.sleep(0.1)
+        with kernel.netns_of(holder.pid):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_IP, socket.IP_TOS, 0x02)  # ECT(0)
+
+        def marks_after(n: int) -> int:
+            before = bpfmap.read_vqueue(fd)[2]
+            for _ in range(n):  # 4 KiB every 5 ms: a third of the port's 20 Mb/s
+                s.sendto(bytes(4096), ("10.9.0.3", 4791))
+                time.sleep(0.005)
+            return bpfmap.read_vqueue(fd)[2] - before
+
+        assert marks_after(40) == 0  # draining: never near Kmin
+        bpfmap.set_paused(fd, True)
+        assert marks_after(40) >= 20  # 160 KiB held: past Kmax after 15 packets
+        bpfmap.set_paused(fd, False)
+        time.sleep(0.2)  # the held virtual queue drains at the port's rate
+        assert marks_after(10) == 0
+        s.close()
+    finally:
+        if fd is not None:
+            os.close(fd)
+        holder.kill()
+        holder.wait()
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)

@@ -1,8 +1,9 @@
 """Reading the eBPF ECN marker's counter through the bpf(2) syscall (no bpftool needed).
 
 tc names the program it attached (`id N`); the program names its one map;
-the map's single value is `struct vqueue` of ecn_marker.c:
-backlog_bytes, last_ns, marked (three u64).
+the map's values are `struct vqueue` of ecn_marker.c: backlog_bytes,
+last_ns, marked (three u64); entry 0 is the virtual queue, entry 1 the
+engine's control (first field non-zero: the port is paused by PFC).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import struct
 _libc = ctypes.CDLL(None, use_errno=True)
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine, 321)
 _MAP_LOOKUP_ELEM = 1
+_MAP_UPDATE_ELEM = 2
 _PROG_GET_FD_BY_ID = 13
 _MAP_GET_FD_BY_ID = 14
 _OBJ_GET_INFO_BY_FD = 15
@@ -67,3 +69,13 @@ def read_vqueue(map_fd: int) -> tuple[int, int, int]:
     )
     _bpf(_MAP_LOOKUP_ELEM, attr)
     return int(value[0]), int(value[1]), int(value[2])
+
+
+def set_paused(map_fd: int, paused: bool) -> None:
+    """Tell the marker its port is paused (its virtual queue stops draining) or resumed."""
+    key = ctypes.c_uint32(1)
+    value = (ctypes.c_uint64 * 3)(1 if paused else 0, 0, 0)
+    attr = ctypes.create_string_buffer(
+        struct.pack("IIQQQ", map_fd, 0, ctypes.addressof(key), ctypes.addressof(value), 0), 32
+    )
+    _bpf(_MAP_UPDATE_ELEM, attr)

@@ -8,6 +8,11 @@
  * PMAX at KMAX_BYTES, 1 above. The state map counts the packets it marked;
  * the engine reads it through the bpf syscall (fabric/emu/bpfmap.py).
  *
+ * A PFC pause stops the real queue behind this port; the engine says so in
+ * the map's second entry (its first field non-zero: paused), and the
+ * virtual queue then fills without draining, as the real one does. The
+ * engine writes only that entry, so it never races the program's own.
+ *
  * Compile-time parameters (clang -D): RATE_BPS, KMIN_BYTES, KMAX_BYTES,
  * PMAX_Q16 (Pmax x 65536). Each attachment gets its own state map.
  */
@@ -39,7 +44,7 @@ struct vqueue {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2); /* 0: the virtual queue; 1: control (paused) */
 	__type(key, __u32);
 	__type(value, struct vqueue);
 } vq SEC(".maps");
@@ -54,11 +59,15 @@ int ecn_mark(struct __sk_buff *skb)
 	if (skb->protocol != bpf_htons(ETH_P_IP))
 		return TC_ACT_UNSPEC;
 
+	__u32 ctl_key = 1;
+	struct vqueue *ctl = bpf_map_lookup_elem(&vq, &ctl_key);
 	__u64 now = bpf_ktime_get_ns();
 	__u64 elapsed = now - q->last_ns;
 	if (elapsed > 1000000000ULL)
 		elapsed = 1000000000ULL;
 	__u64 drained = elapsed * RATE_BPS / 8000000000ULL;
+	if (ctl && ctl->backlog_bytes)
+		drained = 0; /* paused: nothing leaves */
 	__u64 backlog = q->backlog_bytes > drained ? q->backlog_bytes - drained : 0;
 	q->last_ns = now;
 	q->backlog_bytes = backlog + skb->len;

@@ -183,6 +183,8 @@ class Monitor(threading.Thread):
             self._shells[ns].sync()  # every upstream qdisc has changed
         now = time.monotonic()
         for _, up, _, pause in jobs:
+            if up in self._maps:  # the port's ECN marker: its queue drains no more (or again)
+                bpfmap.set_paused(self._maps[up], pause)
             if not pause:  # a packet through the qdisc restarts its dequeue
                 _send(self._raw[up], kick_frame(p.port_mac[up], p.port_mac[up ^ 1]))
             if pause:
