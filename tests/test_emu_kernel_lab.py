@@ -120,5 +120,7 @@ def test_red_marks_an_ect_burst_and_drops_a_not_ect_one(lab):
     marked1, early1, pdrop1 = ints(r["red_ect.mark"])
     marked2, early2, pdrop2 = ints(r["red_not_ect.mark"])
     assert (marked0, early0, pdrop0) == (0, 0, 0)
-    assert marked1 > 0 and early1 == 0 and pdrop1 == 0
+    # ECT packets are marked, not dropped; a stray packet that cannot carry ECN (a neighbour
+    # solicitation) may still be dropped early, so allow a few of those
+    assert marked1 > 0 and early1 + pdrop1 <= 2 and early1 + pdrop1 < marked1 / 20
     assert marked2 == marked1 and early2 > 0
