@@ -175,6 +175,16 @@ def test_incast_with_pfc_is_lossless_and_captures_pfc_frames(incast):
     ports = run.ports()
     assert ports["pfc_sent"].sum() == summary["pfc_frames"] > 0
     assert ports["paused_ns"].sum() > 0
+    # the senders' NIC ports are in the series: paused at the edge, their bytes all sent
+    f = sc.fabric
+    col = {int(p): i for i, p in enumerate(ports["port"])}
+    dst = int(sc.flows.dst[0])
+    for n in f.nic_ids:
+        sent = int(sc.flows.bytes[sc.flows.src == n].sum())
+        i = col[int(f.nic_port[n])]
+        assert ports["tx_bytes"][:, i].sum() >= sent
+        if sent and f.node_rack[n] == f.node_rack[dst]:
+            assert ports["paused_ns"][:, i].sum() > 0
     frames = [
         p
         for cap in run.captures()

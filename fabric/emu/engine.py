@@ -140,6 +140,8 @@ def run_scenario(
                 if pfc
                 else "off",
                 "hash_policy": pl.hash_policy,
+                "port_series": "switch ports: bytes, queue depth, ECN marks, drops, pauses; "
+                "NIC ports: bytes (as their leaf received them) and pauses, queues not sampled",
                 "link_delays": "netem: each link's delay times the scale, on both egresses"
                 if delay == "netem"
                 else "not emulated: this kernel has no netem qdisc (sch_netem)",

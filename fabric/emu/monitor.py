@@ -6,7 +6,9 @@ and folds them into per-port samples at the run's (scaled) interval.
 
 PFC is per ingress port, as a switch accounts it: ingress port q of switch
 s is paused when a lossless egress queue of s that q's traffic can reach
-passes XOFF, and resumed when all of them are back under XON. Pausing sends
+passes XOFF and q has received data since the last poll (an idle ingress
+holds no buffer, so a switch would not pause it), and resumed when all of
+them are back under XON. Pausing sends
 an 802.1Qbb frame (priority 3, quanta 0xFFFF) out of q and stops the
 upstream egress of that link (its TBF set to no rate; its FIFO keeps the
 packets); resuming sends quanta 0 and restores it. Which egresses an
@@ -35,6 +37,8 @@ from fabric.emu.packets import kick_frame, pfc_frame
 from fabric.emu.plan import HOST_BUFFER_BYTES, tbf_line
 from fabric.model import Role
 
+ACTIVE_BYTES = 4096  # received since the last poll: data, not just PFC or kick frames
+
 
 class Monitor(threading.Thread):
     def __init__(self, network, interval_ns: int, *, pfc: bool = True, poll_s: float = 0.005):
@@ -55,13 +59,21 @@ class Monitor(threading.Thread):
         # Two kinds of shell: one per namespace to pause with (its `sync` names a device,
         # which tc then keeps as the filter of every later `qdisc show`: so never to read
         # with), and one per switch namespace to read the queues with.
-        self._shells: dict[int, kernel.TcShell] = {}
-        self._reader_shells: dict[int, kernel.TcShell] = {}
-        self.ports = np.array(
-            [int(p) for s in self.switches for p in f.ports_of(s)], dtype=np.int64
-        )
+        self._shells: dict[int, kernel.BatchShell] = {}
+        self._reader_shells: dict[int, kernel.BatchShell] = {}
+        self._link_shells: dict[int, kernel.BatchShell] = {}  # `ip link show`: bytes received
+        # Every switch port, then every NIC's port: the NIC side is what PFC pauses at the
+        # edge. A NIC port's bytes are what its leaf received; its queue is not sampled
+        # (the replay's socket buffers stand in for a NIC's queues).
+        sw_ports = [int(p) for s in self.switches for p in f.ports_of(s)]
+        self.nic_ports = np.array([int(f.nic_port[n]) for n in f.nic_ids], dtype=np.int64)
+        self.ports = np.array(sw_ports + self.nic_ports.tolist(), dtype=np.int64)
         self.col = {int(p): i for i, p in enumerate(self.ports)}
-        self.iface_col = {self.plan.port_iface[p]: i for p, i in self.col.items()}
+        self.iface_col = {self.plan.port_iface[p]: self.col[p] for p in sw_ports}
+        self._nic_cols = np.array([self.col[int(p)] for p in self.nic_ports], dtype=np.int64)
+        self._nic_peer_cols = np.array(
+            [self.col[int(p) ^ 1] for p in self.nic_ports], dtype=np.int64
+        )
         self.samples: dict[str, list] = {k: [] for k in ("t", "tx", "qmax", "qsum", "n", "ecn")}
         self.paused_ns = []
         self.pfc_sent = []
@@ -91,9 +103,10 @@ class Monitor(threading.Thread):
         f, p = self.fabric, self.plan
         for v, ns in self._ns.items():
             if ns not in self._shells:
-                self._shells[ns] = kernel.TcShell(self.net.pid[v])
+                self._shells[ns] = kernel.BatchShell(self.net.pid[v])
         for s in self._readers:
-            self._reader_shells[s] = kernel.TcShell(self.net.pid[s])
+            self._reader_shells[s] = kernel.BatchShell(self.net.pid[s])
+            self._link_shells[s] = kernel.BatchShell(self.net.pid[s], "ip")
         for port in range(f.n_ports):
             node = int(f.port_node[port])
             with kernel.netns_of(self.net.pid[node]):
@@ -121,21 +134,29 @@ class Monitor(threading.Thread):
             os.close(fd)
         self._maps.clear()
         self._pool.shutdown(wait=True)
-        for shell in [*self._shells.values(), *self._reader_shells.values()]:
+        shells = [self._shells, self._reader_shells, self._link_shells]
+        for shell in [x for group in shells for x in group.values()]:
             shell.close()
-        self._shells.clear()
-        self._reader_shells.clear()
+        for group in shells:
+            group.clear()
 
     # polling --------------------------------------------------------------------------
     def _read_switch(self, s: int):
-        return s, json.loads(self._reader_shells[s].query("qdisc show") or "[]")
+        qdiscs = json.loads(self._reader_shells[s].query("qdisc show") or "[]")
+        links = json.loads(self._link_shells[s].query("link show") or "[]")
+        return qdiscs, links
 
     def poll(self):
         """tx bytes, lossless backlog and drops per recorded port, now."""
         tx = np.zeros(len(self.ports), dtype=np.int64)
         backlog = np.zeros(len(self.ports), dtype=np.int64)
         drops = np.zeros(len(self.ports), dtype=np.int64)
-        for _, items in self._pool.map(self._read_switch, self._readers):
+        rx = np.zeros(len(self.ports), dtype=np.int64)
+        for items, links in self._pool.map(self._read_switch, self._readers):
+            for link in links:
+                i = self.iface_col.get(link.get("ifname"))
+                if i is not None:
+                    rx[i] = link.get("stats64", {}).get("rx", {}).get("bytes", 0)
             for q in items:
                 i = self.iface_col.get(q.get("dev"))
                 if i is None:
@@ -149,6 +170,8 @@ class Monitor(threading.Thread):
         ecn = np.zeros(len(self.ports), dtype=np.int64)
         for port, fd in self._maps.items():
             ecn[self.col[port]] = bpfmap.read_vqueue(fd)[2]
+        tx[self._nic_cols] = rx[self._nic_peer_cols]
+        self.rx_bytes = rx  # what each port received: which ingresses carry traffic now
         return tx, backlog, drops, ecn
 
     def _set_pause(self, changes: list[tuple[int, bool]]) -> None:
@@ -215,9 +238,12 @@ class Monitor(threading.Thread):
         polls = 0
         self._paused_acc = np.zeros(k, dtype=np.float64)
         self._pfc_count = np.zeros(k, dtype=np.int64)
+        last_rx = self.rx_bytes
         while True:
             stopping = self.stop_event.is_set()
             tx, backlog, drops, ecn = self.poll()
+            active = self.rx_bytes - last_rx >= ACTIVE_BYTES
+            last_rx = self.rx_bytes
             now = time.monotonic()
             np.maximum(qmax, backlog, out=qmax)
             np.maximum(self.max_backlog, backlog, out=self.max_backlog)
@@ -230,7 +256,7 @@ class Monitor(threading.Thread):
                     if not pfc.enabled:
                         continue
                     b = backlog[cols].max() if len(cols) else 0
-                    if not self.paused[q] and b >= pfc.xoff_bytes:
+                    if not self.paused[q] and b >= pfc.xoff_bytes and active[self.col[q]]:
                         changes.append((q, True))
                     elif self.paused[q] and b <= pfc.xon_bytes:
                         changes.append((q, False))
