@@ -197,6 +197,12 @@ def _print_run(m: dict, top: int) -> None:
         f"run {m['path']}: {m['fabric']}, engine {m['engine']}, status {m['status']}; "
         f"{m['flows']['count']:,} flows ({m['flows']['finished']:,} finished)"
     )
+    scale = m.get("emulation_scale", 1.0)
+    if scale > 1:
+        click.echo(
+            f"emulated with link rates divided by {scale:,.0f} and time stretched by it; "
+            "figures are in fabric time and rates (busbw also as the emulated links carried it)"
+        )
     tiers = m["ecmp"]["tiers"]
     if tiers:
         click.echo()
@@ -285,7 +291,8 @@ def _print_run(m: dict, top: int) -> None:
         click.echo()
         click.echo(
             render(
-                ["op", "kind", "ranks", "bytes", "time", "algbw", "busbw"],
+                ["op", "kind", "ranks", "bytes", "time", "algbw", "busbw"]
+                + (["busbw emulated"] if scale > 1 else []),
                 [
                     [
                         o["op"],
@@ -296,6 +303,7 @@ def _print_run(m: dict, top: int) -> None:
                         _r(o["algbw_bps"]),
                         _r(o["busbw_bps"]),
                     ]
+                    + ([_r(o["busbw_emulated_bps"])] if scale > 1 else [])
                     for o in coll["ops"]
                 ],
                 title="collectives (nccl-tests algbw and busbw)",

@@ -565,6 +565,10 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
         port_bytes = None
 
     ports = run.ports()
+    # An emulated run divides every rate by `scale` and stretches time by it; it records
+    # fabric time and bytes, so every figure here is the fabric's, and `scale` converts.
+    scale = float(ports["scale"]) if ports is not None and "scale" in ports else 1.0
+    out["emulation_scale"] = scale
     if ports is not None and ports["port"].size:
         out["congestion"], out["hotspots"] = _port_metrics(fabric, ports, names, top)
         out["pause_spread"] = pause_spread(fabric, ports, names)
@@ -577,7 +581,7 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
     if series and port_bytes is not None:
         out["port_flow_bytes"] = port_bytes.tolist()
 
-    out["collectives"] = _collectives(run.collectives())
+    out["collectives"] = _collectives(run.collectives(), scale)
     caps = []
     for path in run.captures():
         cap = C.read_capture(path)
@@ -595,10 +599,9 @@ def _port_metrics(fabric, ports: dict, names: list[str], top: int):
     port = ports["port"].astype(np.int64)
     interval = int(ports["interval_ns"])
     nsamp = len(ports["t_ns"])
-    scale = float(ports.get("scale", 1.0))
     span_ns = max(interval * nsamp, 1)
     tx = ports["tx_bytes"].astype(np.int64)
-    rate = fabric.port_rate_bps[port].astype(np.float64) * scale
+    rate = fabric.port_rate_bps[port].astype(np.float64)  # bytes and times are fabric's
     util = tx.sum(axis=0) * 8 * 1e9 / span_ns / rate
     peak_util = (tx.max(axis=0) * 8 * 1e9 / interval / rate) if nsamp else np.zeros(len(port))
     mtu = fabric.link_mtu_bytes[port // 2].astype(np.int64)
@@ -663,8 +666,7 @@ def _port_metrics(fabric, ports: dict, names: list[str], top: int):
 def _port_series(fabric, ports: dict, names: list[str]) -> dict:
     port = ports["port"].astype(np.int64)
     interval = int(ports["interval_ns"])
-    scale = float(ports.get("scale", 1.0))
-    rate = fabric.port_rate_bps[port].astype(np.float64) * scale
+    rate = fabric.port_rate_bps[port].astype(np.float64)
     return {
         "t_ns": ports["t_ns"].astype(np.int64).tolist(),
         "interval_ns": interval,
@@ -678,7 +680,7 @@ def _port_series(fabric, ports: dict, names: list[str]) -> dict:
     }
 
 
-def _collectives(col: dict | None) -> dict:
+def _collectives(col: dict | None, scale: float = 1.0) -> dict:
     if col is None or not len(col["op"]):
         return {"count": 0, "ops": [], "busbw_bps": distribution([])}
     ops = []
@@ -704,6 +706,8 @@ def _collectives(col: dict | None) -> dict:
                 "algbw_bps": algbw,
                 "busbw_factor": factor,
                 "busbw_bps": algbw * factor if algbw is not None else None,
+                # what the emulated links carried (rates divided by the scale)
+                "busbw_emulated_bps": algbw * factor / scale if algbw is not None else None,
             }
         )
     done = [o for o in ops if o["busbw_bps"] is not None]

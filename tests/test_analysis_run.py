@@ -60,7 +60,16 @@ def plan(fabric):
     return congested, spine_down, leaf_up
 
 
-def make_run(path, *, n_flows: int = 40, seed: int = 0, policy: str = "5tuple", pause=True):
+def make_run(
+    path,
+    *,
+    n_flows: int = 40,
+    seed: int = 0,
+    policy: str = "5tuple",
+    pause=True,
+    engine: str = "sim",
+    scale: float = 1.0,
+):
     fabric = load_fabric("lab-small")
     rng = np.random.default_rng(seed)
     nics = fabric.nic_ids
@@ -76,7 +85,7 @@ def make_run(path, *, n_flows: int = 40, seed: int = 0, policy: str = "5tuple", 
     start = rng.integers(0, 1000, n_flows) * 1000
     end = start + rng.integers(1, 500, n_flows) * 100
     end[-1] = -1  # one unfinished flow
-    w = RunWriter(path, "sim", {"name": "synthetic", "topology": "lab-small", "seed": seed})
+    w = RunWriter(path, engine, {"name": "synthetic", "topology": "lab-small", "seed": seed})
     w.topology(fabric)
     w.flows(
         flow_id=np.arange(n_flows), job=np.zeros(n_flows, np.int32),
@@ -104,7 +113,7 @@ def make_run(path, *, n_flows: int = 40, seed: int = 0, policy: str = "5tuple", 
         paused[3:5, leaf_up] = 300
         pfc[3:5, leaf_up ^ 1] = 1
     w.ports(
-        interval_ns=INTERVAL_NS, t_ns=np.arange(SAMPLES) * INTERVAL_NS, port=port,
+        interval_ns=INTERVAL_NS, t_ns=np.arange(SAMPLES) * INTERVAL_NS, port=port, scale=scale,
         tx_bytes=tx, qdepth_max_bytes=qmax, qdepth_mean_bytes=qmax // 2, ecn_marked=marked,
         paused_ns=paused, pfc_sent=pfc, drops=np.zeros(shape, np.int64),
     )  # fmt: skip
@@ -329,3 +338,22 @@ def test_an_unfinished_run_is_analyzed_with_a_warning(tmp_path):
     )
     assert r.exit_code == 0, r.output
     assert (tmp_path / "r.html").stat().st_size > 1_000_000  # plotly.js is inlined
+
+
+def test_an_emulated_runs_figures_are_the_fabrics_and_its_scale_converts(tmp_path, run_dir):
+    """The emulator records fabric time and bytes: the same series read the same, any scale."""
+    make_run(tmp_path / "emu", engine="mininet", scale=1000.0)
+    emu = run_metrics(Run(tmp_path / "emu"))
+    sim = run_metrics(Run(run_dir[0]))
+    assert emu["emulation_scale"] == 1000.0 and sim["emulation_scale"] == 1.0
+    assert [h["utilization"] for h in emu["hotspots"]] == pytest.approx(
+        [h["utilization"] for h in sim["hotspots"]]
+    )
+    assert emu["hotspots"][2]["utilization"] == pytest.approx(1.0)  # the planted full port
+    for e, s in zip(emu["collectives"]["ops"], sim["collectives"]["ops"], strict=True):
+        if s["busbw_bps"] is not None:
+            assert e["busbw_bps"] == pytest.approx(s["busbw_bps"])
+            assert e["busbw_emulated_bps"] == pytest.approx(s["busbw_bps"] / 1000)
+    out = CliRunner().invoke(main, ["analyze", str(tmp_path / "emu")]).output
+    assert "link rates divided by 1,000" in out and "busbw emulated" in out
+    assert "divided by" not in CliRunner().invoke(main, ["analyze", str(run_dir[0])]).output
