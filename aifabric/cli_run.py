@@ -60,9 +60,17 @@ def _progress_printer():
     default=None,
     help="Mininet engine: switches as Linux routers (default) or Open vSwitch bridges.",
 )
+@click.option(
+    "--scale",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Mininet engine: divide link rates by N (time stretches by N). Default: the fastest "
+    "link at 20 Mb/s, slower if the replay could not keep up with every sender.",
+)
 @click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
 @json_option
-def run(scenario, output, engine, captures, switch, seed, as_json):
+def run(scenario, output, engine, captures, switch, scale, seed, as_json):
     """Run SCENARIO (a scenario preset or a TOML file) and write a run directory."""
     from dataclasses import replace
     from pathlib import Path
@@ -72,6 +80,8 @@ def run(scenario, output, engine, captures, switch, seed, as_json):
 
     if switch is not None and engine != "mininet":
         raise click.UsageError("--switch applies to --engine mininet only")
+    if scale is not None and engine != "mininet":
+        raise click.UsageError("--scale applies to --engine mininet only")
     if engine == "mininet":
         try:
             from fabric.emu import run_scenario as run_engine
@@ -93,7 +103,7 @@ def run(scenario, output, engine, captures, switch, seed, as_json):
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` ends the run like Ctrl-C
     try:
         if engine == "mininet":
-            summary = run_engine(sc, writer, switch=switch or "router")
+            summary = run_engine(sc, writer, switch=switch or "router", scale=scale)
         else:
             summary = run_engine(sc, writer, progress=_progress_printer())
             sys.stderr.write("\n")

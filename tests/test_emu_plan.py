@@ -110,6 +110,22 @@ def test_scale_brings_rates_under_the_target():
         assert f.link_rate_bps.max() / (s - 1) > P.DEFAULT_TARGET_BPS
 
 
+def test_scale_keeps_every_sender_within_the_replays_budget():
+    f = load_fabric("lab-medium")
+    nics = f.nic_ids
+    few = P.choose_scale(f, senders=nics[:2])
+    assert few == P.choose_scale(f)  # two senders: the link target decides
+    many = P.choose_scale(f, senders=nics)
+    offered = f.port_rate_bps[f.nic_port[nics]].sum()
+    assert offered / many <= P.REPLAY_BUDGET_BPS < offered / (many - 1)
+    # a plan without an explicit scale uses the flow table's senders
+    sc = Scenario(
+        name="t", fabric=f, topology="lab-medium", workload={},
+        flows=FlowTable.build({"src": nics, "dst": np.roll(nics, 1)}, [[]] * len(nics), {}),
+    )  # fmt: skip
+    assert P.plan(sc, ecn="none").scale == many
+
+
 def test_port_queue_snapshot():
     assert P.port_tc("afs0p1", 20_000_000, 4194304, ecn="none") == [
         "qdisc replace dev afs0p1 root handle 1: htb default 30",

@@ -50,6 +50,9 @@ ECN_MECHANISMS = ("red", "ebpf", "none")
 DELAY_MECHANISMS = ("netem", "none")
 NETEM_LIMIT_PACKETS = 10_000  # frames on the wire at once: far above rate * delay / MTU
 DEFAULT_TARGET_BPS = 20_000_000  # the fastest link after scaling
+# What one replay process sends, with room, on a 2-core machine: 20,000 packets/s of 4 KiB
+# (it measured 26,400 through lab-small's routers; benchmarks/bench_emu.py).
+REPLAY_BUDGET_BPS = 20_000 * 4096 * 8
 
 
 @dataclass(frozen=True)
@@ -122,10 +125,26 @@ def switch_seeds(fabric: Fabric, seed: int, same_seed: bool) -> np.ndarray:
     return seeds
 
 
-def choose_scale(fabric: Fabric, target_bps: int = DEFAULT_TARGET_BPS) -> int:
-    """The rate divisor that brings the fastest link down to about `target_bps`."""
+def choose_scale(
+    fabric: Fabric,
+    target_bps: int = DEFAULT_TARGET_BPS,
+    senders=None,
+    replay_bps: int = REPLAY_BUDGET_BPS,
+) -> int:
+    """The rate divisor that brings the fastest link down to about `target_bps`.
+
+    With `senders` (NIC ids), also far enough that all of them at line rate
+    stay within what one replay process sends (`replay_bps`): past that the
+    replay, not the fabric, sets the pace, and collectives come out slower
+    than the fabric would run them (the demo's ring AllReduce took 2.2 times
+    the simulator's time at the link target alone, and the same time here).
+    """
     top = int(fabric.link_rate_bps.max()) if fabric.n_links else 1
-    return max(1, -(-top // target_bps))
+    scale = max(1, -(-top // target_bps))
+    if senders is not None and len(senders):
+        offered = int(fabric.port_rate_bps[fabric.nic_port[np.asarray(senders)]].sum())
+        scale = max(scale, -(-offered // replay_bps))
+    return scale
 
 
 def _rate(bps: int) -> str:
@@ -237,7 +256,9 @@ def plan(
         raise AifabricError(
             f"link delay mechanism {delay!r} is not one of {', '.join(DELAY_MECHANISMS)}"
         )
-    scale = choose_scale(fabric) if scale is None else int(scale)
+    if scale is None:
+        scale = choose_scale(fabric, senders=np.unique(scenario.flows.src))
+    scale = int(scale)
     if scale < 1:
         raise AifabricError(f"the emulation scale must be a positive whole number, not {scale}")
     names = short_names(fabric)
