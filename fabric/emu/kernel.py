@@ -62,19 +62,20 @@ def popen_in_netns(pid: int, argv: list[str], **kw) -> subprocess.Popen:
     return subprocess.Popen(["nsenter", f"--net=/proc/{pid}/ns/net", *argv], **kw)
 
 
-class TcShell:
-    """One long-lived `tc -s -j -force -batch -` in a namespace.
+class BatchShell:
+    """One long-lived `tc` (or `ip`) `-s -j -force -batch -` in a namespace.
 
     A command costs tens of microseconds instead of a process (nsenter, tc)
     of tens of milliseconds, which is what PFC's reaction time and the
     monitor's poll interval are made of. `query` returns the one JSON line a
-    `show` prints; `sync` returns once every command sent before it has run.
+    `show` prints; `sync` (tc only) returns once every command sent before
+    it has run.
     """
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, tool: str = "tc"):
         self.proc = popen_in_netns(
             pid,
-            ["tc", "-s", "-j", "-force", "-batch", "-"],
+            [tool, "-s", "-j", "-force", "-batch", "-"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -94,7 +95,7 @@ class TcShell:
             self.proc.stdin.flush()
             out = self.proc.stdout.readline()
         if not out:
-            raise AifabricError(f"tc in a node's namespace ended (exit {self.proc.poll()})")
+            raise AifabricError(f"a batch shell in a node's namespace ended ({self.proc.args[-6]})")
         return out
 
     def sync(self) -> None:
