@@ -14,7 +14,16 @@ from fabric.addressing import nic_ipv4
 from fabric.emu import available
 from fabric.emu import plan as P
 from fabric.emu.bpfmap import prog_id_from_tc
-from fabric.emu.packets import HEADER_BYTES, ICRC_BYTES, cnp, fill_writes, parse_write, pfc_frame
+from fabric.emu.packets import (
+    HEADER_BYTES,
+    ICRC_BYTES,
+    cnp,
+    fill_writes,
+    nak,
+    parse_nak,
+    parse_write,
+    pfc_frame,
+)
 from fabric.errors import AifabricError
 from fabric.model import Role
 from fabric.routing import Routing
@@ -235,7 +244,7 @@ def test_fill_writes_matches_reference(flow, dqpn, psn0, offset, remaining, mtu)
 
 def test_packets_parse_with_scapy():
     from scapy.contrib.mac_control import MACControlClassBasedFlowControl
-    from scapy.contrib.roce import BTH
+    from scapy.contrib.roce import AETH, BTH
     from scapy.layers.l2 import Ether
 
     buf = np.zeros((1, 200), dtype=np.uint8)
@@ -245,6 +254,11 @@ def test_packets_parse_with_scapy():
     assert (bth.opcode, bth.dqpn, bth.psn, bth.pkey) == (0x0A, 0x123456, 42, 0xFFFF)
     c = BTH(cnp(0x654321))
     assert (c.opcode, c.dqpn) == (0x81, 0x654321)
+    n = BTH(nak(0x111111, 77, 1234))  # RC ACKNOWLEDGE, NAK "PSN sequence error", flow in MSN
+    assert (n.opcode, n.dqpn, n.psn) == (0x11, 0x111111, 77)
+    assert (n[AETH].syndrome, n[AETH].msn) == (0x60, 1234)
+    assert parse_nak(nak(0x111111, 77, 1234)) == (0x111111, 77, 1234)
+    assert parse_nak(cnp(1)) is None
     frame = Ether(pfc_frame("02:af:00:00:00:01", 3, 0xFFFF))
     pfc = frame[MACControlClassBasedFlowControl]
     assert frame.type == 0x8808 and frame.dst == "01:80:c2:00:00:01"

@@ -9,6 +9,8 @@ ECT(0)) and UDP (source port from the QPNs, destination 4791). A CNP is BTH
 opcode 0x81 with the sender's QPN, 16 reserved bytes and the ICRC. A NAK is
 the RC ACKNOWLEDGE (opcode 0x11) whose AETH syndrome 0x60 says "PSN sequence
 error": the receiver expected the PSN it carries, so the sender goes back there.
+Its AETH's message sequence number carries the flow's row (each flow is one
+message), since several flows of a collective may share a QP.
 
 `pfc_frame` builds an 802.1Qbb frame (MAC control opcode 0x0101) for one
 priority, as scapy.contrib.mac_control declares it.
@@ -97,15 +99,27 @@ def cnp(sqpn: int) -> bytes:
     )
 
 
-def nak(sqpn: int, psn: int) -> bytes:
-    """A go-back-N NAK to the QP `sqpn`: resend from `psn`, the one this receiver expects."""
+def nak(sqpn: int, psn: int, flow: int) -> bytes:
+    """A go-back-N NAK to the QP `sqpn`: resend `flow` from `psn`, the one expected next."""
     return (
         bytes([OP_ACK, 0, 0xFF, 0xFF, 0])
         + (sqpn & 0xFFFFFF).to_bytes(3, "big")
         + bytes([0])
         + (psn & 0xFFFFFF).to_bytes(3, "big")
-        + bytes([AETH_NAK_SEQ, 0, 0, 0])
+        + bytes([AETH_NAK_SEQ])
+        + (flow & 0xFFFFFF).to_bytes(3, "big")
         + bytes(ICRC_BYTES)
+    )
+
+
+def parse_nak(data: bytes) -> tuple[int, int, int] | None:
+    """(dqpn, psn, flow) of a NAK, or None for any other ACKNOWLEDGE."""
+    if len(data) < 16 or data[0] != OP_ACK or data[12] != AETH_NAK_SEQ:
+        return None
+    return (
+        int.from_bytes(data[5:8], "big"),
+        int.from_bytes(data[9:12], "big"),
+        int.from_bytes(data[13:16], "big"),
     )
 
 

@@ -44,6 +44,7 @@ from fabric.emu.packets import (
     cnp,
     fill_writes,
     nak,
+    parse_nak,
     parse_write,
 )
 from fabric.emu.plan import TOS_CNP, TOS_DATA_ECT0
@@ -318,7 +319,8 @@ class Replay:
                                 nak_for[f] = expect[f]  # a gap: one NAK, then wait for it
                                 n_naks += 1
                                 s.sendto(
-                                    nak(int(ft.sqpn[f]), int(expect[f])), (addr[0], ROCE_UDP_PORT)
+                                    nak(int(ft.sqpn[f]), int(expect[f]), f),
+                                    (addr[0], ROCE_UDP_PORT),
                                 )
                             if tos & 3 == 3:
                                 ce[f] += 1
@@ -329,9 +331,10 @@ class Replay:
                                     )
                             if received[f] >= nbytes[f] and end[f] < 0:
                                 finish(f, now)
-                        elif op == OP_ACK and len(data) >= 16:
-                            g_f = qp_flow.get((int(ips[h]), dqpn))
-                            if g_f is not None and end[g_f] < 0:
+                        elif op == OP_ACK:
+                            got = parse_nak(data)
+                            g_f = got[2] if got is not None else -1
+                            if 0 <= g_f < n and ft.src[g_f] == h and end[g_f] < 0:
                                 go_back(g_f, psn_in, now)
                         elif op == OP_CNP:
                             src_ip = flow_of_src.get(
