@@ -169,9 +169,9 @@ def test_incast_with_pfc_is_lossless_and_captures_pfc_frames(incast):
 
     sc, summary, run = incast
     assert run.status == "complete", run.meta["message"]
-    assert summary["drops"] == 0
-    assert summary["bytes_received"] == int(sc.flows.bytes.sum())
-    assert summary["pfc_pauses"] >= 1
+    assert summary["drops"] == 0, summary
+    assert summary["bytes_received"] == int(sc.flows.bytes.sum()), summary
+    assert summary["pfc_pauses"] >= 1, summary
     ports = run.ports()
     assert ports["pfc_sent"].sum() == summary["pfc_frames"] > 0
     assert ports["paused_ns"].sum() > 0
@@ -182,9 +182,9 @@ def test_incast_with_pfc_is_lossless_and_captures_pfc_frames(incast):
     for n in f.nic_ids:
         sent = int(sc.flows.bytes[sc.flows.src == n].sum())
         i = col[int(f.nic_port[n])]
-        assert ports["tx_bytes"][:, i].sum() >= sent
+        assert ports["tx_bytes"][:, i].sum() >= sent, (f.node_name[n], summary)
         if sent and f.node_rack[n] == f.node_rack[dst]:
-            assert ports["paused_ns"][:, i].sum() > 0
+            assert ports["paused_ns"][:, i].sum() > 0, (f.node_name[n], summary)
     frames = [
         p
         for cap in run.captures()
