@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -216,49 +214,19 @@ def _tx_packets() -> dict[str, int]:
 def test_lab_small_builds_and_observed_paths_are_where_packets_go():
     """Each inter-rack flow's packets leave by exactly the bridge ports the traces name."""
     from fabric.emu.engine import observed_paths
-    from fabric.emu.kernel import netns_of
     from fabric.emu.net import make_network
+    from tests.emuhelp import paths_are_where_packets_go
 
     sc = _scenario(PERMUTATION)
-    f, ft = sc.fabric, sc.flows
     pl = P.plan(sc, ecn="none")
     net = make_network(sc, pl, "ovs")
-    n = 100
     try:
         net.build()
         net.apply()
         about = net.describe()
         assert about["kind"] == "ovs" and about["datapath"] in ovs.DATAPATHS
         ptr, links = observed_paths(net, sc)
-        checked = 0
-        for i in range(len(ft)):
-            src, dst = int(ft.src[i]), int(ft.dst[i])
-            path = links[ptr[i] : ptr[i + 1]]
-            assert len(path) == (2 if f.node_rack[src] == f.node_rack[dst] else 4)
-            if len(path) == 2:
-                continue
-            want, node = set(), src
-            for link in path:
-                port = 2 * int(link) if int(f.link_a[link]) == node else 2 * int(link) + 1
-                if port != int(f.nic_port[src]):
-                    want.add(pl.port_iface[port])
-                node = int(f.port_peer[port])
-            before = _tx_packets()
-            with netns_of(net.pid[src]):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            with s:
-                s.bind((format_ipv4(pl.nic_ip[src]), int(ft.sport[i])))
-                for _ in range(n):
-                    s.sendto(b"x" * 64, (format_ipv4(pl.nic_ip[dst]), 4791))
-            deadline = time.monotonic() + 10  # the userspace datapath forwards in its own time
-            while True:
-                after = _tx_packets()
-                busy = {x for x in after if x.startswith("afs") and after[x] - before[x] >= n}
-                if len(busy) >= len(want) or time.monotonic() > deadline:
-                    break
-                time.sleep(0.02)
-            assert busy == want, (i, busy, want)
-            checked += 1
+        checked = paths_are_where_packets_go(net, sc, ptr, links, _tx_packets)
         assert checked >= 8
     finally:
         net.close()

@@ -54,9 +54,9 @@ def _run(tmp_path, sc, **kw):
 def test_lab_small_builds_and_ecmp_paths_match_the_kernel():
     """Packets of each flow cross exactly the ports `ip route get` names, hop by hop."""
     from fabric.emu.engine import observed_paths
-    from fabric.emu.kernel import netns_of
     from fabric.emu.net import Network
     from fabric.emu.plan import plan
+    from tests.emuhelp import paths_are_where_packets_go
 
     sc = _scenario({"pattern": "permutation", "gpus": 16, "size": "64KiB"})
     f = sc.fabric
@@ -66,7 +66,6 @@ def test_lab_small_builds_and_ecmp_paths_match_the_kernel():
         net.build()
         net.apply()
         ptr, links = observed_paths(net, sc)
-        ft = sc.flows
         switches = [int(s) for s in f.switch_ids]
 
         def tx_packets():
@@ -77,35 +76,7 @@ def test_lab_small_builds_and_ecmp_paths_match_the_kernel():
                     out[item["ifname"]] = item["stats64"]["tx"]["packets"]
             return out
 
-        import socket
-
-        from fabric.addressing import format_ipv4
-
-        checked = 0
-        for i in range(len(ft)):
-            if f.node_rack[ft.src[i]] == f.node_rack[ft.dst[i]]:
-                continue
-            path = links[ptr[i] : ptr[i + 1]]
-            assert len(path) == 4
-            before = tx_packets()
-            with netns_of(net.pid[int(ft.src[i])]):
-                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.bind((format_ipv4(pl.nic_ip[ft.src[i]]), int(ft.sport[i])))
-            for _ in range(200):
-                s.sendto(b"x" * 64, (format_ipv4(pl.nic_ip[ft.dst[i]]), 4791))
-            s.close()
-            time.sleep(0.05)
-            after = tx_packets()
-            busy = {name for name in after if after[name] - before.get(name, 0) >= 200}
-            want = set()
-            node = int(ft.src[i])
-            for link in path:
-                port = 2 * link if int(f.link_a[link]) == node else 2 * link + 1
-                if int(f.port_node[port]) in switches:
-                    want.add(pl.port_iface[port])
-                node = int(f.port_peer[port])
-            assert busy == want, (i, busy, want)
-            checked += 1
+        checked = paths_are_where_packets_go(net, sc, ptr, links, tx_packets)
         assert checked >= 8
     finally:
         net.close()
