@@ -16,32 +16,26 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from fabric.emu.worker import Worker
 from fabric.errors import AifabricError
 
 
-class FaultInjector(threading.Thread):
+class FaultInjector(Worker):
     def __init__(self, network, faults, replay, stop: threading.Event, on_routing=None):
-        super().__init__(name="aifabric-faults", daemon=True)
+        super().__init__("aifabric-faults")
         self.net = network
         self.faults = sorted((f for f in faults if f.at_ns > 0), key=lambda f: f.at_ns)
         self.replay = replay
         self.stop = stop
         self.on_routing = on_routing  # told each routing as it takes effect (PFC's feeds)
         self.applied: list[dict] = []
-        self.error: BaseException | None = None
         routing = network.plan.routing
         self.steps = []  # (fault, routing after it, [(node, apply)], switches re-routed)
         for fault in self.faults:
             routing, actions, rerouted = network.fault_actions(fault, routing)
             self.steps.append((fault, routing, actions, rerouted))
 
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:  # noqa: BLE001 - reported by the engine
-            self.error = e
-
-    def _run(self) -> None:
+    def work(self) -> None:
         if not self.faults:
             return
         while not self.replay.started.wait(0.05):

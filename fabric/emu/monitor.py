@@ -35,14 +35,15 @@ import numpy as np
 from fabric.emu import bpfmap, kernel
 from fabric.emu.packets import kick_frame, pfc_frame
 from fabric.emu.plan import HOST_BUFFER_BYTES, tbf_line
+from fabric.emu.worker import Worker
 from fabric.model import Role
 
 ACTIVE_BYTES = 4096  # received since the last poll: data, not just PFC or kick frames
 
 
-class Monitor(threading.Thread):
+class Monitor(Worker):
     def __init__(self, network, interval_ns: int, *, pfc: bool = True, poll_s: float = 0.005):
-        super().__init__(daemon=True)
+        super().__init__("aifabric-monitor")
         self.net = network
         self.fabric = network.fabric
         self.plan = network.plan
@@ -88,7 +89,6 @@ class Monitor(threading.Thread):
         self._raw: dict[int, socket.socket] = {}
         self._maps: dict[int, int] = {}
         self._pool = ThreadPoolExecutor(max_workers=8)
-        self.error: BaseException | None = None
 
     def set_routing(self, routing) -> None:
         """Which egress queues (columns) each switch ingress feeds, for routes old and new."""
@@ -220,13 +220,7 @@ class Monitor(threading.Thread):
         if any(pause for _, pause in changes):
             self.reactions_s.append(time.monotonic() - t0)
 
-    def run(self) -> None:
-        try:
-            self._loop()
-        except BaseException as e:  # noqa: BLE001 - reported by the engine
-            self.error = e
-
-    def _loop(self) -> None:
+    def work(self) -> None:
         f = self.fabric
         t0 = time.monotonic()
         tx0, _, drops0, ecn0 = self._first
