@@ -324,6 +324,54 @@ class Fabric:
         out[self.port_node[nic]] = np.flatnonzero(nic)
         return out
 
+    # port names ------------------------------------------------------------------
+    @cached_property
+    def port_names(self) -> tuple[str, ...]:
+        """The one printed name of every port: `node--peer`, the egress of `node` toward
+        `peer`; `node--peer#k` for the k-th of parallel links between the two (k >= 2).
+        A link's name is the name of its first port, so `a--b` names both a link in a
+        fault and the port a sends on. Used by summaries, `analyze`, reports, capture
+        file names and `--capture`."""
+        seen: dict[tuple[int, int], int] = {}
+        out = []
+        names = self.node_name
+        for node, peer in zip(self.port_node.tolist(), self.port_peer.tolist(), strict=True):
+            k = seen.get((node, peer), 0) + 1
+            seen[(node, peer)] = k
+            base = f"{names[node]}--{names[peer]}"
+            out.append(base if k == 1 else f"{base}#{k}")
+        return tuple(out)
+
+    def port_name(self, port: int) -> str:
+        return self.port_names[int(port)]
+
+    @cached_property
+    def _ports_by_name(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.port_names)}
+
+    def port_id(self, name: str) -> int:
+        """A port from its name (`node--peer`, `node--peer#k`) or, for a NIC, the NIC's
+        own name (its one port)."""
+        if name in self._ports_by_name:
+            return self._ports_by_name[name]
+        if name.endswith("#1") and name[:-2] in self._ports_by_name:
+            return self._ports_by_name[name[:-2]]
+        node = self._ids_by_name.get(name)
+        if node is not None and self.node_role[node] == Role.NIC:
+            return int(self.nic_port[node])
+        if node is not None:
+            raise SpecError(
+                f"{name!r} is a switch; name one of its ports as {name}--PEER "
+                f"(e.g. {self.port_names[int(self.ports_of(node)[0])]!r})"
+            )
+        a, sep, b = name.partition("--")
+        if not sep:
+            raise SpecError(f"fabric {self.name} has no port {name!r}; write a port as node--peer")
+        for end in (a, b.partition("#")[0]):
+            if end not in self._ids_by_name:
+                raise SpecError(f"fabric {self.name} has no node named {end!r} (port {name!r})")
+        raise SpecError(f"fabric {self.name} has no port {name!r}: no such link")
+
     @cached_property
     def _ids_by_name(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.node_name)}

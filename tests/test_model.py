@@ -92,3 +92,26 @@ def test_queue_profiles_check_their_thresholds():
 def test_pfc_headroom_covers_a_round_trip_at_line_rate():
     # 400 Gb/s over 1 us of cable each way: 100,000 bytes in flight, plus two frames.
     assert required_headroom_bytes(400 * 10**9, 1000, 4096) == 100_000 + 2 * 4196
+
+
+def test_every_port_has_one_name_that_resolves_back_to_it(get_fabric):
+    fabric = get_fabric("lab-medium")
+    names = fabric.port_names
+    assert len(set(names)) == fabric.n_ports
+    for p in range(fabric.n_ports):
+        assert fabric.port_id(names[p]) == p
+        node, _, peer = names[p].partition("#")[0].partition("--")
+        assert fabric.node_id(node) == fabric.port_node[p]
+        assert fabric.node_id(peer) == fabric.port_peer[p]
+    # lab-medium doubles the RTSW uplinks: the second parallel port is numbered
+    assert any(n.endswith("#2") for n in names)
+    nic = fabric.node_name[int(fabric.nic_ids[0])]
+    assert fabric.port_id(nic) == fabric.nic_port[fabric.nic_ids[0]]
+
+
+def test_a_port_name_that_does_not_exist_is_one_sentence(get_fabric):
+    fabric = get_fabric("lab-small")
+    sw = fabric.node_name[int(fabric.switch_ids[0])]
+    for bad, says in ((sw, "is a switch"), ("nope--x", "no node named 'nope'"), ("zz", "no port")):
+        with pytest.raises(SpecError, match=says):
+            fabric.port_id(bad)
