@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from fabric.cc import DEFAULT_KIND
 from fabric.model import Fabric
 from traffic.flows import FlowTable
-
-CONGESTION_CONTROLS = ("dcqcn", "none", "cts")
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class Scenario:
     ecmp: str = "5tuple"
     same_seed: bool = False
     seed: int = 0
-    cc: str = "none"
+    cc: str = DEFAULT_KIND
     cc_params: dict[str, Any] = field(default_factory=dict)
     faults: tuple[Fault, ...] = ()
     sample_interval_ns: int = 10_000

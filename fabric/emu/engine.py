@@ -248,7 +248,7 @@ def _paths_after_faults(net, scenario, applied, result, ptr0, links0):
 
 
 def _cc(scenario) -> dict:
-    from fabric.sim.engine import cc_parameters
+    from fabric.cc import cc_parameters
 
     return cc_parameters(dict(scenario.cc_params))
 

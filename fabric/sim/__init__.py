@@ -6,6 +6,7 @@ policy (ecn.py), the PFC policy (pfc.py) and DCQCN senders (dcqcn.py).
 `run_scenario` runs a `fabric.scenario.Scenario` into a run directory.
 """
 
-from fabric.sim.engine import Progress, Simulation, cc_parameters
+from fabric.cc import cc_parameters
+from fabric.sim.engine import Progress, Simulation
 
 __all__ = ["Progress", "Simulation", "cc_parameters"]

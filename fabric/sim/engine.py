@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fabric.cc import cc_parameters, check_kind
 from fabric.errors import AifabricError
 from fabric.model import Fabric, Role
 from fabric.routing import CRC_TABLE, Routing
@@ -22,7 +23,6 @@ from fabric.scenario import Fault
 from fabric.sim import kernel
 from fabric.sim import layout as L
 from fabric.sim.ecn import rng_state
-from fabric.units import parse_rate, parse_size, parse_time
 from traffic.flows import FlowTable
 
 PS = L.PS_PER_NS
@@ -37,62 +37,6 @@ def zeros_aligned(shape, dtype) -> np.ndarray:
     raw = np.zeros(n * dtype.itemsize + CACHE_LINE, dtype=np.uint8)
     skip = -raw.ctypes.data % CACHE_LINE
     return raw[skip : skip + n * dtype.itemsize].view(dtype).reshape(shape)
-
-
-# DCQCN defaults after Zhu et al. (SIGCOMM 2015): CNP interval N = 50 us, alpha and
-# rate timers K = T = 55 us, byte counter B = 10 MB, F = 5, g = 1/256.
-CC_DEFAULTS = {
-    "cnp_interval": "50us",
-    "alpha_timer": "55us",
-    "rate_timer": "55us",
-    "byte_counter": "10MB",
-    "fast_recovery_steps": 5,
-    "additive_increase": "40M",
-    "hyper_increase": "400M",
-    "min_rate": "100M",
-    "g": 1 / 256,
-    "cts_chunk": "256KiB",
-    "cts_window": 2,
-    "rto": "100us",
-}
-_CC_PARSE = {
-    "cnp_interval": parse_time,
-    "alpha_timer": parse_time,
-    "rate_timer": parse_time,
-    "byte_counter": parse_size,
-    "fast_recovery_steps": int,
-    "additive_increase": parse_rate,
-    "hyper_increase": parse_rate,
-    "min_rate": parse_rate,
-    "g": float,
-    "cts_chunk": parse_size,
-    "cts_window": int,
-    "rto": parse_time,
-}
-
-
-def cc_parameters(params: dict | None) -> dict:
-    """Congestion-control parameters with defaults filled in, parsed to ns, bytes and bit/s."""
-    params = dict(params or {})
-    unknown = sorted(set(params) - set(CC_DEFAULTS))
-    if unknown:
-        raise AifabricError(
-            f"unknown congestion-control parameter {unknown[0]!r}; known: {', '.join(CC_DEFAULTS)}"
-        )
-    out = {}
-    for key, default in CC_DEFAULTS.items():
-        value = params.get(key, default)
-        try:
-            out[key] = _CC_PARSE[key](value)
-        except (TypeError, ValueError) as e:
-            raise AifabricError(f"congestion-control parameter {key} = {value!r}: {e}") from None
-    if out["cts_window"] < 1 or out["cts_chunk"] < 1 or out["byte_counter"] < 1:
-        raise AifabricError("cts_window, cts_chunk and byte_counter must be positive")
-    if not 0 < out["g"] < 1:
-        raise AifabricError(f"the DCQCN gain g must be between 0 and 1, got {out['g']}")
-    if out["fast_recovery_steps"] < 0:
-        raise AifabricError("fast_recovery_steps must not be negative")
-    return out
 
 
 @dataclass
@@ -121,10 +65,7 @@ class Simulation:
         sample_interval_ns: int = 10_000,
         capture_ports: Iterable[int] = (),
     ):
-        if cc not in L.CC_KINDS:
-            raise AifabricError(
-                f"unknown congestion control {cc!r}; choose one of {', '.join(L.CC_KINDS)}"
-            )
+        check_kind(cc)
         if sample_interval_ns <= 0:
             raise AifabricError(f"the sample interval must be positive, got {sample_interval_ns}")
         self.fabric = fabric

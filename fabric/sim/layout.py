@@ -5,6 +5,8 @@ The kernel keeps its state in a few 2-D int64 arrays, one row per entity
 Times inside the engine are integer picoseconds (`_ps`), sizes bytes.
 """
 
+from fabric import cc
+
 # event rows (ev[i, :])
 E_TIME, E_SEQ, E_KIND, E_A, E_B = range(5)
 
@@ -64,8 +66,9 @@ EV_SAMPLE = 8  # close one sample interval of the port time series
 # float parameters (fprm[...])
 FP_G, FP_NFPRM = range(2)
 
-CC_NONE, CC_DCQCN, CC_CTS = 0, 1, 2
-CC_KINDS = {"none": CC_NONE, "dcqcn": CC_DCQCN, "cts": CC_CTS}
+# congestion-control kinds by their index in fabric.cc.KINDS
+CC_NONE, CC_DCQCN, CC_CTS = (cc.KINDS.index(k) for k in ("none", "dcqcn", "cts"))
+CC_KINDS = {k: i for i, k in enumerate(cc.KINDS)}
 
 # ports (pt[p, ...]); class 0 is control (strict priority), class 1 lossless data.
 # Columns are ordered by use: what every hop reads comes first (one cache line).

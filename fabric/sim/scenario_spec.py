@@ -17,7 +17,7 @@ their defaults, every key checked (an unknown key is an error, not silence):
                       same_seed = false
     [queue]           the topology's [queue] keys (and [queue.rtsw] ...), overriding it
     [congestion_control]  kind = "dcqcn" | "none" | "cts", and its parameters
-                          (see fabric.sim.engine.CC_DEFAULTS)
+                          (see fabric.cc.PARAMETERS)
     [[faults]]        link = "nodeA--nodeB" (or "nodeA--nodeB#2", or a link id)
                       | node = "z0-ctsw1"; at = "50us"; action = "down" | "drain"
 """
@@ -30,11 +30,13 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from fabric.cc import DEFAULT_KIND, cc_parameters
+from fabric.cc import DEFAULTS as CC_DEFAULTS
+from fabric.cc import KINDS as CONGESTION_CONTROLS
 from fabric.errors import AifabricError, SpecError, UnitError
 from fabric.model import Fabric, Role
 from fabric.routing import POLICIES
-from fabric.scenario import CONGESTION_CONTROLS, Fault, Scenario
-from fabric.sim.engine import CC_DEFAULTS, cc_parameters
+from fabric.scenario import Fault, Scenario
 from fabric.specfile import Presets
 from fabric.units import parse_time
 
@@ -139,7 +141,7 @@ def scenario_from_dict(
         name, "congestion_control", raw.get("congestion_control", {}), ("kind", *CC_DEFAULTS)
     )
     cc_table = dict(cc_table)
-    cc = cc_table.pop("kind", "dcqcn")
+    cc = cc_table.pop("kind", DEFAULT_KIND)
     if cc not in CONGESTION_CONTROLS:
         raise SpecError(
             f"scenario {name}: congestion_control.kind = {cc!r} is not one of "
