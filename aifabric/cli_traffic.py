@@ -116,7 +116,7 @@ def traffic_show(workload, fabric_name, seed, as_json, **options):
     from fabric.units import format_time
     from topologies import load_fabric
     from traffic.generate import MAX_FLOWS
-    from traffic.stats import describe
+    from traffic.summary import describe
 
     wl, _ = _workload(workload, options)
     fabric = load_fabric(fabric_name)

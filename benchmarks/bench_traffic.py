@@ -15,7 +15,7 @@ import numpy as np
 
 import topologies
 import traffic
-from traffic.packets import _fill, first_psn, packet_counts
+from traffic.flow_packets import _fill, first_psn, packet_counts
 
 
 def median_time(fn, runs: int) -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -219,6 +220,87 @@ def test_transfer_count_closed_form(spec):
 
 
 @pytest.mark.parametrize(
+    "kind, factor",
+    [
+        ("allreduce", lambda n: 2 * (n - 1) / n),
+        ("allgather", lambda n: (n - 1) / n),
+        ("reducescatter", lambda n: (n - 1) / n),
+        ("alltoall", lambda n: (n - 1) / n),
+        ("broadcast", lambda n: 1.0),
+        ("sendrecv", lambda n: 1.0),
+    ],
+)
+def test_busbw_factor_is_nccl_tests(kind, factor):
+    for n in (2, 3, 8, 24576):
+        assert coll.KINDS[kind].busbw_factor(n) == pytest.approx(factor(n))
+    assert coll.busbw_factor("incast", 9) == 1.0  # patterns: busbw = algbw
+
+
+def test_every_kind_is_a_workload_choice():
+    assert {k: c.algorithms for k, c in coll.KINDS.items()} == traffic.spec.COLLECTIVES
+    assert set(coll.KINDS) == {
+        "allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "sendrecv"
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="unknown collective gather"):
+        coll.kind("gather")
+
+
+@pytest.mark.parametrize(
+    "kind, per_rank",
+    [
+        ("allreduce", lambda n, s: 2 * (n - 1) * s // n),
+        ("allgather", lambda n, s: (n - 1) * s // n),
+        ("reducescatter", lambda n, s: (n - 1) * s // n),
+        ("alltoall", lambda n, s: (n - 1) * s // n),
+    ],
+)
+def test_symmetric_kinds_send_their_closed_form(kind, per_rank):
+    c = coll.KINDS[kind]
+    for n in (2, 4, 16):  # powers of two: halving-doubling's extra ranks send more
+        size = n * 3 * 4096
+        for algorithm in c.algorithms:
+            if algorithm == "tree":
+                continue  # leaves send less than inner ranks (checked below)
+            sent, recv = c.rank_bytes(algorithm, n, size, coll.Shape(channels=2))
+            assert set(sent.tolist()) == {per_rank(n, size)}, algorithm
+            assert set(recv.tolist()) == {per_rank(n, size)}, algorithm
+
+
+def test_chains_and_tree_closed_forms():
+    n, size = 12, 5 * MiB
+    sent, recv = coll.KINDS["broadcast"].rank_bytes("ring", n, size, coll.Shape(root=4))
+    assert sent.sum() == (n - 1) * size and sent[3] == 0 and recv[4] == 0  # the chain ends at 3
+    sent, recv = coll.KINDS["sendrecv"].rank_bytes("p2p", n, size, coll.Shape(stages=3))
+    assert sent.tolist() == [size] * 8 + [0] * 4 and recv.tolist() == [0] * 4 + [size] * 8
+    sent, recv = coll.KINDS["allreduce"].rank_bytes("tree", n, size, coll.Shape())
+    # each of the two trees carries its half up and down every one of its n - 1 edges
+    assert sent.sum() == recv.sum() == 2 * (n - 1) * size
+
+
+@pytest.mark.parametrize("kind", sorted(coll.KINDS))
+def test_each_kind_builds_what_its_closed_forms_say(kind):
+    c = coll.KINDS[kind]
+    for algorithm in c.algorithms:
+        for n in (2, 5, 8, 12):
+            shape = coll.Shape(channels=2, segments=3, chunk=64 * 1024, root=n - 1, stages=2)
+            if c.refuse(n, shape):
+                continue
+            size = 3 * MiB + 11
+            tr = c.transfers(algorithm, n, size, shape)
+            assert len(tr) == c.transfer_count(algorithm, n, size, shape)
+            assert tr.steps == c.op_steps(algorithm, n, size, shape)
+            sent, recv = c.rank_bytes(algorithm, n, size, shape)
+            assert np.array_equal(np.bincount(tr.src, weights=tr.bytes, minlength=n), sent)
+            assert np.array_equal(np.bincount(tr.dst, weights=tr.bytes, minlength=n), recv)
+
+
+def test_refusals_name_the_key():
+    assert "stages = 2" in coll.KINDS["sendrecv"].refuse(5, coll.Shape(), "GPUs")
+    assert "root = 7" in coll.KINDS["broadcast"].refuse(4, coll.Shape(root=7))
+    assert coll.KINDS["allreduce"].refuse(3, coll.Shape()) is None
+
+
+@pytest.mark.parametrize(
     "kind, algorithm",
     [
         ("allreduce", "ring"),
@@ -234,9 +316,9 @@ def test_transfer_count_closed_form(spec):
 @pytest.mark.parametrize("hierarchical", [False, True])
 def test_closed_form_plan_equals_the_table(medium, kind, algorithm, hierarchical):
     """rank by rank: bytes sent and received, flows, steps, ideal time."""
+    from traffic.ideal import collective_stats
     from traffic.placement import place
-    from traffic.plan import collective_stats
-    from traffic.stats import op_stats
+    from traffic.summary import op_stats
 
     for gpus, size, channels, segments in ((12, 10**6 + 1, 1, 0), (32, 3 * MiB + 5, 2, 5)):
         spec = dict(collective=kind, algorithm=algorithm, gpus=gpus, size=size, channels=channels,
@@ -253,20 +335,20 @@ def test_closed_form_plan_equals_the_table(medium, kind, algorithm, hierarchical
             assert planned[key] == built[key], key
         sent = np.bincount(t.src, weights=t.bytes, minlength=medium.n_nodes)
         recv = np.bincount(t.dst, weights=t.bytes, minlength=medium.n_nodes)
-        from traffic.generate import collective_instances
-        from traffic.plan import rank_bytes
+        from traffic.generate import collective_instances, job_shape
 
         want_s = np.zeros(medium.n_nodes)
         want_r = np.zeros(medium.n_nodes)
         for ranks, part, root in collective_instances(medium, w.jobs[0], nics, "t"):
-            s_, r_ = rank_bytes(kind, algorithm, len(ranks), part, channels, root, spec["stages"])
+            shape = replace(job_shape(w.jobs[0]), root=root)
+            s_, r_ = coll.kind(kind).rank_bytes(algorithm, len(ranks), part, shape)
             want_s[ranks] += s_
             want_r[ranks] += r_
         assert np.array_equal(sent, want_s) and np.array_equal(recv, want_r)
 
 
 def test_show_falls_back_to_closed_form_only_when_too_big(medium):
-    from traffic.stats import describe
+    from traffic.summary import describe
 
     w = traffic.workload_from_dict(dict(collective="alltoall", gpus=64), "t")
     assert describe(medium, w)["closed_form"] is False

@@ -10,7 +10,7 @@ import pytest
 import topologies
 import traffic
 from fabric.errors import AifabricError
-from traffic.packets import FIRST, LAST
+from traffic.flow_packets import FIRST, LAST
 
 
 def reference_packets(flows, rate_bps, mtu, overhead=0):

@@ -43,9 +43,9 @@ tables, with `name` and `description` beside them). Jobs never share a NIC.
 """
 
 import fabric  # noqa: F401  (sets the numba cache directory first)
+from traffic.flow_packets import Packets, packetize
 from traffic.flows import FlowTable
 from traffic.generate import generate
-from traffic.packets import Packets, packetize
 from traffic.spec import Job, Workload, load_workload, workload_from_dict, workload_presets
 
 __all__ = [

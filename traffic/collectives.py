@@ -429,8 +429,284 @@ def pipeline_pieces(nbytes: int, hops: int, chunk: int, segments: int) -> int:
     return p if segments == 0 else min(segments, p)
 
 
+@dataclass(frozen=True)
+class Shape:
+    """How a communicator runs an op, besides its ranks and size (the job's keys)."""
+
+    channels: int = 1
+    segments: int = 16  # pipelined transfers per connection, 0 = one per step
+    chunk: int = 512 * 2**10
+    root: int = 0  # Broadcast
+    stages: int = 2  # send/recv
+
+    def pieces(self, nbytes: int, hops: int) -> int:
+        return pipeline_pieces(nbytes, hops, self.chunk, self.segments)
+
+    def groups(self, steps: int) -> int:
+        """Transfers per ring edge: its steps grouped into at most `segments`."""
+        return steps if self.segments == 0 else min(self.segments, steps)
+
+    def per_channel(self, size: int) -> list[int]:
+        return [int(x) for x in parts(size, self.channels)]
+
+
+class Collective:
+    """One collective kind: its algorithms (the first is the default), the transfers
+    each makes, their count, the bytes each rank sends and receives, its steps, and
+    the nccl-tests busbw factor. A new kind is one subclass registered in `KINDS`.
+
+    Counts and bytes are closed forms checked against the built transfers by the tests
+    (`traffic show` uses them for ops too large to build)."""
+
+    name: str = ""
+    algorithms: tuple[str, ...] = ()
+    # hierarchical: True when each rail carries 1/g of the data (g GPUs per server), False
+    # when every rail moves all of it (AllToAll aggregated per server, send/recv)
+    rails_split: bool = True
+
+    def busbw_factor(self, n: int) -> float:
+        """busbw = algbw x factor (nccl-tests' PERFORMANCE.md)."""
+        raise NotImplementedError
+
+    def refuse(self, n: int, shape: Shape, unit: str = "ranks") -> str | None:
+        """Why n ranks (counted in `unit`) cannot run this kind with `shape` (None: they can)."""
+        return None
+
+    def transfers(self, algorithm: str, n: int, size: int, shape: Shape) -> Transfers:
+        raise NotImplementedError
+
+    def channel_count(self, algorithm: str, n: int, size: int, shape: Shape) -> int:
+        """Transfers one channel carrying `size` bytes makes (n >= 2)."""
+        raise NotImplementedError
+
+    def channel_bytes(self, algorithm: str, n: int, size: int, shape: Shape, sent, recv):
+        """Add one channel's bytes per rank to `sent` and `recv` (n >= 2)."""
+        raise NotImplementedError
+
+    def steps(self, algorithm: str, n: int, size: int, shape: Shape) -> int:
+        """Algorithm steps of the op, as `transfers` numbers them (n >= 2)."""
+        raise NotImplementedError
+
+    def transfer_count(self, algorithm: str, n: int, size: int, shape: Shape) -> int:
+        if n < 2:
+            return 0
+        return sum(self.channel_count(algorithm, n, s, shape) for s in shape.per_channel(size))
+
+    def rank_bytes(
+        self, algorithm: str, n: int, size: int, shape: Shape
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(sent, received) bytes per rank of one communicator."""
+        sent = np.zeros(n, dtype=_I64)
+        recv = np.zeros(n, dtype=_I64)
+        if n >= 2:
+            for s in shape.per_channel(size):
+                self.channel_bytes(algorithm, n, s, shape, sent, recv)
+        return sent, recv
+
+    def op_steps(self, algorithm: str, n: int, size: int, shape: Shape) -> int:
+        return self.steps(algorithm, n, size, shape) if n >= 2 else 0
+
+
+class _RingKind(Collective):
+    """Ring collectives: `phases` x (n-1) steps, chunk (r - s - shift) mod n at step s."""
+
+    phases = 1
+    shift = 0
+
+    def transfers(self, algorithm, n, size, shape):
+        return ring(n, size, shape.channels, shape.segments, self.phases, self.shift)
+
+    def channel_count(self, algorithm, n, size, shape):
+        return n * shape.groups(self.phases * (n - 1))
+
+    def channel_bytes(self, algorithm, n, size, shape, sent, recv):
+        chunk = parts(size, n)
+        r = np.arange(n, dtype=_I64)
+        # phase p skips the chunk index r - shift - (p + 1)(n - 1) = r - shift + p + 1
+        skipped = np.zeros(n, dtype=_I64)
+        for p in range(self.phases):
+            skipped += chunk[(r - self.shift + p + 1) % n]
+        mine = self.phases * size - skipped
+        sent += mine
+        recv += np.roll(mine, 1)  # r receives what r - 1 sends
+
+    def steps(self, algorithm, n, size, shape):
+        return self.phases * (n - 1)
+
+
+class AllReduce(_RingKind):
+    name = "allreduce"
+    algorithms = ("ring", "tree", "halving-doubling")
+    phases = 2  # ReduceScatter, then AllGather
+
+    def busbw_factor(self, n):
+        return 2 * (n - 1) / n
+
+    def transfers(self, algorithm, n, size, shape):
+        if algorithm == "tree":
+            return tree(n, size, shape.channels, shape.segments, shape.chunk)
+        if algorithm == "halving-doubling":
+            return halving_doubling(n, size, shape.channels)
+        return super().transfers(algorithm, n, size, shape)
+
+    def channel_count(self, algorithm, n, size, shape):
+        if algorithm == "tree":
+            return sum(2 * (n - 1) * shape.pieces(int(h), 2) for h in parts(size, 2))
+        if algorithm == "halving-doubling":
+            p = 1 << (n.bit_length() - 1)
+            return p * (p.bit_length() - 1) * 2 + 2 * (n - p)
+        return super().channel_count(algorithm, n, size, shape)
+
+    def channel_bytes(self, algorithm, n, size, shape, sent, recv):
+        if algorithm == "tree":
+            parent, _ = inorder_tree(n)
+            children = np.bincount(parent[parent >= 0], minlength=n)
+            for shift, half in enumerate(parts(size, 2)):
+                per_pos = int(half) * ((parent >= 0).astype(_I64) + children)
+                mine = np.roll(per_pos, shift)  # rank (p + shift) holds position p
+                sent += mine
+                recv += mine  # each tree edge carries the half once up and once down
+        elif algorithm == "halving-doubling":
+            tr = halving_doubling(n, size, 1)
+            sent += np.bincount(tr.src, weights=tr.bytes, minlength=n).astype(_I64)
+            recv += np.bincount(tr.dst, weights=tr.bytes, minlength=n).astype(_I64)
+        else:
+            super().channel_bytes(algorithm, n, size, shape, sent, recv)
+
+    def steps(self, algorithm, n, size, shape):
+        if algorithm == "tree":
+            _, depth = inorder_tree(n)
+            g = max(shape.pieces(int(h), 2) for s in shape.per_channel(size) for h in parts(s, 2))
+            return 2 * int(depth.max()) + g - 1
+        if algorithm == "halving-doubling":
+            p = 1 << (n.bit_length() - 1)
+            return 2 * (p.bit_length() - 1) + (2 if n > p else 0)
+        return super().steps(algorithm, n, size, shape)
+
+
+class AllGather(_RingKind):
+    name = "allgather"
+    algorithms = ("ring",)
+
+    def busbw_factor(self, n):
+        return (n - 1) / n
+
+
+class ReduceScatter(_RingKind):
+    name = "reducescatter"
+    algorithms = ("ring",)
+    shift = 1
+
+    def busbw_factor(self, n):
+        return (n - 1) / n
+
+
+class AllToAll(Collective):
+    """`size` is each rank's send buffer; rank j's block is the j-th of n parts."""
+
+    name = "alltoall"
+    algorithms = ("pairwise",)
+    rails_split = False
+
+    def busbw_factor(self, n):
+        return (n - 1) / n
+
+    def transfers(self, algorithm, n, size, shape):
+        return pairwise(n, size, shape.channels)
+
+    def channel_count(self, algorithm, n, size, shape):
+        return n * (n - 1)
+
+    def channel_bytes(self, algorithm, n, size, shape, sent, recv):
+        chunk = parts(size, n)
+        sent += size - chunk
+        recv += (n - 1) * chunk
+
+    def steps(self, algorithm, n, size, shape):
+        return n - 1
+
+
+class _ChainKind(Collective):
+    """Pipelined chains of ranks (`lanes`, one row each): Broadcast and send/recv."""
+
+    def lanes(self, n: int, shape: Shape) -> np.ndarray:
+        raise NotImplementedError
+
+    def transfers(self, algorithm, n, size, shape):
+        return chains(self.lanes(n, shape), size, shape.channels, shape.segments, shape.chunk)
+
+    def channel_count(self, algorithm, n, size, shape):
+        lanes = self.lanes(n, shape)
+        hops = lanes.shape[1] - 1
+        return lanes.shape[0] * hops * shape.pieces(size, hops)
+
+    def channel_bytes(self, algorithm, n, size, shape, sent, recv):
+        lanes = self.lanes(n, shape)
+        np.add.at(sent, lanes[:, :-1].ravel(), size)
+        np.add.at(recv, lanes[:, 1:].ravel(), size)
+
+    def steps(self, algorithm, n, size, shape):
+        hops = self.lanes(n, shape).shape[1] - 1
+        return hops + max(shape.pieces(s, hops) for s in shape.per_channel(size)) - 1
+
+
+class Broadcast(_ChainKind):
+    """One chain from the root through every rank."""
+
+    name = "broadcast"
+    algorithms = ("ring",)
+
+    def busbw_factor(self, n):
+        return 1.0
+
+    def refuse(self, n, shape, unit="ranks"):
+        if shape.root >= n:
+            return f"broadcast root = {shape.root} is not a rank of {n} {unit}"
+        return None
+
+    def lanes(self, n, shape):
+        return ((shape.root + np.arange(n, dtype=_I64)) % n)[None, :]
+
+
+class SendRecv(_ChainKind):
+    """Pipeline-parallel send/recv: `stages` equal stages, one chain per position."""
+
+    name = "sendrecv"
+    algorithms = ("p2p",)
+    rails_split = False
+
+    def busbw_factor(self, n):
+        return 1.0
+
+    def refuse(self, n, shape, unit="ranks"):
+        if n % shape.stages:
+            return f"sendrecv over {n} {unit} cannot form stages = {shape.stages} equal stages"
+        return None
+
+    def lanes(self, n, shape):
+        per = n // shape.stages
+        return np.arange(per, dtype=_I64)[:, None] + per * np.arange(shape.stages)[None, :]
+
+
+KINDS: dict[str, Collective] = {
+    c.name: c
+    for c in (AllReduce(), AllGather(), ReduceScatter(), AllToAll(), Broadcast(), SendRecv())
+}
+
+
+def kind(name: str) -> Collective:
+    if name not in KINDS:
+        raise ValueError(f"unknown collective {name}; known: {', '.join(KINDS)}")
+    return KINDS[name]
+
+
+def busbw_factor(op_kind: str, n: int) -> float:
+    """The nccl-tests busbw factor of an op; 1 (busbw = algbw) for traffic patterns."""
+    return KINDS[op_kind].busbw_factor(n) if op_kind in KINDS else 1.0
+
+
 def collective(
-    kind: str,
+    name: str,
     algorithm: str,
     n: int,
     size: int,
@@ -440,31 +716,13 @@ def collective(
     root: int = 0,
     stages: int = 2,
 ) -> Transfers:
-    """One communicator of n ranks running `kind` with `algorithm`."""
-    if kind == "allreduce":
-        if algorithm == "ring":
-            return ring(n, size, channels, segments, 2, 0)
-        if algorithm == "tree":
-            return tree(n, size, channels, segments, chunk)
-        return halving_doubling(n, size, channels)
-    if kind == "allgather":
-        return ring(n, size, channels, segments, 1, 0)
-    if kind == "reducescatter":
-        return ring(n, size, channels, segments, 1, 1)
-    if kind == "alltoall":
-        return pairwise(n, size, channels)
-    if kind == "broadcast":
-        lane = (root + np.arange(n)) % n
-        return chains(lane[None, :], size, channels, segments, chunk)
-    if kind == "sendrecv":
-        per = n // stages
-        lanes = np.arange(per)[:, None] + per * np.arange(stages)[None, :]
-        return chains(lanes, size, channels, segments, chunk)
-    raise ValueError(f"unknown collective {kind}")
+    """One communicator of n ranks running collective `name` with `algorithm`."""
+    shape = Shape(channels, segments, chunk, root, stages)
+    return kind(name).transfers(algorithm, n, size, shape)
 
 
 def transfer_count(
-    kind: str,
+    name: str,
     algorithm: str,
     n: int,
     size: int,
@@ -474,38 +732,5 @@ def transfer_count(
     stages: int = 2,
 ) -> int:
     """How many transfers `collective` makes, in closed form (checked before building)."""
-    if n < 2:
-        return 0
-
-    def pieces(nbytes: int, hops: int) -> int:
-        return pipeline_pieces(nbytes, hops, chunk, segments)
-
-    def groups(steps: int) -> int:
-        return steps if segments == 0 else min(segments, steps)
-
-    per_channel = [int(x) for x in parts(size, channels)]
-    if kind == "allreduce" and algorithm == "ring":
-        return channels * n * groups(2 * (n - 1))
-    if kind in ("allgather", "reducescatter"):
-        return channels * n * groups(n - 1)
-    if kind == "allreduce" and algorithm == "tree":
-        return sum(2 * (n - 1) * pieces(int(h), 2) for s in per_channel for h in parts(s, 2))
-    if kind == "allreduce":
-        p = 1 << (n.bit_length() - 1)
-        return channels * (p * (p.bit_length() - 1) * 2 + 2 * (n - p))
-    if kind == "alltoall":
-        return channels * n * (n - 1)
-    if kind == "broadcast":
-        return sum((n - 1) * pieces(s, n - 1) for s in per_channel)
-    lanes = n // stages
-    return sum(lanes * (stages - 1) * pieces(s, stages - 1) for s in per_channel)
-
-
-BUSBW_FACTOR = {
-    "allreduce": lambda n: 2 * (n - 1) / n,
-    "allgather": lambda n: (n - 1) / n,
-    "reducescatter": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-    "sendrecv": lambda n: 1.0,
-}
+    shape = Shape(channels, segments, chunk, 0, stages)
+    return kind(name).transfer_count(algorithm, n, size, shape)

@@ -29,9 +29,8 @@ Added within schema 1 (absent from older files, then filled with defaults):
 `bytes` counts RoCE payload (it may be 0: a step with nothing to send, when
 an op is smaller than its ranks; such a flow completes as soon as it may
 start); `sport` is the RoCEv2 UDP source port derived from the QPNs.
-`op_busbw_factor` follows nccl-tests: busbw = algbw x factor (AllReduce
-2(n-1)/n, AllGather and ReduceScatter (n-1)/n, AllToAll (n-1)/n, Broadcast
-and send/recv 1).
+`op_busbw_factor` follows nccl-tests: busbw = algbw x factor, the factor of
+the op's kind in `traffic.collectives.KINDS` (1 for traffic patterns).
 """
 
 from __future__ import annotations

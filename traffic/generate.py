@@ -22,7 +22,7 @@ a connection (job, src, dst, channel, QP) keeps its QPs across operations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -40,7 +40,7 @@ MAX_FLOWS = 50_000_000
 
 
 class TooManyFlows(SpecError):
-    """A workload whose flow table would not fit (`traffic.stats.describe` can still
+    """A workload whose flow table would not fit (`traffic.summary.describe` can still
     describe a single collective in closed form)."""
 
 
@@ -248,7 +248,7 @@ class _Builder:
                 op_algorithm=op.algorithm + ("/hier" if op.hierarchical else ""),
                 op_bytes=op.size,
                 op_ranks=op.ranks,
-                op_busbw_factor=coll.BUSBW_FACTOR.get(op.kind, lambda n: 1.0)(op.ranks),
+                op_busbw_factor=coll.busbw_factor(op.kind, op.ranks),
                 op_groups=op.groups,
                 op_steps=op.steps,
                 op_channels=job["channels"],
@@ -358,44 +358,39 @@ def collective_instances(
     (AllToAll aggregated per destination server first, as PXN does).
     """
     kind, size = job["collective"], job["size"]
-    n = len(nics)
-    if kind == "sendrecv" and n % job["stages"]:
-        raise SpecError(
-            f"workload {name}: sendrecv over {n} GPUs cannot form stages = {job['stages']} "
-            "equal pipeline stages"
-        )
-    if kind == "broadcast" and job["root"] >= n:
-        raise SpecError(
-            f"workload {name}: broadcast root = {job['root']} is not a rank of {n} GPUs"
-        )
+    collective = coll.kind(kind)
+    shape = job_shape(job)
+    why = collective.refuse(len(nics), shape, "GPUs")
+    if why:
+        raise SpecError(f"workload {name}: {why}")
     if not job["hierarchical"]:
         return [(nics, size, job["root"])]
     grid = server_matrix(fabric, nics, f"workload {name}: hierarchical {kind}")
     servers, per = grid.shape
-    if kind == "sendrecv" and servers % job["stages"]:
-        raise SpecError(
-            f"workload {name}: hierarchical sendrecv needs the {servers} servers "
-            f"to form stages = {job['stages']} equal stages"
-        )
-    sizes = [size] * per if kind in ("alltoall", "sendrecv") else parts_list(size, per)
+    why = collective.refuse(servers, replace(shape, root=job["root"] // per), "servers")
+    if why:
+        raise SpecError(f"workload {name}: hierarchical {why}")
+    sizes = parts_list(size, per) if collective.rails_split else [size] * per
     return [(grid[:, rail], sizes[rail], job["root"] // per) for rail in range(per)]
 
 
+def job_shape(job: Job) -> coll.Shape:
+    """The keys of a collective job that shape its communicators' transfers."""
+    return coll.Shape(job["channels"], job["segments"], job["chunk"], job["root"], job["stages"])
+
+
 def collective_flow_count(job: Job, instances) -> int:
-    kind, algorithm = job["collective"], job["algorithm"]
+    collective, shape = coll.kind(job["collective"]), job_shape(job)
     per_op = sum(
-        coll.transfer_count(
-            kind, algorithm, len(ranks), size, job["channels"], job["segments"], job["chunk"],
-            job["stages"],
-        )
+        collective.transfer_count(job["algorithm"], len(ranks), size, shape)
         for ranks, size, _ in instances
-    )  # fmt: skip
+    )
     return job["qps"] * per_op * job["iterations"]
 
 
 def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list[Op]:
     kind, algorithm, size = job["collective"], job["algorithm"], job["size"]
-    ch, seg, chunk = job["channels"], job["segments"], job["chunk"]
+    collective, shape = coll.kind(kind), job_shape(job)
     instances = collective_instances(fabric, job, nics, name)
     count = collective_flow_count(job, instances)
     if count > MAX_FLOWS:
@@ -407,7 +402,7 @@ def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> li
         )
     blocks = []
     for ranks, part, root in instances:
-        tr = coll.collective(kind, algorithm, len(ranks), part, ch, seg, chunk, root, job["stages"])
+        tr = collective.transfers(algorithm, len(ranks), part, replace(shape, root=root))
         blocks.append(map_groups(tr, ranks[None, :]))
     tr = coll.concat(blocks)
     op = Op(kind, algorithm, size, len(nics), 1, tr.steps, tr, hierarchical=job["hierarchical"])

@@ -20,15 +20,9 @@ from typing import Any
 from fabric.errors import SpecError
 from fabric.specfile import Key, Presets, as_bool, as_int, as_number, as_str, parse_keys
 from fabric.units import parse_size, parse_time
+from traffic.collectives import KINDS
 
-COLLECTIVES = {
-    "allreduce": ("ring", "tree", "halving-doubling"),
-    "allgather": ("ring",),
-    "reducescatter": ("ring",),
-    "alltoall": ("pairwise",),
-    "broadcast": ("ring",),
-    "sendrecv": ("p2p",),
-}
+COLLECTIVES = {name: c.algorithms for name, c in KINDS.items()}  # name -> its algorithms
 PATTERNS = ("permutation", "incast", "uniform")
 PLACEMENTS = ("packed", "fragmented", "rail-aligned")
 QP_MODES = ("split", "round-robin")
@@ -92,7 +86,9 @@ COMMON = {
 }
 COLLECTIVE = {
     "collective": Key(_choice(tuple(COLLECTIVES)), doc=", ".join(COLLECTIVES)),
-    "algorithm": Key(as_str, "", doc="ring, tree, halving-doubling, pairwise, p2p"),
+    "algorithm": Key(
+        as_str, "", doc=", ".join(dict.fromkeys(a for c in KINDS.values() for a in c.algorithms))
+    ),
     "size": Key(parse_size, 64 * 2**20, 1, "bytes of the operation (nccl-tests convention)"),
     "hierarchical": Key(as_bool, False, doc="intra-server step on NVLink, rails on the fabric"),
     "root": Key(as_int, 0, 0, "broadcast root rank"),

@@ -75,8 +75,8 @@ def describe(fabric: Fabric, workload, seed: int = 0) -> dict:
             raise
     import numpy as np
 
+    from traffic.ideal import collective_stats
     from traffic.placement import place
-    from traffic.plan import collective_stats
 
     job = workload.jobs[0]
     nics = place(fabric, job["gpus"], job["placement"], np.random.default_rng(seed))

@@ -1,0 +1,61 @@
+"""Collectives in closed form: bytes each rank sends and receives, flows and steps,
+without building a single transfer.
+
+`traffic show` falls back to these figures for a collective too large for a
+flow table (an AllToAll over 24,576 GPUs is 604 million flows); the tests
+check them against the generated tables, rank by rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from fabric.model import Fabric
+from traffic import collectives as coll
+from traffic.spec import Job
+
+
+def collective_stats(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list[dict]:
+    """The per-op figures of `traffic.summary.op_stats` for a collective job, in closed form."""
+    from traffic.generate import collective_flow_count, collective_instances, job_shape
+
+    kind, algorithm = job["collective"], job["algorithm"]
+    collective = coll.kind(kind)
+    shape = job_shape(job)
+    instances = collective_instances(fabric, job, nics, name)
+    sent = np.zeros(fabric.n_nodes, dtype=np.float64)
+    recv = np.zeros(fabric.n_nodes, dtype=np.float64)
+    steps = 0
+    for ranks, size, root in instances:
+        n = len(ranks)
+        s, r = collective.rank_bytes(algorithm, n, size, replace(shape, root=root))
+        sent[ranks] += s
+        recv[ranks] += r
+        steps = max(steps, collective.op_steps(algorithm, n, size, shape))
+    rate = fabric.port_rate_bps[fabric.nic_port[nics]].astype(np.float64)
+    busy = np.maximum(sent[nics], recv[nics])
+    n = len(nics)
+    senders = np.count_nonzero(sent)
+    op = {
+        "job": 0,
+        "kind": kind,
+        "algorithm": algorithm + ("/hier" if job["hierarchical"] else ""),
+        "size_bytes": job["size"],
+        "ranks": n,
+        "groups": 1,
+        "flows": collective_flow_count(job, instances) // job["iterations"],
+        "steps": steps,
+        "bytes": int(sent.sum()),
+        "max_rank_bytes": int(sent.max()),
+        "mean_rank_bytes": int(round(sent.sum() / senders)) if senders else 0,
+        "ideal_ns": int(np.ceil((busy * 8 / rate).max() * 1e9)),
+        "busbw_factor": float(collective.busbw_factor(n)),
+        "channels": job["channels"],
+        "qps": job["qps"],
+        "qp_mode": job["qp_mode"],
+        "chunk_bytes": job["chunk"],
+        "window": job["window"],
+    }
+    return [{"op": i, **op} for i in range(job["iterations"])]
