@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-import struct
 
 import numpy as np
 import pytest
@@ -22,9 +21,10 @@ from fabric.emu.packets import (
     nak,
     parse_nak,
     parse_write,
-    pfc_frame,
+    write_only,
 )
 from fabric.errors import AifabricError
+from fabric.frames import pfc_frame
 from fabric.model import Role
 from fabric.routing import Routing
 from fabric.scenario import Scenario
@@ -215,10 +215,7 @@ def _reference_writes(flow, dqpn, psn0, offset0, remaining, mtu, rows):
         if remaining <= 0:
             break
         pay = min(mtu, remaining)
-        bth = struct.pack("!BBHI", 0x0A, 0, 0xFFFF, dqpn & 0xFFFFFF)
-        bth += struct.pack("!I", (psn0 + i) & 0xFFFFFF)
-        reth = struct.pack("!QII", offset, flow, pay)
-        out.append(bth + reth + bytes(pay) + bytes(ICRC_BYTES))
+        out.append(write_only(dqpn, (psn0 + i) & 0xFFFFFF, offset, flow, pay))
         remaining -= pay
         offset += pay
     return out
@@ -253,7 +250,7 @@ def test_packets_parse_with_scapy():
     bth = BTH(bytes(buf[0, : lens[0]]))
     assert (bth.opcode, bth.dqpn, bth.psn, bth.pkey) == (0x0A, 0x123456, 42, 0xFFFF)
     c = BTH(cnp(0x654321))
-    assert (c.opcode, c.dqpn) == (0x81, 0x654321)
+    assert (c.opcode, c.dqpn, c.becn) == (0x81, 0x654321, 1)
     n = BTH(nak(0x111111, 77, 1234))  # RC ACKNOWLEDGE, NAK "PSN sequence error", flow in MSN
     assert (n.opcode, n.dqpn, n.psn) == (0x11, 0x111111, 77)
     assert (n[AETH].syndrome, n[AETH].msn) == (0x60, 1234)

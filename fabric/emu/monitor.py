@@ -33,9 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from fabric.emu import bpfmap, kernel
-from fabric.emu.packets import kick_frame, pfc_frame
+from fabric.emu.packets import kick_frame
 from fabric.emu.plan import HOST_BUFFER_BYTES, tbf_line
 from fabric.emu.worker import Worker
+from fabric.frames import pfc_frame
 from fabric.model import Role
 
 ACTIVE_BYTES = 4096  # received since the last poll: data, not just PFC or kick frames

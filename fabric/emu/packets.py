@@ -6,35 +6,37 @@ virtual address = the byte offset in the flow, R_Key = the flow's row in the
 flow table, DMA length = this packet's payload), the payload (zeros) and a
 4-byte ICRC left zero (no NIC checks it here). The kernel adds IP (DSCP 26,
 ECT(0)) and UDP (source port from the QPNs, destination 4791). A CNP is BTH
-opcode 0x81 with the sender's QPN, 16 reserved bytes and the ICRC. A NAK is
-the RC ACKNOWLEDGE (opcode 0x11) whose AETH syndrome 0x60 says "PSN sequence
-error": the receiver expected the PSN it carries, so the sender goes back there.
-Its AETH's message sequence number carries the flow's row (each flow is one
-message), since several flows of a collective may share a QP.
+opcode 0x81 (BECN set) with the sender's QPN, 16 reserved bytes and the ICRC.
+A NAK is the RC ACKNOWLEDGE (opcode 0x11) whose AETH syndrome 0x60 says "PSN
+sequence error": the receiver expected the PSN it carries, so the sender goes
+back there. Its AETH's message sequence number carries the flow's row (each
+flow is one message), since several flows of a collective may share a QP.
 
-`pfc_frame` builds an 802.1Qbb frame (MAC control opcode 0x0101) for one
-priority, as scapy.contrib.mac_control declares it.
+Headers come from `fabric.frames` (shared with the simulator's captures);
+`fill_writes` writes the same BTH and RETH bytes at fixed offsets, in numba.
 """
 
 from __future__ import annotations
 
 import ctypes
 import socket
-import struct
 
 import numpy as np
 from numba import njit
 
-OP_WRITE_ONLY = 0x0A
-OP_CNP = 0x81
-OP_ACK = 0x11
-AETH_NAK_SEQ = 0x60  # AETH syndrome: NAK, PSN sequence error
-BTH_BYTES = 12
-RETH_BYTES = 16
-ICRC_BYTES = 4
+from fabric import frames as fr
+from fabric.frames import (
+    AETH_NAK_PSN_SEQUENCE,
+    BTH_BYTES,
+    ICRC_BYTES,
+    P_KEY_DEFAULT,
+    RETH_BYTES,
+)
+from fabric.frames import RC_ACKNOWLEDGE as OP_ACK
+from fabric.frames import RC_RDMA_WRITE_ONLY as OP_WRITE_ONLY
+
 HEADER_BYTES = BTH_BYTES + RETH_BYTES  # before the payload
 OVERHEAD_BYTES = HEADER_BYTES + ICRC_BYTES
-PFC_DST = bytes.fromhex("0180c2000001")
 
 
 @njit(cache=True)
@@ -42,7 +44,8 @@ def fill_writes(buf, lens, flow, dqpn, psn0, offset0, remaining, mtu):
     """Fill up to len(buf) WRITE ONLY packets of one flow; return how many were filled.
 
     Row i gets PSN psn0 + i (24 bits) and the payload bytes at flow offset
-    offset0 + i * mtu; lens[i] is the UDP payload length.
+    offset0 + i * mtu; lens[i] is the UDP payload length. The bytes are
+    `write_only(...)`'s, written in place.
     """
     n = 0
     offset = offset0
@@ -54,8 +57,8 @@ def fill_writes(buf, lens, flow, dqpn, psn0, offset0, remaining, mtu):
         row = buf[i]
         row[0] = OP_WRITE_ONLY
         row[1] = 0
-        row[2] = 0xFF
-        row[3] = 0xFF
+        row[2] = (P_KEY_DEFAULT >> 8) & 0xFF
+        row[3] = P_KEY_DEFAULT & 0xFF
         row[4] = 0
         row[5] = (dqpn >> 16) & 0xFF
         row[6] = (dqpn >> 8) & 0xFF
@@ -76,6 +79,12 @@ def fill_writes(buf, lens, flow, dqpn, psn0, offset0, remaining, mtu):
     return n
 
 
+def write_only(dqpn: int, psn: int, offset: int, flow: int, payload: int) -> bytes:
+    """One replay data packet (UDP payload) as `fill_writes` fills it."""
+    head = fr.bth(OP_WRITE_ONLY, dqpn, psn) + fr.reth(offset, flow, payload)
+    return head + bytes(payload) + bytes(ICRC_BYTES)
+
+
 def parse_write(data: bytes) -> tuple[int, int, int, int, int]:
     """(opcode, dqpn, psn, flow, payload bytes) of a replay packet (at fixed offsets)."""
     op = data[0]
@@ -89,32 +98,18 @@ def parse_write(data: bytes) -> tuple[int, int, int, int, int]:
 
 
 def cnp(sqpn: int) -> bytes:
-    """A RoCEv2 CNP to the QP that sent the marked packet."""
-    return (
-        bytes([OP_CNP, 0, 0xFF, 0xFF, 0])
-        + (sqpn & 0xFFFFFF).to_bytes(3, "big")
-        + bytes(4)
-        + bytes(16)
-        + bytes(ICRC_BYTES)
-    )
+    """A RoCEv2 CNP (UDP payload) to the QP that sent the marked packet."""
+    return fr.cnp(sqpn) + bytes(ICRC_BYTES)
 
 
 def nak(sqpn: int, psn: int, flow: int) -> bytes:
     """A go-back-N NAK to the QP `sqpn`: resend `flow` from `psn`, the one expected next."""
-    return (
-        bytes([OP_ACK, 0, 0xFF, 0xFF, 0])
-        + (sqpn & 0xFFFFFF).to_bytes(3, "big")
-        + bytes([0])
-        + (psn & 0xFFFFFF).to_bytes(3, "big")
-        + bytes([AETH_NAK_SEQ])
-        + (flow & 0xFFFFFF).to_bytes(3, "big")
-        + bytes(ICRC_BYTES)
-    )
+    return fr.acknowledge(sqpn, psn, AETH_NAK_PSN_SEQUENCE, flow) + bytes(ICRC_BYTES)
 
 
 def parse_nak(data: bytes) -> tuple[int, int, int] | None:
     """(dqpn, psn, flow) of a NAK, or None for any other ACKNOWLEDGE."""
-    if len(data) < 16 or data[0] != OP_ACK or data[12] != AETH_NAK_SEQ:
+    if len(data) < 16 or data[0] != OP_ACK or data[12] != AETH_NAK_PSN_SEQUENCE:
         return None
     return (
         int.from_bytes(data[5:8], "big"),
@@ -123,18 +118,9 @@ def parse_nak(data: bytes) -> tuple[int, int, int] | None:
     )
 
 
-def pfc_frame(src_mac: str, priority: int, quanta: int) -> bytes:
-    """An 802.1Qbb PFC frame pausing `priority` for `quanta` (0 resumes), padded to 60 bytes."""
-    times = [0] * 8
-    times[priority] = quanta
-    body = struct.pack("!HH8H", 0x0101, 1 << priority, *times)
-    frame = PFC_DST + bytes.fromhex(src_mac.replace(":", "")) + b"\x88\x08" + body
-    return frame + bytes(60 - len(frame))
-
-
 def kick_frame(src_mac: str, dst_mac: str) -> bytes:
     """A minimal frame (local experimental ethertype 0x88B5) that restarts a resumed qdisc."""
-    mac = bytes.fromhex(dst_mac.replace(":", "")) + bytes.fromhex(src_mac.replace(":", ""))
+    mac = fr.mac_bytes(dst_mac) + fr.mac_bytes(src_mac)
     return mac + b"\x88\xb5" + bytes(46)
 
 
