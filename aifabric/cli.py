@@ -12,8 +12,11 @@ import sys
 import click
 
 from aifabric import __version__
+from aifabric.params import choice
 from aifabric.table import render
 from fabric.errors import AifabricError
+from fabric.export import FORMATS
+from fabric.routing import POLICIES
 
 
 class Group(click.Group):
@@ -115,7 +118,7 @@ def topo_show(source, as_json):
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "graphml", "dot"]),
+    type=choice(FORMATS),
     default="json",
     show_default=True,
 )
@@ -155,12 +158,7 @@ def topo_export(source, fmt, output):
     show_default=True,
     help="Flows between random NICs in different racks.",
 )
-@click.option(
-    "--policy",
-    type=click.Choice(["5tuple", "eecmp", "pinned", "spray", "adaptive"]),
-    default="5tuple",
-    show_default=True,
-)
+@click.option("--policy", type=choice(POLICIES), default=POLICIES[0], show_default=True)
 @click.option(
     "--qps",
     type=click.IntRange(1, 1024),
@@ -182,52 +180,41 @@ def topo_export(source, fmt, output):
 @json_option
 def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
     """How ECMP spreads random flows over SOURCE's uplinks, next to uniform hashing."""
-    import numpy as np
-
-    from fabric.routing import Routing
-    from fabric.spread import ecmp_spread, expand_qps, random_flows
+    from fabric.spread import random_spread
     from topologies import load_fabric
 
-    fabric = load_fabric(source)
-    rng = np.random.default_rng(seed)
-    src, dst = random_flows(fabric, flows, rng)
-    qp = expand_qps(src, dst, qps, rng)
-    routing = Routing(fabric, policy, seed, same_seed=same_seed)
-    result = ecmp_spread(routing, qp, trials=trials, rng=rng)
+    result = random_spread(
+        load_fabric(source), flows, policy, qps=qps, seed=seed, same_seed=same_seed, trials=trials
+    )
     if as_json:
-        emit_json({"fabric": fabric.name, **result})
-        return
-    click.echo(
-        f"{fabric.name}: {flows:,} flows x {qps} QP, policy {policy}, seed {seed}"
-        + (" (same seed on every switch)" if same_seed else "")
+        emit_json(result)
+    else:
+        click.echo(_spread_text(result))
+
+
+def _spread_text(r: dict) -> str:
+    head = (
+        f"{r['fabric']}: {r['flows']:,} flows x {r['qps']} QP, policy {r['policy']}, "
+        f"seed {r['seed']}" + (" (same seed on every switch)" if r["same_seed"] else "")
     )
-    rows = []
-    for t in result["tiers"]:
-        load, exp = t["load"], t["expected"]
-        rows.append(
-            [
-                t["tier"],
-                f"{load['bins']:,}",
-                f"{t['qp_flows']:,}",
-                f"{load['max_mean']:.2f}",
-                f"{exp['max_mean']:.2f}",
-                f"{load['cv']:.3f}",
-                f"{exp['cv']:.3f}",
-                f"{load['jain']:.3f}",
-            ]
-        )
-    click.echo(
-        render(
-            ["tier", "uplinks", "QP flows", "max/mean", "uniform", "CV", "uniform", "Jain"],
-            rows,
-        )
+    rows = [
+        [
+            t["tier"], f"{t['load']['bins']:,}", f"{t['qp_flows']:,}",
+            f"{t['load']['max_mean']:.2f}", f"{t['expected']['max_mean']:.2f}",
+            f"{t['load']['cv']:.3f}", f"{t['expected']['cv']:.3f}", f"{t['load']['jain']:.3f}",
+        ]
+        for t in r["tiers"]
+    ]  # fmt: skip
+    table = render(
+        ["tier", "uplinks", "QP flows", "max/mean", "uniform", "CV", "uniform", "Jain"], rows
     )
-    click.echo()
-    for t in result["tiers"]:
-        hist = ", ".join(f"{k}: {v}" for k, v in t["flows_per_uplink"].items())
-        click.echo(f"{t['tier']:<10} uplinks carrying n QP flows  {hist}")
-    if result["unreachable"]:
-        click.echo(f"{result['unreachable']} QP flows found no path", err=True)
+    hists = [
+        f"{t['tier']:<10} uplinks carrying n QP flows  "
+        + ", ".join(f"{k}: {v}" for k, v in t["flows_per_uplink"].items())
+        for t in r["tiers"]
+    ]
+    lost = [f"{r['unreachable']} QP flows found no path"] if r["unreachable"] else []
+    return "\n".join([head, table, "", *hists, *lost])
 
 
 # Command modules add their commands to `main` when imported.

@@ -5,18 +5,22 @@ from __future__ import annotations
 import click
 
 from aifabric.cli import Group, emit_json, json_option, main
+from aifabric.params import GPUS, SIZE, choice
 from aifabric.table import render
+from traffic.collectives import KINDS
+from traffic.spec import DISTRIBUTIONS, PLACEMENTS, QP_MODES, named_job, workload_of
 
 # Options that turn a bare collective or pattern name into a one-job workload.
 _SPEC_OPTIONS = (
-    ("algorithm", str, "Ring, tree, halving-doubling, pairwise, p2p."),
-    ("size", str, "Bytes of the op, or per flow for patterns (e.g. 64MiB)."),
-    ("gpus", str, 'GPUs of the job, or "all".'),
-    ("placement", click.Choice(["packed", "fragmented", "rail-aligned"]), "Job placement."),
+    ("algorithm", choice(dict.fromkeys(a for c in KINDS.values() for a in c.algorithms)),
+     "Collective algorithm (the kind's first by default)."),
+    ("size", SIZE, "Bytes of the op, or per flow for patterns (e.g. 64MiB)."),
+    ("gpus", GPUS, 'GPUs of the job, or "all".'),
+    ("placement", choice(PLACEMENTS), "Job placement."),
     ("channels", int, "Parallel rings or trees."),
     ("qps", int, "QPs per connection."),
-    ("qp-mode", click.Choice(["split", "round-robin"]), "QP scaling mode."),
-    ("chunk", str, "Chunk (message) size."),
+    ("qp-mode", choice(QP_MODES), "QP scaling mode."),
+    ("chunk", SIZE, "Chunk (message) size."),
     ("window", int, "Clear-to-send: outstanding chunks per channel."),
     ("segments", int, "Pipelined flows per connection (0: one per step)."),
     ("root", int, "Broadcast root rank."),
@@ -24,9 +28,9 @@ _SPEC_OPTIONS = (
     ("iterations", int, "Times the op runs."),
     ("senders", int, "Incast senders."),
     ("flows", int, "Uniform: number of flows."),
-    ("distribution", click.Choice(["fixed", "exponential", "pareto"]), "Uniform: sizes."),
+    ("distribution", choice(DISTRIBUTIONS), "Uniform: sizes."),
     ("load", float, "Uniform: offered load per NIC (0..1)."),
-)
+)  # fmt: skip
 
 
 def _size(nbytes: int) -> str:
@@ -56,36 +60,18 @@ seed_option = click.option("--seed", type=int, default=0, show_default=True)
 
 @main.group(cls=Group)
 def traffic():
-    """Workloads: collectives, patterns and training iterations as flows."""
+    """Workloads: collectives, patterns, training iterations and traffic matrices as flows."""
 
 
 def _workload(source: str, options: dict):
-    from traffic import load_workload, workload_from_dict
-    from traffic.spec import COLLECTIVES, PATTERNS
-
+    """WORKLOAD and its options as the library's workload (options only for bare names)."""
     given = {k.replace("-", "_"): v for k, v in options.items() if v is not None}
-    if source in COLLECTIVES or source in PATTERNS:
-        table = {"collective" if source in COLLECTIVES else "pattern": source, **given}
-        if "gpus" in table:
-            gpus = table["gpus"]
-            table["gpus"] = int(gpus) if gpus.isdigit() else gpus
-        return workload_from_dict(table, source), table
-    if given:
+    if given and not named_job(source):
         flags = ", ".join("--" + k.replace("_", "-") for k in given)
         raise click.UsageError(
             f"{flags} apply to a collective or pattern name (e.g. allreduce), not to {source}"
         )
-    workload = load_workload(source)
-    return workload, workload.raw
-
-
-def _build(source, fabric_name, seed, options):
-    from topologies import load_fabric
-    from traffic import generate
-
-    workload, _ = _workload(source, options)
-    fabric = load_fabric(fabric_name)
-    return workload, fabric, generate(fabric, workload, seed=seed)
+    return workload_of(source, given)
 
 
 @traffic.command("presets")
@@ -113,73 +99,45 @@ def traffic_show(workload, fabric_name, seed, as_json, **options):
     WORKLOAD is a preset, a TOML file, or a collective or pattern name with options
     (e.g. `allreduce --algorithm ring --size 64MiB --gpus 128`).
     """
-    from fabric.units import format_time
     from topologies import load_fabric
-    from traffic.generate import MAX_FLOWS
-    from traffic.summary import describe
+    from traffic.summary import show
 
-    wl, _ = _workload(workload, options)
-    fabric = load_fabric(fabric_name)
-    s = describe(fabric, wl, seed=seed)
+    s = show(load_fabric(fabric_name), _workload(workload, options), seed)
     if as_json:
-        emit_json({"workload": wl.name, "seed": seed, **s})
-        return
+        emit_json(s)
+    else:
+        click.echo(_show_text(s))
+
+
+def _show_text(s: dict) -> str:
+    from fabric.units import format_time
+    from traffic.generate import MAX_FLOWS
+
     deps = "" if s["closed_form"] else f"{s['dependencies']:,} dependencies, "
-    click.echo(
-        f"{wl.name} on {fabric.name}: {len(wl.jobs)} job(s), {len(s['ops']):,} ops, "
+    lines = [
+        f"{s['workload']} on {s['fabric']}: {s['jobs']} job(s), {len(s['ops']):,} ops, "
         f"{s['flows']:,} flows, {deps}{_size(s['bytes'])} on the fabric"
-    )
+    ]
     if s["closed_form"]:
-        click.echo(
+        lines.append(
             f"(in closed form: more flows than the {MAX_FLOWS:,} a flow table holds, "
             "so `traffic export` needs fewer GPUs)"
         )
-    click.echo()
-    groups: dict[tuple, list] = {}
-    for op in s["ops"]:
-        key = (op["job"], op["kind"], op["algorithm"], op["size_bytes"], op["ranks"], op["groups"])
-        groups.setdefault(key, []).append(op)
-    rows = []
-    for (job, kind, algorithm, size, ranks, n_groups), ops in groups.items():
-        op = ops[0]
-        rows.append(
-            [
-                job,
-                f"{len(ops)}",
-                kind,
-                algorithm,
-                _size(size),
-                f"{ranks:,}" + (f"x{n_groups:,}" if n_groups > 1 else ""),
-                f"{op['flows']:,}",
-                f"{op['steps']:,}",
-                _size(op["bytes"]),
-                _size(op["max_rank_bytes"]),
-                format_time(op["ideal_ns"]),
-                f"{op['busbw_factor']:.3f}",
-            ]
-        )
-    click.echo(
-        render(
-            [
-                "job",
-                "ops",
-                "op",
-                "algorithm",
-                "size",
-                "ranks",
-                "flows",
-                "steps",
-                "bytes",
-                "per rank",
-                "ideal",
-                "busbw x",
-            ],
-            rows,
-        )
-    )
-    total_ns = sum(op["ideal_ns"] for op in s["ops"])
-    click.echo()
-    click.echo(f"ideal time, ops one after another: {format_time(total_ns)}")
+    rows = [
+        [
+            g["job"], f"{g['count']}", g["kind"], g["algorithm"], _size(g["size_bytes"]),
+            f"{g['ranks']:,}" + (f"x{g['groups']:,}" if g["groups"] > 1 else ""),
+            f"{g['flows']:,}", f"{g['steps']:,}", _size(g["bytes"]),
+            _size(g["max_rank_bytes"]), format_time(g["ideal_ns"]),
+            f"{g['busbw_factor']:.3f}",
+        ]
+        for g in s["op_groups"]
+    ]  # fmt: skip
+    head = ["job", "ops", "op", "algorithm", "size", "ranks", "flows", "steps", "bytes",
+            "per rank", "ideal", "busbw x"]  # fmt: skip
+    lines += ["", render(head, rows), "", f"ideal time, ops one after another: "
+              f"{format_time(s['ideal_ns'])}"]  # fmt: skip
+    return "\n".join(lines)
 
 
 @traffic.command("export")
@@ -205,6 +163,9 @@ def traffic_export(workload, fabric_name, seed, output, **options):
     parent = Path(output).parent
     if not parent.is_dir():
         raise AifabricError(f"cannot write {output}: folder {parent} does not exist")
-    _, _, table = _build(workload, fabric_name, seed, options)
+    from topologies import load_fabric
+    from traffic import generate
+
+    table = generate(load_fabric(fabric_name), _workload(workload, options), seed=seed)
     table.save(output)
     click.echo(f"wrote {output}: {len(table):,} flows, {len(table.op_id):,} ops", err=True)

@@ -134,11 +134,7 @@ def ecmp_spread(
                     for key in ("max_mean", "cv", "jain")
                 },
                 "flows_per_uplink": {str(i): int(c) for i, c in enumerate(hist) if c},
-                "uplinks": {
-                    f"{fabric.node_name[fabric.port_node[p]]}:{int(fabric.port_number[p])}"
-                    f">{fabric.node_name[fabric.port_peer[p]]}": int(c)
-                    for p, c in zip(bins, count, strict=True)
-                },
+                "uplinks": {fabric.port_names[p]: int(c) for p, c in zip(bins, count, strict=True)},
             }
         )
     return {
@@ -150,3 +146,22 @@ def ecmp_spread(
         "unreachable": int((~paths.reachable).sum()),
         "tiers": tiers,
     }
+
+
+def random_spread(
+    fabric: Fabric,
+    flows: int,
+    policy: str = "5tuple",
+    *,
+    qps: int = 1,
+    seed: int = 0,
+    same_seed: bool = False,
+    trials: int = 16,
+) -> dict:
+    """`ecmp_spread` of `flows` random cross-rack flows of `qps` QPs each (what `aifabric
+    ecmp` shows): one generator seeded by `seed` draws the flows, QPNs and reference."""
+    rng = np.random.default_rng(seed)
+    src, dst = random_flows(fabric, flows, rng)
+    qp = expand_qps(src, dst, qps, rng)
+    routing = Routing(fabric, policy, seed, same_seed=same_seed)
+    return {"fabric": fabric.name, **ecmp_spread(routing, qp, trials=trials, rng=rng)}

@@ -81,7 +81,7 @@ def test_presets_command():
     "args, code, words",
     [
         (["show", "nonsense", "--fabric", "lab-medium"], 1, ["nonsense"]),
-        (["show", "allreduce", "--size", "12Q", "--fabric", "lab-medium"], 1, ["size", "12Q"]),
+        (["show", "allreduce", "--size", "12Q", "--fabric", "lab-medium"], 2, ["size", "12Q"]),
         (["show", "allreduce", "--gpus", "500", "--fabric", "lab-medium"], 1, ["500"]),
         (["show", "allreduce", "--fabric", "no-fabric"], 1, ["no-fabric"]),
         (["show", "dense", "--size", "1MiB", "--fabric", "lab-medium"], 2, ["--size"]),

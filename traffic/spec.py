@@ -165,6 +165,28 @@ def load_workload(source: str | Path) -> Workload:
     return workload_from_dict(table, name)
 
 
+def named_job(source: str) -> str | None:
+    """The key a bare collective or pattern name stands for ("collective", "pattern"), or None."""
+    if source in COLLECTIVES:
+        return "collective"
+    return "pattern" if source in PATTERNS else None
+
+
+def workload_of(source: str | Path, keys: dict | None = None) -> Workload:
+    """A preset, a file, or a bare collective or pattern name (e.g. "allreduce") made a
+    one-job workload with `keys` (those of its TOML table: size, gpus, ...)."""
+    keys = {k: v for k, v in (keys or {}).items() if v is not None}
+    kind = named_job(str(source))
+    if kind:
+        return workload_from_dict({kind: str(source), **keys}, str(source))
+    if keys:
+        raise SpecError(
+            f"workload {source}: {', '.join(keys)} apply to a collective or pattern name "
+            "(e.g. allreduce), not to a preset or file"
+        )
+    return load_workload(source)
+
+
 def workload_from_dict(table: dict, name: str) -> Workload:
     """The keys of a workload TOML (e.g. a scenario's inline [workload] table) -> `Workload`."""
     if not isinstance(table, dict):

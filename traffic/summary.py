@@ -89,3 +89,21 @@ def describe(fabric: Fabric, workload, seed: int = 0) -> dict:
         "bytes": sum(op["bytes"] for op in ops),
         "ops": ops,
     }
+
+
+def show(fabric: Fabric, workload, seed: int = 0) -> dict:
+    """`describe`, with the workload's name and job count, and its ops grouped: one group
+    per run of identical ops (job, kind, algorithm, size, ranks, communicators)."""
+    s = describe(fabric, workload, seed)
+    groups: dict[tuple, list] = {}
+    for op in s["ops"]:
+        key = (op["job"], op["kind"], op["algorithm"], op["size_bytes"], op["ranks"], op["groups"])
+        groups.setdefault(key, []).append(op)
+    return {
+        "workload": workload.name,
+        "seed": seed,
+        "jobs": len(workload.jobs),
+        **s,
+        "ideal_ns": sum(op["ideal_ns"] for op in s["ops"]),
+        "op_groups": [{"count": len(ops), **ops[0]} for ops in groups.values()],
+    }

@@ -1,0 +1,63 @@
+"""click parameter types for the quantities commands take: sizes, rates, times, GPU counts.
+
+Each parses with `fabric.units` (one spelling of units for files and the command
+line) and turns a bad value into click's usage error naming the option, e.g.
+`--size 3 parsecs: '3 parsecs' is not a size ...`. Use them as
+`click.option("--size", type=SIZE)`; the value the command receives is an int in
+the unit the name says (bytes, bit/s, ns).
+
+`choice(names)` is a click.Choice over one of the library's own tables (routing
+policies, collective kinds, congestion-control kinds), so a new entry there is
+a new choice here without editing the command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import click
+
+from fabric.errors import UnitError
+from fabric.units import parse_rate, parse_size, parse_time
+
+
+class Quantity(click.ParamType):
+    """A number with a unit, parsed by `fabric.units` to an int."""
+
+    def __init__(self, name: str, parse: Callable[[str], int]):
+        self.name = name
+        self._parse = parse
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            return self._parse(value)
+        except UnitError as e:
+            self.fail(str(e), param, ctx)
+
+
+SIZE = Quantity("size", parse_size)  # -> bytes
+RATE = Quantity("rate", parse_rate)  # -> bit/s
+TIME = Quantity("time", parse_time)  # -> ns
+
+
+class GpuCount(click.ParamType):
+    """A positive number of GPUs, or "all" (returned as the text "all")."""
+
+    name = "gpus"
+
+    def convert(self, value, param, ctx):
+        if value == "all" or (isinstance(value, int) and value > 0):
+            return value
+        if isinstance(value, str) and value.isdigit() and int(value) > 0:
+            return int(value)
+        self.fail(f'{value!r} is not a positive number of GPUs or "all"', param, ctx)
+
+
+GPUS = GpuCount()
+
+
+def choice(names: Iterable[str]) -> click.Choice:
+    """A choice among the names of one of the library's tables."""
+    return click.Choice(list(names))
