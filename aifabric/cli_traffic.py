@@ -56,6 +56,13 @@ fabric_option = click.option(
     "--fabric", "fabric_name", required=True, help="Topology preset or TOML file."
 )
 seed_option = click.option("--seed", type=int, default=0, show_default=True)
+output_option = click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, writable=True),
+    help="The .npz flow table to write.",
+)
 
 
 @main.group(cls=Group)
@@ -96,8 +103,8 @@ def traffic_presets(as_json):
 def traffic_show(workload, fabric_name, seed, as_json, **options):
     """Per op: bytes, flows, steps, bytes per rank, ideal time, busbw factor.
 
-    WORKLOAD is a preset, a TOML file, or a collective or pattern name with options
-    (e.g. `allreduce --algorithm ring --size 64MiB --gpus 128`).
+    WORKLOAD is a preset, a TOML file, a traffic-matrix file (.npz, .csv, htsim), or a
+    collective or pattern name with options (e.g. `allreduce --size 64MiB --gpus 128`).
     """
     from topologies import load_fabric
     from traffic.summary import show
@@ -140,20 +147,7 @@ def _show_text(s: dict) -> str:
     return "\n".join(lines)
 
 
-@traffic.command("export")
-@click.argument("workload")
-@fabric_option
-@seed_option
-@spec_options
-@click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, writable=True),
-    help="The .npz file to write.",
-)
-def traffic_export(workload, fabric_name, seed, output, **options):
-    """Write the flow table of WORKLOAD on a fabric as one .npz (numpy alone loads it)."""
+def _check_output(output: str) -> None:
     from pathlib import Path
 
     from fabric.errors import AifabricError
@@ -163,9 +157,37 @@ def traffic_export(workload, fabric_name, seed, output, **options):
     parent = Path(output).parent
     if not parent.is_dir():
         raise AifabricError(f"cannot write {output}: folder {parent} does not exist")
+
+
+@traffic.command("export")
+@click.argument("workload")
+@fabric_option
+@seed_option
+@spec_options
+@output_option
+def traffic_export(workload, fabric_name, seed, output, **options):
+    """Write the flow table of WORKLOAD on a fabric as one .npz (numpy alone loads it)."""
     from topologies import load_fabric
     from traffic import generate
 
+    _check_output(output)
     table = generate(load_fabric(fabric_name), _workload(workload, options), seed=seed)
     table.save(output)
     click.echo(f"wrote {output}: {len(table):,} flows, {len(table.op_id):,} ops", err=True)
+
+
+@traffic.command("import")
+@click.argument("matrix", type=click.Path(exists=True, dir_okay=False))
+@fabric_option
+@seed_option
+@output_option
+def traffic_import(matrix, fabric_name, seed, output):
+    """Convert a traffic matrix (.npz flow table, .csv or htsim connection matrix) into the
+    flow table of a fabric. See the README's "Traffic matrices" for the formats."""
+    from topologies import load_fabric
+    from traffic import import_flows
+
+    _check_output(output)
+    table = import_flows(matrix, load_fabric(fabric_name), seed=seed)
+    table.save(output)
+    click.echo(f"wrote {output}: {len(table):,} flows", err=True)

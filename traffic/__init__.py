@@ -2,7 +2,9 @@
 
 The API the engines and the CLI use:
 
-    load_workload(source) -> Workload         a preset name (dense, moe) or a TOML path
+    load_workload(source) -> Workload         a preset name (dense, moe), a TOML path, or a
+                                              traffic-matrix file (.npz, .csv, htsim)
+    import_flows(path, fabric, seed=0)        -> FlowTable of a traffic-matrix file
     workload_from_dict(table, name)           the same keys as a TOML (a scenario's [workload])
     workload_presets() -> list[str]
     generate(fabric, workload, seed=0)        -> FlowTable (traffic.flows: the contract)
@@ -24,6 +26,8 @@ tables, with `name` and `description` beside them). Jobs never share a NIC.
     flows, load    p      n, 0        uniform: flow count; offered load per NIC (Poisson arrivals)
     distribution   p      fixed       uniform sizes: fixed | exponential | pareto (pareto_shape 1.5)
     model          t      -           a label; marks a training iteration (see traffic.training)
+    matrix         m      -           a traffic-matrix file (see traffic.matrix); its NICs are
+                                      its own (no gpus, placement, channels, segments)
     tp pp dp ep    t      8 1 rest 1  parallelism (tp inside a server)
     params, layers t      -, 32       model size (or layer_sizes = ["..", ..]), dtype_bytes = 2
     bucket, fsdp   t      25MiB, no   gradient AllReduce bucket; FSDP AllGather/ReduceScatter
@@ -38,7 +42,7 @@ tables, with `name` and `description` beside them). Jobs never share a NIC.
     segments       all    16          pipelined flows per connection (0: one per algorithm step)
     priority       all    3           802.1p priority of the flows; start = earliest start time
 
-(c: collective, p: pattern, t: training.) Flow granularity: see
+(c: collective, p: pattern, t: training, m: matrix.) Flow granularity: see
 `traffic.collectives`; dependencies across ops: see `traffic.generate`.
 """
 
@@ -46,6 +50,7 @@ import fabric  # noqa: F401  (sets the numba cache directory first)
 from traffic.flow_packets import Packets, packetize
 from traffic.flows import FlowTable
 from traffic.generate import generate
+from traffic.matrix import import_flows, read_matrix
 from traffic.spec import Job, Workload, load_workload, workload_from_dict, workload_presets
 
 __all__ = [
@@ -54,8 +59,10 @@ __all__ = [
     "Packets",
     "Workload",
     "generate",
+    "import_flows",
     "load_workload",
     "packetize",
+    "read_matrix",
     "workload_from_dict",
     "workload_presets",
 ]

@@ -32,7 +32,7 @@ from fabric.model import Fabric
 from traffic import collectives as coll
 from traffic.flows import FlowTable
 from traffic.placement import place, server_keys
-from traffic.spec import Job, Workload
+from traffic.spec import COMMON, Job, Workload
 
 _I32 = np.int32
 _I64 = np.int64
@@ -305,14 +305,67 @@ def generate(fabric: Fabric, workload: Workload, seed: int = 0) -> FlowTable:
         raise SpecError(f"workload {workload.name} has {len(workload.jobs)} jobs; at most 127")
     if fabric.n_nodes >= 1 << 21:
         raise SpecError(f"fabric {fabric.name} has too many nodes for a flow table")
+    table = _flow_table_file(fabric, workload)
+    if table is not None:
+        return table
     b = _Builder(fabric, seed)
-    placed = []
-    for job in workload.jobs:
-        nics = place(fabric, _gpus_wanted(job), job["placement"], b.rng, b.taken)
-        placed.append(nics)
-    for j, (job, nics) in enumerate(zip(workload.jobs, placed, strict=True)):
-        b.add_ops(j, job, job_ops(fabric, job, nics, b.rng, f"{workload.name}"))
+    # matrix jobs hold the NICs their files name; the other jobs are placed around them
+    ops: dict[int, list[Op]] = {}
+    for j, job in enumerate(workload.jobs):
+        if job.kind == "matrix":
+            ops[j] = [_matrix_op(fabric, job, b.taken, workload.name)]
+    placed = {
+        j: place(fabric, _gpus_wanted(job), job["placement"], b.rng, b.taken)
+        for j, job in enumerate(workload.jobs)
+        if j not in ops
+    }
+    for j, job in enumerate(workload.jobs):
+        if j not in ops:
+            ops[j] = job_ops(fabric, job, placed[j], b.rng, f"{workload.name}")
+        b.add_ops(j, job, ops[j])
     return b.finish()
+
+
+def _flow_table_file(fabric: Fabric, workload: Workload) -> FlowTable | None:
+    """The table of a workload that is one saved flow table (.npz), used as it is."""
+    from traffic.matrix import file_format, load_flow_table
+
+    files = [j for j in workload.jobs if j.kind == "matrix" and file_format(j["matrix"]) == "npz"]
+    if not files:
+        return None
+    if len(workload.jobs) > 1:
+        raise SpecError(
+            f"workload {workload.name}: the flow table {files[0]['matrix']} is a whole "
+            "workload; run it alone, or give the other jobs' flows as CSV or htsim"
+        )
+    given = {k: v for k, v in files[0].values.items() if k in _MATRIX_KEYS}
+    if given != {k: COMMON[k].default for k in given}:
+        key = next(k for k in given if given[k] != COMMON[k].default)
+        raise SpecError(
+            f"workload {workload.name}: {key} = {given[key]!r} does not apply to a flow "
+            "table file, which already holds its flows' QPs, priorities and start times"
+        )
+    return load_flow_table(files[0]["matrix"], fabric)
+
+
+_MATRIX_KEYS = ("priority", "start", "qps", "qp_mode", "chunk", "window")
+
+
+def _matrix_op(fabric: Fabric, job: Job, taken: np.ndarray, name: str) -> Op:
+    """The flows of a CSV or htsim matrix job as one op; its NICs become taken."""
+    from traffic.matrix import read_matrix, transfers
+
+    tr, start_ns = transfers(fabric, read_matrix(job["matrix"]))
+    nics = np.unique(np.concatenate([tr.src, tr.dst]))
+    if taken[nics].any():
+        nic = fabric.node_name[nics[taken[nics]][0]]
+        raise SpecError(
+            f"workload {name}: {job['matrix']} names {nic}, which another matrix job uses; "
+            "jobs never share a NIC"
+        )
+    taken[nics] = True
+    size = int(tr.bytes.sum())
+    return Op("matrix", "-", size, len(nics), 1, tr.steps, tr, start_ns=start_ns)
 
 
 def _gpus_wanted(job: Job) -> int:

@@ -4,8 +4,9 @@ A workload is one job or several. A file either holds one job's keys at its
 top level or an array of `[[jobs]]` tables (with `name` and `description`
 beside it). `preset = "dense"` starts from a preset and lets the other keys
 override it (e.g. `gpus = 64` in a scenario's [workload] table). A job is one
-of three kinds, chosen by the key it carries: `collective = ...`,
-`pattern = ...` or `model = ...` (a training iteration). Every key is known
+of four kinds, chosen by the key it carries: `collective = ...`,
+`pattern = ...`, `model = ...` (a training iteration) or `matrix = ...` (a
+traffic-matrix file, `traffic.matrix`). Every key is known
 here with its type, bounds and default, so an unknown key, a bad unit or a
 value out of range fails with one sentence that names the key and the value.
 """
@@ -123,7 +124,13 @@ TRAINING = {
     "moe_layers": Key(as_int, 0, 0, "MoE layers (each: 2 AllToAll forward, 2 backward)"),
     "moe_alltoall": Key(parse_size, 32 * 2**20, 0, "AllToAll size per GPU per MoE layer"),
 }
-KINDS = {"collective": COLLECTIVE, "pattern": PATTERN, "model": TRAINING}
+MATRIX = {
+    "matrix": Key(as_str, doc="a traffic-matrix file: .npz flow table, .csv or htsim (see "
+                  "traffic.matrix)"),
+}  # fmt: skip
+# Common keys a matrix job does not take: its file names the NICs and the flows.
+MATRIX_FIXED = ("gpus", "placement", "channels", "segments")
+KINDS = {"collective": COLLECTIVE, "pattern": PATTERN, "model": TRAINING, "matrix": MATRIX}
 WORKLOAD_KEYS = ("name", "description", "jobs")
 
 
@@ -156,13 +163,23 @@ def workload_presets() -> list[str]:
 
 
 def load_workload(source: str | Path) -> Workload:
-    """A preset name or a path to a TOML file -> a checked `Workload`."""
-    text, name, _ = PRESETS.read(source)
+    """A preset name, a TOML file or a traffic-matrix file (`traffic.matrix`) -> `Workload`."""
+    from traffic.matrix import is_matrix_file
+
+    if is_matrix_file(source):
+        return matrix_workload(source)
+    text, name, folder = PRESETS.read(source)
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"workload {name} is not valid TOML: {e}") from None
-    return workload_from_dict(table, name)
+    return workload_from_dict(table, name, folder)
+
+
+def matrix_workload(path: str | Path, keys: dict | None = None) -> Workload:
+    """A one-job workload running the traffic matrix in `path`, with job `keys` (priority,
+    start, qps, qp_mode, chunk, window)."""
+    return workload_from_dict({"matrix": str(path), **(keys or {})}, Path(path).stem)
 
 
 def named_job(source: str) -> str | None:
@@ -187,8 +204,10 @@ def workload_of(source: str | Path, keys: dict | None = None) -> Workload:
     return load_workload(source)
 
 
-def workload_from_dict(table: dict, name: str) -> Workload:
-    """The keys of a workload TOML (e.g. a scenario's inline [workload] table) -> `Workload`."""
+def workload_from_dict(table: dict, name: str, folder: Path | None = None) -> Workload:
+    """The keys of a workload TOML (e.g. a scenario's inline [workload] table) -> `Workload`.
+
+    A job's `matrix` file is found relative to `folder` (the TOML's), else as given."""
     if not isinstance(table, dict):
         raise SpecError(f"workload {name} must be a table")
     if "preset" in table:
@@ -207,12 +226,12 @@ def workload_from_dict(table: dict, name: str) -> Workload:
             or not all(isinstance(b, dict) for b in bodies)
         ):
             raise SpecError(f"workload {name}: jobs must be a non-empty array of tables")
-        jobs = tuple(_job(name, f"jobs[{i}].", body) for i, body in enumerate(bodies))
+        jobs = tuple(_job(name, f"jobs[{i}].", b, folder) for i, b in enumerate(bodies))
         display = table.get("name", name)
         description = table.get("description", "")
     else:
         body = {k: v for k, v in table.items() if k != "description"}
-        jobs = (_job(name, "", body),)
+        jobs = (_job(name, "", body, folder),)
         display = name
         description = table.get("description", "")
     for key, value in (("name", display), ("description", description)):
@@ -239,7 +258,7 @@ def _from_preset(table: dict, name: str) -> dict:
     return {**base, **overrides}
 
 
-def _job(name: str, where: str, body: dict) -> Job:
+def _job(name: str, where: str, body: dict, folder: Path | None = None) -> Job:
     kinds = [k for k in KINDS if k in body]
     if len(kinds) != 1:
         if kinds:
@@ -249,9 +268,15 @@ def _job(name: str, where: str, body: dict) -> Job:
             )
         raise SpecError(
             f"workload {name}: {where or 'the workload'} needs collective = ..., "
-            "pattern = ... or model = ... (a training iteration)"
+            "pattern = ..., model = ... (a training iteration) or matrix = ... (a file)"
         )
     kind = kinds[0]
+    fixed = [k for k in MATRIX_FIXED if k in body] if kind == "matrix" else []
+    if fixed:
+        raise SpecError(
+            f"workload {name}: {where}{fixed[0]} = {body[fixed[0]]!r} does not apply to a "
+            "matrix job: its file names the NICs and the flows"
+        )
     keys = {**COMMON, **KINDS[kind]}
     for key, value in body.items():
         if key not in keys:
@@ -288,6 +313,13 @@ def _job(name: str, where: str, body: dict) -> Job:
             )
         if not values["params"] and not values["layer_sizes"]:
             raise SpecError(f"workload {name}: {where}params or layer_sizes must be given")
+    if kind == "matrix":
+        path = Path(values["matrix"])
+        if folder is not None and not path.is_absolute():
+            path = folder / path
+        if not path.is_file():
+            raise SpecError(f"workload {name}: {where}matrix = {values['matrix']!r}: no such file")
+        values["matrix"] = str(path)
     if kind == "pattern" and values["pattern"] == "uniform" and values["load"] > 1:
         raise SpecError(
             f"workload {name}: {where}load = {values['load']:g} must be at most 1 (of the NIC rate)"
