@@ -163,6 +163,8 @@ def test_matrix_job_keys_and_relative_paths(tmp_path, small):
         traffic.workload_from_dict({"matrix": str(tmp_path / "m.csv"), "gpus": 4}, "x")
     with pytest.raises(SpecError, match="no such file"):
         traffic.workload_from_dict({"matrix": "nowhere.csv"}, "x")
+    with pytest.raises(SpecError, match="workload file nowhere.npz does not exist"):
+        traffic.load_workload("nowhere.npz")
 
 
 def test_two_matrix_jobs_may_not_share_a_nic(tmp_path, small):

@@ -168,6 +168,10 @@ def load_workload(source: str | Path) -> Workload:
 
     if is_matrix_file(source):
         return matrix_workload(source)
+    if Path(str(source)).suffix.lower() not in ("", ".toml"):
+        raise SpecError(
+            f"workload file {source} does not exist (a traffic matrix is .npz, .csv or htsim text)"
+        )
     text, name, folder = PRESETS.read(source)
     try:
         table = tomllib.loads(text)
