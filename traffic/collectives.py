@@ -1,6 +1,12 @@
 """Collective algorithms as NCCL runs them across servers, as rank-level transfers.
 
-Each function returns `Transfers`: one row per (sender, receiver, channel,
+`KINDS` holds one `Collective` per kind (allreduce, allgather, reducescatter,
+alltoall, broadcast, sendrecv): its algorithms, the transfers each builds, their
+count, bytes per rank and steps in closed form, and the nccl-tests busbw factor.
+It is the one place a kind is described: the workload keys, `traffic show`,
+the flow table's `op_busbw_factor` and the command line's choices read it.
+
+Each algorithm function returns `Transfers`: one row per (sender, receiver, channel,
 step group), in ranks 0..n-1 of one communicator, with the bytes it carries
 and the transfers it waits for (CSR, always earlier rows, so the graph is
 acyclic by construction). QP expansion and the mapping of ranks to NICs
