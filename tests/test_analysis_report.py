@@ -58,8 +58,10 @@ def test_report_is_self_contained(report):
     assert "plotly.js v" in text  # the library itself is inlined
     assert "Plotly.newPlot" in text
     expected = int(re.search(r'data-plots="(\d+)"', text).group(1))
-    # fabric, one uplink tier, queue heat map, ECN/PFC, completion times, collectives
-    assert expected == 6
+    # throughput of the jobs' receivers and of the busiest links, fabric, two ECMP tiers
+    # (up, and down over lab-small's parallel links), queue heat map, ECN/CNP/PFC,
+    # completion times, collectives
+    assert expected == 9
     summary = json.loads(
         re.search(r'id="aifabric-summary">([^<]*)</script>', text).group(1).replace("&quot;", '"')
     )
@@ -70,7 +72,7 @@ def test_report_is_self_contained(report):
 def test_report_renders_in_headless_chromium(report, tmp_path):
     check = _render(report, tmp_path / "profile")
     assert check["errors"] == []
-    assert check["plots"] == check["expected"] == 6
+    assert check["plots"] == check["expected"] == 9
     assert check["rendered"] == check["plots"]
 
 
