@@ -220,6 +220,7 @@ def dissect(cap: C.Capture, i: int) -> tuple[dict, object | None]:
         "caplen": int(cap.caplen[i]),
         "length": int(cap.length[i]),
         "kind": C.KIND_NAMES[int(cap.kind[i])],
+        "header_cut": bool(cap.flags[i] & C.FLAG_CUT),
     }
     try:
         pkt = scapy_packet(data, linktype)
@@ -251,9 +252,10 @@ def text(rows: list[dict]) -> str:
     for p in rows:
         t = p["time_ns"]
         when = f"t={t // 10**9}.{t % 10**9:09d}s" if t is not None else "no timestamp"
+        cut = "  (a header is cut short)" if p["header_cut"] else ""
         out.append(
             f"#{p['index']}  {when}  iface {p['iface']}  {p['caplen']} of "
-            f"{p['length']} bytes captured  [{p['kind']}]"
+            f"{p['length']} bytes captured  [{p['kind']}]{cut}"
         )
         if "problem" in p:
             out.append(f"{p['problem']}; the bytes: {p['bytes'] or '(none)'}")
