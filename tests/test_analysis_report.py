@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -38,7 +39,9 @@ def capture_report(tmp_path_factory):
     return out
 
 
-def _render(report, profile):
+def render_in_chromium(report, profile):
+    """The page rendered by headless Chromium: its `#aifabric-check` record (plots, errors,
+    and every figure's data as Plotly holds it)."""
     cmd = [
         CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
         "--no-first-run", "--disable-background-networking", "--disable-component-update",
@@ -48,7 +51,7 @@ def _render(report, profile):
     dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
     m = re.search(r'<pre id="aifabric-check">([^<]*)</pre>', dom)
     assert m and m.group(1), "the page's load hook did not run"
-    return json.loads(m.group(1).replace("&quot;", '"'))
+    return json.loads(html.unescape(m.group(1)))
 
 
 def test_report_is_self_contained(report):
@@ -70,7 +73,7 @@ def test_report_is_self_contained(report):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
 def test_report_renders_in_headless_chromium(report, tmp_path):
-    check = _render(report, tmp_path / "profile")
+    check = render_in_chromium(report, tmp_path / "profile")
     assert check["errors"] == []
     assert check["plots"] == check["expected"] == 9
     assert check["rendered"] == check["plots"]
@@ -78,7 +81,7 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
 def test_capture_report_renders_in_headless_chromium(capture_report, tmp_path):
-    check = _render(capture_report, tmp_path / "profile")
+    check = render_in_chromium(capture_report, tmp_path / "profile")
     assert check["errors"] == []
     # throughput, ECN/CNP/PFC, load per interface (3 interfaces), flow durations
     assert check["plots"] == check["expected"] == 4
