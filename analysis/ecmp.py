@@ -73,22 +73,24 @@ def _choices(fabric, routing, flows: dict, ports: np.ndarray):
     )
 
 
-def _uniform_draws(cand_ptr, flat, weight, n_ports: int, rng) -> tuple[np.ndarray, np.ndarray]:
-    """Loads per port [TRIALS, n_ports] (weights, and QP counts) of uniform choices."""
+def _uniform_draws(cand_ptr, flat, weight, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(ports, their loads [TRIALS, ports] in weight and in QPs) of uniform choices, over
+    the candidate ports only."""
+    ports, slot = np.unique(flat, return_inverse=True)
     size = np.diff(cand_ptr)
-    by = np.zeros((TRIALS, n_ports))
-    count = np.zeros((TRIALS, n_ports))
+    by = np.zeros((TRIALS, len(ports)))
+    count = np.zeros((TRIALS, len(ports)))
     for t in range(TRIALS):
-        pick = flat[cand_ptr[:-1] + (rng.random(len(size)) * size).astype(np.int64)]
-        by[t] = np.bincount(pick, weights=weight, minlength=n_ports)
-        count[t] = np.bincount(pick, minlength=n_ports)
-    return by, count
+        pick = slot[cand_ptr[:-1] + (rng.random(len(size)) * size).astype(np.int64)]
+        by[t] = np.bincount(pick, weights=weight, minlength=len(ports))
+        count[t] = np.bincount(pick, minlength=len(ports))
+    return ports, by, count
 
 
-def _expected(draws: np.ndarray, bins: np.ndarray) -> dict:
-    keys = ("max_mean", "cv", "jain")
-    rows = [imbalance(d[bins]) for d in draws]
-    return {k: float(np.mean([r[k] for r in rows])) for k in keys}
+def _expected(draws: np.ndarray, ports: np.ndarray, bins: np.ndarray) -> dict:
+    cols = np.searchsorted(ports, bins)
+    rows = [imbalance(d[cols]) for d in draws]
+    return {k: float(np.mean([r[k] for r in rows])) for k in ("max_mean", "cv", "jain")}
 
 
 def ecmp_metrics(fabric, flows: dict, routing, ports: np.ndarray) -> dict:
@@ -104,7 +106,7 @@ def ecmp_metrics(fabric, flows: dict, routing, ports: np.ndarray) -> dict:
     by = np.bincount(chosen, weights=weight, minlength=n_ports)
     count = np.bincount(chosen, minlength=n_ports)
     rng = np.random.default_rng(0)
-    u_by, u_count = _uniform_draws(cand_ptr, flat, weight, n_ports, rng)
+    cands, u_by, u_count = _uniform_draws(cand_ptr, flat, weight, rng)
     node = fabric.port_node[chosen]
     tier = labels[chosen]
     switches, tiers = [], []
@@ -126,9 +128,9 @@ def ecmp_metrics(fabric, flows: dict, routing, ports: np.ndarray) -> dict:
                     "bytes_per_link": [int(x) for x in by[bins]],
                     "qps_per_link": [int(x) for x in count[bins]],
                     "bytes": imbalance(by[bins]),
-                    "bytes_expected": _expected(u_by, bins),
+                    "bytes_expected": _expected(u_by, cands, bins),
                     "qps_imbalance": imbalance(count[bins]),
-                    "qps_expected": _expected(u_count, bins),
+                    "qps_expected": _expected(u_count, cands, bins),
                     "collisions": m - occupied,
                     "collisions_expected": expected_collisions(m, len(bins)),
                     "_bins": bins,
@@ -145,9 +147,9 @@ def ecmp_metrics(fabric, flows: dict, routing, ports: np.ndarray) -> dict:
                 "links_used": int(np.count_nonzero(count[bins])),
                 "qps": int(sum(r["qps"] for r in rows)),
                 "bytes": imbalance(by[bins]),
-                "bytes_expected": _expected(u_by, bins),
+                "bytes_expected": _expected(u_by, cands, bins),
                 "qps_imbalance": imbalance(count[bins]),
-                "qps_expected": _expected(u_count, bins),
+                "qps_expected": _expected(u_count, cands, bins),
                 "switch_max_mean": float(np.mean([r["bytes"]["max_mean"] for r in rows])),
                 "switch_max_mean_expected": float(
                     np.mean([r["bytes_expected"]["max_mean"] for r in rows])
