@@ -30,6 +30,10 @@ def fmt(value, kind: str) -> str:
 
 def _vs(observed, expected, kind: str = "ratio") -> str:
     """An observed figure with its uniform-hashing expectation beside it."""
+    if observed is None:
+        return "-"
+    if expected is None:
+        return fmt(observed, kind)
     return f"{fmt(observed, kind)} ({fmt(expected, kind)})"
 
 
