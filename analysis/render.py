@@ -207,7 +207,7 @@ def _ecmp_table(m: dict) -> str:
                 f"{t['links']}/{t['links_in_tier']}",
                 t["links_used"],
                 f"{t['qps']:,}",
-                _vs(t["collisions"], t["collisions_expected"], "ratio").replace(".00 (", " ("),
+                _vs(t["collisions"], t["collisions_expected"]).replace(".00 (", " ("),
                 _vs(t["bytes"]["max_mean"], t["bytes_expected"]["max_mean"]),
                 _vs(t["switch_max_mean"], t["switch_max_mean_expected"]),
                 _vs(t["bytes"]["jain"], t["bytes_expected"]["jain"]),
@@ -217,6 +217,30 @@ def _ecmp_table(m: dict) -> str:
         title="ECMP: bytes over the links each tier's QPs could take, observed (uniform "
         "hashing of the same QPs on the same next hops)",
     )  # fmt: skip
+
+
+def _switch_table(m: dict, top: int) -> str:
+    rows = sorted(
+        m["ecmp"]["switches"],
+        key=lambda r: (-r["bytes"]["max_mean"] / r["bytes_expected"]["max_mean"], r["switch"]),
+    )[:top]
+    return render(
+        ["switch", "tier", "QPs", "links", "used", "collisions", "max/mean", "Jain"],
+        [
+            [
+                r["switch"],
+                r["tier"],
+                r["qps"],
+                r["links"],
+                sum(1 for x in r["qps_per_link"] if x),
+                _vs(r["collisions"], r["collisions_expected"]).replace(".00 (", " ("),
+                _vs(r["bytes"]["max_mean"], r["bytes_expected"]["max_mean"]),
+                _vs(r["bytes"]["jain"], r["bytes_expected"]["jain"]),
+            ]
+            for r in rows
+        ],
+        title="the switches furthest above uniform hashing (max/mean against its expectation)",
+    )
 
 
 def _hotspot_table(m: dict) -> str:
@@ -309,7 +333,7 @@ def run_text(m: dict, top: int = 10) -> str:
     if m["throughput"]["worst_intervals"]:
         out += ["", _worst_table(m)]
     if m["ecmp"]["tiers"]:
-        out += ["", _ecmp_table(m)]
+        out += ["", _ecmp_table(m), "", _switch_table(m, min(top, 5))]
     cong = m["congestion"]
     if cong:
         cnp = "-" if m.get("cnp_sent") is None else f"{m['cnp_sent']:,}"
