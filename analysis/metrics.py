@@ -520,6 +520,8 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
     out["emulation_scale"] = scale
     cnp = recorded(run, "cnp_sent")
     has_ports = ports is not None and ports["port"].size > 0
+    if cnp is None and has_ports and "cnp_sent" in ports:
+        cnp = int(ports["cnp_sent"].sum())
     out["pause_spread"] = pause_spread(fabric, ports) if has_ports else []
     if has_ports:
         out["congestion"], out["hotspots"] = _port_metrics(fabric, ports, out["pause_spread"], top)

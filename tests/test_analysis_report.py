@@ -94,3 +94,25 @@ def test_truncated_capture_report_warns(tmp_path):
     assert r.exit_code == 0, r.output
     assert "read 24 of ~25 records" in r.stderr
     assert "read 24 of ~25 records" in out.read_text()
+
+
+def test_a_cnp_series_is_plotted_when_the_engine_samples_one(tmp_path):
+    """ports.npz may carry CNPs per port and interval (`cnp_sent`); then the timeline draws
+    them beside the ECN marks, and the title keeps the engine's total."""
+    import numpy as np
+
+    from analysis.metrics import run_metrics
+    from analysis.report import build_report
+    from fabric.rundir import Run
+
+    make_run(tmp_path / "run")
+    ports = dict(np.load(tmp_path / "run" / "ports.npz"))
+    cnp = np.zeros_like(ports["ecn_marked"])
+    cnp[2, 0], cnp[4, 3] = 2, 5
+    np.savez(tmp_path / "run" / "ports.npz", cnp_sent=cnp, **ports)
+    m = run_metrics(Run(tmp_path / "run"), series=True)
+    assert m["series"]["cnp_sent"] == [0, 0, 2, 0, 5, 0, 0, 0, 0, 0]
+    assert m["cnp_sent"] == 7  # run.json records no total here: the series' sum
+    page = build_report(Run(tmp_path / "run"))
+    assert '"name":"CNPs"' in page and "ECN-marked packets and CNPs per interval" in page
+    assert "7 CNPs sent" in page
