@@ -531,12 +531,11 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
         out["hotspots"] = []
     out["cnp_sent"] = None if cnp is None else int(cnp)
 
-    names = job_names(run, flows["job"] if has_flows else [])
     col = run.collectives()
-    if col is not None and len(col["op"]):
-        names.update(
-            {j: n for j, n in job_names(run, col["job"]).items() if j not in names}
-        )  # fmt: skip
+    jobs_seen = list(flows["job"]) if has_flows else []
+    if col is not None:
+        jobs_seen += list(col["job"])
+    names = job_names(run, jobs_seen)
     out["collectives"] = _collectives(col, flows if has_flows else None, fabric, names, scale)
     out["jobs"] = _jobs(out["collectives"]["ops"], flows if has_flows else None, names)
     if has_ports and has_flows:
