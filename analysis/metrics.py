@@ -541,7 +541,12 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
     if has_ports and has_flows:
         out["throughput"] = _throughput(fabric, ports, flows, out["jobs"], top, series)
     else:
-        out["throughput"] = {"worst_intervals": [], "jobs": [], "busiest": []}
+        out["throughput"] = {
+            "low_utilization": LOW_UTILIZATION,
+            "worst_intervals": [],
+            "jobs": [],
+            "busiest": [],
+        }
     if series and has_ports:
         out["series"] = _port_series(fabric, ports)
 
