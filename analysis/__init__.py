@@ -4,8 +4,14 @@
   802.1Qbb PFC vs 802.3x PAUSE, ECN), reporting damaged files in one sentence.
 - `dissect`: scapy's view of single packets (`aifabric pcap show`) and the slow
   reference the fast reader is tested against.
-- `metrics`: metrics of a capture or of a run directory, and the summary `compare` shows.
+- `metrics`: metrics of a capture or of a run directory (per job and per op: time, ideal,
+  efficiency, busbw; hot spots and PFC victims; throughput), and the summary `compare`
+  shows.
+- `ecmp`: ECMP spread over the next hops flows could take, beside uniform hashing.
 - `report`: the self-contained Plotly HTML report.
+- `render`, `table`: the analyses as text for the terminal.
+- `targets`: what the commands are given (a run directory, a capture, a pipe) turned into
+  one call each: `analyze`, `report`, `compare`, `packets`.
 - `topology`: the `Fabric` a run recorded in its topology.json.
 """
 

@@ -186,20 +186,80 @@ def scapy_fields(data: bytes, linktype: int = C.LINK_ETHERNET) -> dict[str, int]
     return f
 
 
-def show(cap: C.Capture, index: int, count: int) -> str:
-    """scapy's layer-by-layer dump of packets index .. index + count - 1."""
-    if not len(cap):
-        return f"{cap.path.name} holds no packets"
-    out = []
-    for i in range(index, min(index + count, len(cap))):
-        data = cap.packet_bytes(i)
-        pkt = scapy_packet(data, cap.linktype_of(i))
-        t = int(cap.time_ns[i])
-        when = f"t={t // 10**9}.{t % 10**9:09d}s" if t >= 0 else "no timestamp"
-        out.append(
-            f"#{i}  {when}  iface {int(cap.iface[i])}  {int(cap.caplen[i])} of "
-            f"{int(cap.length[i])} bytes captured  [{C.KIND_NAMES[int(cap.kind[i])]}]"
+LINK_NAMES = {
+    C.LINK_ETHERNET: "Ethernet",
+    C.LINK_SLL: "Linux cooked (SLL)",
+    C.LINK_SLL2: "Linux cooked v2 (SLL2)",
+    C.LINK_RAW: "raw IP",
+    C.LINK_IPV4: "raw IPv4",
+    C.LINK_IPV6: "raw IPv6",
+}
+
+
+def _value(v):
+    if isinstance(v, bool | int | float | str) or v is None:
+        return v
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, list | tuple):
+        return [_value(x) for x in v]
+    return str(v)
+
+
+def dissect(cap: C.Capture, i: int) -> tuple[dict, object | None]:
+    """Packet i as a JSON-able dict (its layers and fields as scapy reads them) and scapy's
+    packet; a packet scapy cannot read (shorter than its link header) gets `problem` and
+    its bytes instead, and None."""
+    data = cap.packet_bytes(i)
+    linktype = cap.linktype_of(i)
+    out = {
+        "index": i,
+        "time_ns": int(cap.time_ns[i]) if cap.time_ns[i] >= 0 else None,
+        "iface": int(cap.iface[i]),
+        "linktype": LINK_NAMES.get(linktype, f"link type {linktype}"),
+        "caplen": int(cap.caplen[i]),
+        "length": int(cap.length[i]),
+        "kind": C.KIND_NAMES[int(cap.kind[i])],
+        "header_cut": bool(cap.flags[i] & C.FLAG_CUT),
+    }
+    try:
+        pkt = scapy_packet(data, linktype)
+        text = pkt.show(dump=True)
+    except Exception as e:  # scapy raises struct.error, IndexError, ... on short packets
+        out["problem"] = (
+            f"{len(data)} captured bytes are too few for scapy to read the "
+            f"{out['linktype']} header ({type(e).__name__}: {e})"
         )
-        out.append(pkt.show(dump=True).rstrip())
+        out["bytes"] = data.hex()
+        return out, None
+    layers = []
+    for layer in pkt.iterpayloads():
+        fields = {f.name: _value(layer.getfieldval(f.name)) for f in layer.fields_desc}
+        layers.append({"layer": layer.name, "fields": fields})
+    out["layers"] = layers
+    out["text"] = text.rstrip()
+    return out, pkt
+
+
+def packets(cap: C.Capture, index: int, count: int) -> list[dict]:
+    """`dissect` of packets index .. index + count - 1 (those that exist)."""
+    return [dissect(cap, i)[0] for i in range(index, min(index + count, len(cap)))]
+
+
+def text(rows: list[dict]) -> str:
+    """`packets` as scapy's layer-by-layer dump."""
+    out = []
+    for p in rows:
+        t = p["time_ns"]
+        when = f"t={t // 10**9}.{t % 10**9:09d}s" if t is not None else "no timestamp"
+        cut = "  (a header is cut short)" if p["header_cut"] else ""
+        out.append(
+            f"#{p['index']}  {when}  iface {p['iface']}  {p['caplen']} of "
+            f"{p['length']} bytes captured  [{p['kind']}]{cut}"
+        )
+        if "problem" in p:
+            out.append(f"{p['problem']}; the bytes: {p['bytes'] or '(none)'}")
+        else:
+            out.append(p["text"])
         out.append("")
     return "\n".join(out).rstrip()

@@ -1,23 +1,24 @@
 """Metrics of congestion, ECMP imbalance and completion, from captures and run directories.
 
 Both entry points return plain dicts of JSON-able values (what `analyze --json`
-prints); `summary()` reduces either to the few numbers `compare` puts side by side.
+prints); `summary()` reduces either to the few numbers `compare` puts side by
+side, per job where a run has jobs (jobs are never averaged together).
 
 Conventions:
 
 - Pause time of a PFC frame: quanta x 512 bit times at the link rate; a later
   frame for the same priority on the same interface replaces the running
   pause (quanta 0 is XON and ends it).
-- ECMP collisions: m distinct QPs (src, dst, UDP source port, dQPN: what
-  the hash sees; a QP's flows over many steps take one path) leave a switch
-  over n equal uplinks; a collision is a QP that lands on an uplink already
-  carrying one (m minus occupied uplinks). The balls-into-bins expectation
-  is m - n (1 - (1 - 1/n)^m). Only up tiers count: going down is not a choice.
-- algbw = bytes / time; busbw = algbw x factor (nccl-tests: AllReduce
-  2(n-1)/n; AllGather, ReduceScatter, AllToAll (n-1)/n; Broadcast, Reduce,
-  send/recv 1). Rates are in bit/s here (x 8 of nccl-tests' bytes/s).
+- ECMP: see `analysis.ecmp` (only hops where a flow had a choice count, each
+  figure beside its expectation under uniform hashing).
+- algbw = bytes / time; busbw = algbw x the nccl-tests factor the run recorded
+  (AllReduce 2(n-1)/n; AllGather, ReduceScatter, AllToAll (n-1)/n; Broadcast,
+  send/recv, patterns 1), computed here from each op's start and end: the one
+  figure users read. Rates are in bit/s (x 8 of nccl-tests' bytes/s). An op's
+  ideal time is its busiest NIC's bytes at line rate; efficiency = ideal / time.
 - A run's ECN-marked fraction divides marked packets by the packets a port
   sent, estimated as tx_bytes / (MTU + 58 header bytes).
+- Port names are the fabric's (`Fabric.port_names`: `node--peer`, `node--peer#k`).
 """
 
 from __future__ import annotations
@@ -26,33 +27,16 @@ import numpy as np
 from numba import njit
 
 from analysis import capture as C
+from analysis.ecmp import expected_collisions
+from fabric.errors import AifabricError
 from fabric.stats import imbalance
 
-QP_KEY = ("src", "dst", "sport", "dqpn")
 ROCE_OVERHEAD_BYTES = 58  # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4
 QUANTUM_BITS = 512
 DEFAULT_RATE_BPS = 100 * 10**9
 
 
 # --- small pure functions ---------------------------------------------------------------
-
-
-def busbw_factor(kind: str, ranks: int) -> float:
-    """The nccl-tests bus bandwidth factor of a collective on `ranks` ranks."""
-    k = kind.lower().replace("_", "").replace("-", "").replace(" ", "")
-    n = max(int(ranks), 1)
-    if k == "allreduce":
-        return 2.0 * (n - 1) / n
-    if k in ("allgather", "reducescatter", "alltoall"):
-        return (n - 1) / n
-    return 1.0
-
-
-def expected_collisions(balls: int, bins: int) -> float:
-    """Expected flows landing on an occupied bin when `balls` go uniformly into `bins`."""
-    if balls <= 0 or bins <= 0:
-        return 0.0
-    return float(balls - bins * (1.0 - (1.0 - 1.0 / bins) ** balls))
 
 
 def distribution(values) -> dict:
@@ -376,14 +360,6 @@ def _capture_flows(cap: C.Capture, top: int, nic_names, durations: bool = False)
 # --- run directories ---------------------------------------------------------------------
 
 
-def port_names(fabric) -> list[str]:
-    return [
-        f"{fabric.node_name[fabric.port_node[p]]}:{int(fabric.port_number[p])}"
-        f">{fabric.node_name[fabric.port_peer[p]]}"
-        for p in range(fabric.n_ports)
-    ]
-
-
 @njit(cache=True)
 def _flow_ports(src, path_ptr, path_link, link_a, link_b, out):
     for f in range(len(src)):
@@ -412,79 +388,16 @@ def flow_ports(fabric, src, path_ptr, path_link) -> np.ndarray:
     return out
 
 
-def ecmp_metrics(fabric, flows: dict) -> dict:
-    """Bytes and flows per uplink of every switch, per up tier, with collisions."""
-    from fabric.spread import tier_name, tier_of_ports
-
-    n = len(flows["src"])
-    ptr = flows["path_ptr"].astype(np.int64)
-    ports = flow_ports(fabric, flows["src"], ptr, flows["path_link"])
-    flow_of = np.repeat(np.arange(n), np.diff(ptr))
-    nbytes = flows["bytes"].astype(np.float64)
-    by_port = np.bincount(ports, weights=nbytes[flow_of], minlength=fabric.n_ports)
-    fl_port = np.bincount(ports, minlength=fabric.n_ports)
-    # distinct QPs (src, dst, UDP sport, dQPN) per port: the balls ECMP throws
-    keys = np.stack([flows[k].astype(np.int64).view(np.uint64) for k in QP_KEY], axis=1)
-    qp = group_rows(keys, np.zeros(n, dtype=np.int64))[0] if n else np.zeros(0, np.int64)
-    pairs = np.unique(ports * max(n, 1) + qp[flow_of])
-    qp_port = np.bincount(pairs // max(n, 1), minlength=fabric.n_ports)
-    labels = tier_of_ports(fabric)
-    up = (labels >= 0) & ((labels % 4) > (labels // 4))
-    switches = []
-    tiers: dict[int, dict] = {}
-    for node in np.unique(fabric.port_node[up]):
-        mine = fabric.ports_of(int(node))
-        for label in np.unique(labels[mine][up[mine]]):
-            bins = mine[labels[mine] == label]
-            if not fl_port[bins].any():
-                continue
-            m = int(qp_port[bins].sum())
-            occupied = int(np.count_nonzero(qp_port[bins]))
-            row = {
-                "switch": fabric.node_name[node],
-                "tier": tier_name(int(label)),
-                "uplinks": len(bins),
-                "bytes_per_uplink": [int(x) for x in by_port[bins]],
-                "flows_per_uplink": [int(x) for x in fl_port[bins]],
-                "qps_per_uplink": [int(x) for x in qp_port[bins]],
-                "bytes": imbalance(by_port[bins]),
-                "flows": imbalance(fl_port[bins]),
-                "collisions": m - occupied,
-                "collisions_expected": expected_collisions(m, len(bins)),
-            }
-            switches.append(row)
-            t = tiers.setdefault(int(label), {"rows": [], "bytes": [], "flows": []})
-            t["rows"].append(row)
-            t["bytes"].extend(by_port[bins])
-            t["flows"].extend(fl_port[bins])
-    tier_rows = []
-    for label in sorted(tiers):
-        t = tiers[label]
-        rows = t["rows"]
-        tier_rows.append(
-            {
-                "tier": tier_name(label),
-                "switches": len(rows),
-                "uplinks": len(t["bytes"]),
-                "flows": int(sum(t["flows"])),
-                "bytes": imbalance(t["bytes"]),
-                "flows_imbalance": imbalance(t["flows"]),
-                "switch_max_mean": float(np.mean([r["bytes"]["max_mean"] for r in rows])),
-                "collisions": int(sum(r["collisions"] for r in rows)),
-                "collisions_expected": float(sum(r["collisions_expected"] for r in rows)),
-            }
-        )
-    return {"tiers": tier_rows, "switches": switches, "port_bytes": by_port}
-
-
-def pause_spread(fabric, ports: dict, names: list[str]) -> list[dict]:
+def pause_spread(fabric, ports: dict) -> list[dict]:
     """Which paused port was paused because of which (see `_cause`), in time order.
 
     Port P (node X towards Y) is paused by PFC frames Y sends when its ingress
     from X fills, which happens when Y cannot drain: one of Y's other ports was
     paused first (the pause spread upstream), or none was and Y's egress was
-    congested (P is a root of the tree, caused by Y's deepest queue).
+    congested (P is a root of the tree, caused by Y's deepest queue). `root` is
+    the congested port at the end of P's chain: the cause, P a victim.
     """
+    names = fabric.port_names
     port = ports["port"].astype(np.int64)
     paused = ports["paused_ns"]
     t_ns = ports["t_ns"].astype(np.int64)
@@ -519,20 +432,57 @@ def pause_spread(fabric, ports: dict, names: list[str]) -> list[dict]:
                 "because_of": names[by] if by is not None else None,
             }
         )
-    depth: dict[str, int] = {}
+    by_port = {r["port"]: r for r in rows}
     for r in rows:
-        parent = r["because_of"] if r["cause"] == "pause" else None
-        r["hops_from_root"] = depth[r["port"]] = (depth.get(parent, 0) + 1) if parent else 0
+        parent = by_port.get(r["because_of"]) if r["cause"] == "pause" else None
+        r["hops_from_root"] = parent["hops_from_root"] + 1 if parent else 0
+        r["root"] = parent["root"] if parent else r["because_of"]
     return rows
+
+
+def recorded(run, key: str):
+    """A figure the engine recorded in run.json's results (its summary or counters)."""
+    results = run.meta.get("results") or {}
+    for where in (results.get("summary") or {}, results.get("counters") or {}, results):
+        if isinstance(where, dict) and where.get(key) is not None:
+            return where[key]
+    return None
+
+
+def job_names(run, jobs) -> dict[int, str]:
+    """Each job's name from the scenario's workload (`job N` where it has none)."""
+    workload = run.meta.get("scenario", {}).get("workload")
+    listed = workload.get("jobs", []) if isinstance(workload, dict) else []
+    out = {}
+    for j in sorted({int(x) for x in jobs}):
+        name = listed[j].get("name") if j < len(listed) and isinstance(listed[j], dict) else None
+        out[j] = str(name) if name else f"job {j}"
+    return out
+
+
+def _routing(run, fabric):
+    from fabric.routing import Routing
+
+    scenario = run.meta.get("scenario", {})
+    ecmp = scenario.get("ecmp") if isinstance(scenario.get("ecmp"), dict) else {}
+    try:
+        return Routing(
+            fabric,
+            ecmp.get("policy", "5tuple"),
+            int(scenario.get("seed", 0)),
+            same_seed=bool(ecmp.get("same_seed", False)),
+        )
+    except (AifabricError, TypeError, ValueError):
+        return Routing(fabric)
 
 
 def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | None = None) -> dict:
     """Metrics of a run directory (any engine); `rate_bps` times its captures' PFC quanta
     (default: the fabric's slowest link)."""
+    from analysis.ecmp import ecmp_metrics
     from analysis.topology import fabric_from_topology
 
     fabric = fabric_from_topology(run.topology())
-    names = port_names(fabric)
     out: dict = {
         "source": "run",
         "path": str(run.path),
@@ -546,7 +496,8 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
         },
     }
     flows = run.flows()
-    if flows is not None and len(flows["src"]):
+    has_flows = flows is not None and len(flows["src"]) > 0
+    if has_flows:
         done = flows["end_ns"] >= 0
         fct = (flows["end_ns"] - flows["start_ns"])[done]
         out["flows"] = {
@@ -555,33 +506,50 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
             "bytes": int(flows["bytes"].sum()),
         }
         out["fct_ns"] = distribution(fct)
-        ecmp = ecmp_metrics(fabric, flows)
-        port_bytes = ecmp.pop("port_bytes")
-        out["ecmp"] = ecmp
+        ports_used = flow_ports(fabric, flows["src"], flows["path_ptr"], flows["path_link"])
+        out["ecmp"] = ecmp_metrics(fabric, flows, _routing(run, fabric), ports_used)
     else:
         out["flows"] = {"count": 0, "finished": 0, "bytes": 0}
         out["fct_ns"] = distribution([])
-        out["ecmp"] = {"tiers": [], "switches": []}
-        port_bytes = None
+        out["ecmp"] = {"tiers": [], "switches": [], "choices": 0}
 
     ports = run.ports()
     # An emulated run divides every rate by `scale` and stretches time by it; it records
     # fabric time and bytes, so every figure here is the fabric's, and `scale` converts.
     scale = float(ports["scale"]) if ports is not None and "scale" in ports else 1.0
     out["emulation_scale"] = scale
-    if ports is not None and ports["port"].size:
-        out["congestion"], out["hotspots"] = _port_metrics(fabric, ports, names, top)
-        out["pause_spread"] = pause_spread(fabric, ports, names)
-        if series:
-            out["series"] = _port_series(fabric, ports, names)
+    cnp = recorded(run, "cnp_sent")
+    has_ports = ports is not None and ports["port"].size > 0
+    if cnp is None and has_ports and "cnp_sent" in ports:
+        cnp = int(ports["cnp_sent"].sum())
+    out["pause_spread"] = pause_spread(fabric, ports) if has_ports else []
+    if has_ports:
+        out["congestion"], out["hotspots"] = _port_metrics(fabric, ports, out["pause_spread"], top)
+        out["congestion"]["cnp_sent"] = None if cnp is None else int(cnp)
     else:
         out["congestion"] = None
         out["hotspots"] = []
-        out["pause_spread"] = []
-    if series and port_bytes is not None:
-        out["port_flow_bytes"] = port_bytes.tolist()
+    out["cnp_sent"] = None if cnp is None else int(cnp)
 
-    out["collectives"] = _collectives(run.collectives(), scale)
+    col = run.collectives()
+    jobs_seen = list(flows["job"]) if has_flows else []
+    if col is not None:
+        jobs_seen += list(col["job"])
+    names = job_names(run, jobs_seen)
+    out["collectives"] = _collectives(col, flows if has_flows else None, fabric, names, scale)
+    out["jobs"] = _jobs(out["collectives"]["ops"], flows if has_flows else None, names)
+    if has_ports and has_flows:
+        out["throughput"] = _throughput(fabric, ports, flows, out["jobs"], top, series)
+    else:
+        out["throughput"] = {
+            "low_utilization": LOW_UTILIZATION,
+            "worst_intervals": [],
+            "jobs": [],
+            "busiest": [],
+        }
+    if series and has_ports:
+        out["series"] = _port_series(fabric, ports)
+
     caps = []
     for path in run.captures():
         cap = C.read_capture(path)
@@ -590,12 +558,26 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
         ips = nic_ipv4(fabric)
         nic_names = {format_ipv4(ips[v]): fabric.node_name[v] for v in fabric.nic_ids}
         rate = rate_bps or (int(fabric.link_rate_bps.min()) if fabric.n_links else DEFAULT_RATE_BPS)
-        caps.append(capture_metrics(cap, rate_bps=rate, top=top, nic_names=nic_names))
+        caps.append(
+            capture_metrics(cap, rate_bps=rate, top=top, nic_names=nic_names, series=series)
+        )
     out["captures"] = caps
     return out
 
 
-def _port_metrics(fabric, ports: dict, names: list[str], top: int):
+MIN_QUEUE_DELAY_NS = 1000  # a shorter queue (~50 KB at 400G) costs no one anything worth a row
+
+
+def _port_metrics(fabric, ports: dict, spread: list[dict], top: int):
+    """Per port figures, totals, and the hot spots: the ports that caused what the run lost.
+
+    A hot spot's cost is the pause time it caused (every port paused in chains
+    rooted at it) plus its deepest queue as delay (bytes at its line rate); a
+    port is one when it caused pauses, marked or dropped packets, or queued at
+    least `MIN_QUEUE_DELAY_NS`. Ports paused only because of others are victims
+    (see `pause_spread`), not hot spots.
+    """
+    names = fabric.port_names
     port = ports["port"].astype(np.int64)
     interval = int(ports["interval_ns"])
     nsamp = len(ports["t_ns"])
@@ -611,9 +593,16 @@ def _port_metrics(fabric, ports: dict, names: list[str], top: int):
     pfc = ports["pfc_sent"].sum(axis=0)
     drops = ports["drops"].sum(axis=0)
     qmax = ports["qdepth_max_bytes"]
+    qmean = ports["qdepth_mean_bytes"].astype(np.float64)
+    caused: dict[str, int] = {}
+    for r in spread:
+        if r["root"] is not None:
+            caused[r["root"]] = caused.get(r["root"], 0) + r["paused_ns"]
+    victims = {r["port"] for r in spread}
     rows = []
     for j, p in enumerate(port):
         dq = distribution(qmax[:, j])
+        delay = 8e9 / rate[j]
         rows.append(
             {
                 "port": names[p],
@@ -622,10 +611,13 @@ def _port_metrics(fabric, ports: dict, names: list[str], top: int):
                 "utilization": float(util[j]),
                 "peak_utilization": float(peak_util[j]),
                 "qdepth_bytes": dq,
+                "queue_delay_max_ns": float(dq["max"] * delay) if nsamp else 0.0,
+                "queue_delay_mean_ns": float(qmean[:, j].mean() * delay) if nsamp else 0.0,
                 "ecn_marked": int(marked[j]),
                 "ecn_fraction_est": float(marked[j] / est_packets[j]) if est_packets[j] else 0.0,
                 "paused_ns": int(paused[j]),
                 "paused_fraction": float(paused[j] / span_ns),
+                "pause_caused_ns": int(caused.get(names[p], 0)),
                 "pfc_sent": int(pfc[j]),
                 "drops": int(drops[j]),
             }
@@ -643,66 +635,113 @@ def _port_metrics(fabric, ports: dict, names: list[str], top: int):
         "qdepth_max_bytes": int(qmax.max()) if qmax.size else 0,
         "per_port": rows,
     }
-    # hot spots: ports ranked by time paused, then peak queue, then ECN marks, then utilization
-    busy = [r for r in rows if r["paused_ns"] or r["qdepth_bytes"]["max"] or r["ecn_marked"]]
-    busy.sort(
-        key=lambda r: (-r["paused_ns"], -r["qdepth_bytes"]["max"], -r["ecn_marked"],
-                       -r["utilization"], r["port_id"])
-    )  # fmt: skip
-    hot = [
+
+    def hot(r):
+        queued = r["queue_delay_max_ns"] >= MIN_QUEUE_DELAY_NS
+        trouble = queued or r["ecn_marked"] or r["drops"]
+        return r["pause_caused_ns"] or (r["port"] not in victims and trouble)
+
+    busy = [r for r in rows if hot(r)]
+    for r in busy:
+        r["cost_ns"] = r["pause_caused_ns"] + r["queue_delay_max_ns"]
+    busy.sort(key=lambda r: (-r["cost_ns"], -r["ecn_marked"], -r["drops"], r["port_id"]))
+    ranked = [
         {
             "rank": i + 1,
             "port": r["port"],
-            "paused_ns": r["paused_ns"],
+            "cost_ns": r["cost_ns"],
+            "pause_caused_ns": r["pause_caused_ns"],
+            "queue_delay_max_ns": r["queue_delay_max_ns"],
+            "queue_delay_mean_ns": r["queue_delay_mean_ns"],
             "qdepth_max_bytes": int(r["qdepth_bytes"]["max"]),
             "ecn_marked": r["ecn_marked"],
+            "drops": r["drops"],
+            "paused_ns": r["paused_ns"],
             "utilization": r["utilization"],
         }
         for i, r in enumerate(busy[:top])
     ]
-    return congestion, hot
+    return congestion, ranked
 
 
-def _port_series(fabric, ports: dict, names: list[str]) -> dict:
+def _port_series(fabric, ports: dict) -> dict:
     port = ports["port"].astype(np.int64)
     interval = int(ports["interval_ns"])
     rate = fabric.port_rate_bps[port].astype(np.float64)
-    return {
+    out = {
         "t_ns": ports["t_ns"].astype(np.int64).tolist(),
         "interval_ns": interval,
-        "ports": [names[p] for p in port],
+        "ports": [fabric.port_name(p) for p in port],
         "port_ids": port.tolist(),
         "utilization": (ports["tx_bytes"] * 8 * 1e9 / interval / rate).T.tolist(),
         "qdepth_max_bytes": ports["qdepth_max_bytes"].T.tolist(),
         "ecn_marked": ports["ecn_marked"].sum(axis=1).tolist(),
         "paused_ns": ports["paused_ns"].sum(axis=1).tolist(),
+        "paused_ports": np.count_nonzero(ports["paused_ns"], axis=1).tolist(),
         "pfc_sent": ports["pfc_sent"].sum(axis=1).tolist(),
     }
+    if "cnp_sent" in ports:  # engines that sample CNPs per port
+        out["cnp_sent"] = ports["cnp_sent"].sum(axis=1).tolist()
+    return out
 
 
-def _collectives(col: dict | None, scale: float = 1.0) -> dict:
+def _ideal_ns(fabric, flows: dict | None, op: int) -> int | None:
+    """The op's time at line rate: its busiest NIC's bytes (sent or received) at the NIC's
+    rate, as if the fabric never congested and steps overlapped (`traffic show`'s ideal)."""
+    if flows is None:
+        return None
+    sel = flows["op"] == op
+    if not sel.any():
+        return None
+    b = flows["bytes"][sel].astype(np.float64)
+    sent = np.bincount(flows["src"][sel], weights=b, minlength=fabric.n_nodes)
+    recv = np.bincount(flows["dst"][sel], weights=b, minlength=fabric.n_nodes)
+    nics = fabric.nic_ids
+    rate = fabric.port_rate_bps[fabric.nic_port[nics]].astype(np.float64)
+    busy = np.maximum(sent[nics], recv[nics])
+    return int(np.ceil((busy * 8e9 / rate).max()))
+
+
+def _busbw_factor(col: dict, i: int) -> float:
+    """The nccl-tests factor the run recorded: its own column, or busbw / algbw as written."""
+    if "busbw_factor" in col:
+        return float(col["busbw_factor"][i])
+    algbw, busbw = float(col["algbw_bps"][i]), float(col["busbw_bps"][i])
+    if algbw > 0:
+        return busbw / algbw
+    from traffic.collectives import busbw_factor
+
+    return busbw_factor(str(col["kind"][i]), int(col["ranks"][i]))
+
+
+def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) -> dict:
+    """Per op: time, algbw and busbw (nccl-tests, computed here from start and end), its
+    ideal time at line rate and the efficiency ideal / actual."""
     if col is None or not len(col["op"]):
-        return {"count": 0, "ops": [], "busbw_bps": distribution([])}
+        return {"count": 0, "finished": 0, "ops": []}
     ops = []
     for i in range(len(col["op"])):
         start, end = int(col["start_ns"][i]), int(col["end_ns"][i])
-        kind = str(col["kind"][i])
-        ranks = int(col["ranks"][i])
         nbytes = int(col["bytes"][i])
-        dur = end - start if end >= 0 else None
+        dur = end - start if end >= 0 and start >= 0 and end > start else None
         algbw = nbytes * 8 * 1e9 / dur if dur else None
-        factor = busbw_factor(kind, ranks)
+        factor = _busbw_factor(col, i)
+        ideal = _ideal_ns(fabric, flows, int(col["op"][i]))
+        job = int(col["job"][i])
         ops.append(
             {
                 "op": int(col["op"][i]),
-                "job": int(col["job"][i]),
-                "kind": kind,
+                "job": job,
+                "job_name": names.get(job, f"job {job}"),
+                "kind": str(col["kind"][i]),
                 "algorithm": str(col["algorithm"][i]),
                 "bytes": nbytes,
-                "ranks": ranks,
+                "ranks": int(col["ranks"][i]),
                 "start_ns": start,
                 "end_ns": end,
                 "time_ns": dur,
+                "ideal_ns": ideal,
+                "efficiency": ideal / dur if dur and ideal is not None else None,
                 "algbw_bps": algbw,
                 "busbw_factor": factor,
                 "busbw_bps": algbw * factor if algbw is not None else None,
@@ -710,13 +749,117 @@ def _collectives(col: dict | None, scale: float = 1.0) -> dict:
                 "busbw_emulated_bps": algbw * factor / scale if algbw is not None else None,
             }
         )
-    done = [o for o in ops if o["busbw_bps"] is not None]
     return {
         "count": len(ops),
-        "finished": len(done),
+        "finished": sum(o["time_ns"] is not None for o in ops),
         "ops": ops,
-        "time_ns": distribution([o["time_ns"] for o in done]),
-        "busbw_bps": distribution([o["busbw_bps"] for o in done]),
+    }
+
+
+def _jobs(ops: list[dict], flows: dict | None, names: dict[int, str]) -> list[dict]:
+    """Per job: its ops one after another (time, ideal, efficiency, busbw of its ops) and
+    its flows' completion times. Jobs are never averaged together."""
+    jobs = sorted(set(names) | {o["job"] for o in ops})
+    out = []
+    for j in jobs:
+        mine = [o for o in ops if o["job"] == j]
+        done = [o for o in mine if o["time_ns"] is not None]
+        fin = len(done) == len(mine) and mine
+        start = min((o["start_ns"] for o in mine if o["start_ns"] >= 0), default=None)
+        end = max((o["end_ns"] for o in mine), default=None) if fin else None
+        ideal = sum(o["ideal_ns"] or 0 for o in mine) if mine else None
+        time = end - start if end is not None and start is not None else None
+        row = {
+            "job": j,
+            "name": names.get(j, f"job {j}"),
+            "kinds": sorted({o["kind"] for o in mine}),
+            "ops": len(mine),
+            "ops_finished": len(done),
+            "bytes": sum(o["bytes"] for o in mine),
+            "start_ns": start,
+            "end_ns": end,
+            "time_ns": time,
+            "ideal_ns": ideal,
+            "efficiency": ideal / time if time and ideal else None,
+            "algbw_bps": distribution([o["algbw_bps"] for o in done]),
+            "busbw_bps": distribution([o["busbw_bps"] for o in done]),
+            "busbw_emulated_bps": distribution([o["busbw_emulated_bps"] for o in done]),
+        }
+        if flows is not None:
+            sel = (flows["job"] == j) & (flows["end_ns"] >= 0)
+            row["fct_ns"] = distribution((flows["end_ns"] - flows["start_ns"])[sel])
+            row["receivers"] = int(len(np.unique(flows["dst"][flows["job"] == j])))
+        out.append(row)
+    return out
+
+
+LOW_UTILIZATION = 0.5  # a job's receivers below half their line rate: a worst interval
+
+
+def _throughput(fabric, ports: dict, flows: dict, jobs: list[dict], top: int, series: bool):
+    """Receive throughput of every job (its receivers' downlinks, which carry only its
+    flows: jobs share no NIC), the busiest links, and each job's stretches of intervals
+    below `LOW_UTILIZATION` of its receivers' line rate while it ran."""
+    port = ports["port"].astype(np.int64)
+    col = {int(p): j for j, p in enumerate(port)}
+    interval = int(ports["interval_ns"])
+    t_ns = ports["t_ns"].astype(np.int64)
+    tx = ports["tx_bytes"].astype(np.int64)
+    out_jobs, worst = [], []
+    for job in jobs:
+        dst = np.unique(flows["dst"][flows["job"] == job["job"]])
+        downs = [int(fabric.nic_port[d]) ^ 1 for d in dst]
+        cols = [col[p] for p in downs if p in col]
+        if not cols:
+            continue
+        rx = tx[:, cols].sum(axis=1)
+        cap_bps = float(fabric.port_rate_bps[[port[c] for c in cols]].sum())
+        util = rx * 8e9 / interval / cap_bps
+        row = {
+            "job": job["job"],
+            "name": job["name"],
+            "receivers": len(cols),
+            "line_rate_bps": cap_bps,
+            "rx_bytes": int(rx.sum()),
+        }
+        if series:
+            row["rx_bytes_per_interval"] = rx.tolist()
+            row["utilization"] = util.tolist()
+        out_jobs.append(row)
+        start = job["start_ns"] if job["start_ns"] is not None else 0
+        end = job["end_ns"] if job["end_ns"] is not None else int(t_ns[-1]) + interval
+        inside = (t_ns >= start) & (t_ns + interval <= end)
+        low = inside & (util < LOW_UTILIZATION)
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], low.astype(np.int8), [0]])))
+        for a, b in zip(edges[::2], edges[1::2], strict=True):
+            worst.append(
+                {
+                    "job": job["job"],
+                    "name": job["name"],
+                    "start_ns": int(t_ns[a]),
+                    "end_ns": int(t_ns[b - 1]) + interval,
+                    "intervals": int(b - a),
+                    "utilization": float(util[a:b].mean()),
+                    "rx_bps": float(rx[a:b].sum() * 8e9 / ((b - a) * interval)),
+                }
+            )
+    worst.sort(key=lambda w: (-w["intervals"], w["utilization"], w["start_ns"]))
+    total = tx.sum(axis=0)
+    busiest = []
+    for j in np.argsort(-total, kind="stable")[:top]:
+        if not total[j]:
+            break
+        row = {"port": fabric.port_name(int(port[j])), "tx_bytes": int(total[j])}
+        if series:
+            rate = float(fabric.port_rate_bps[port[j]])
+            row["tx_bytes_per_interval"] = tx[:, j].tolist()
+            row["utilization"] = (tx[:, j] * 8e9 / interval / rate).tolist()
+        busiest.append(row)
+    return {
+        "low_utilization": LOW_UTILIZATION,
+        "worst_intervals": worst[:top],
+        "jobs": out_jobs,
+        "busiest": busiest,
     }
 
 
@@ -724,39 +867,61 @@ def _collectives(col: dict | None, scale: float = 1.0) -> dict:
 
 
 def summary(m: dict) -> dict:
-    """Headline numbers of a run's or a capture's metrics (None where not measured)."""
+    """Headline numbers of a run's or a capture's metrics (None where not measured); a run's
+    collective figures per job, under `jobs`."""
     if m["source"] == "capture":
+        imb = m["per_interface"]["imbalance"] or {}
         return {
             "name": m["file"],
-            "busbw_bps": None,
-            "collective_time_ns": None,
-            "up_max_mean": (m["per_interface"]["imbalance"] or {}).get("max_mean"),
-            "up_jain": (m["per_interface"]["imbalance"] or {}).get("jain"),
+            "jobs": [],
+            "ecmp_tier": "interfaces" if imb else None,
+            "ecmp_max_mean": imb.get("max_mean"),
+            "ecmp_max_mean_expected": None,
+            "ecmp_collisions": m["per_interface"].get("collisions"),
+            "ecmp_collisions_expected": m["per_interface"].get("collisions_expected"),
             "ecn_marked": m["ecn"]["ce"],
             "ecn_fraction": m["ecn"]["ce_fraction"],
             "cnp": m["cnp"]["count"],
             "pfc_frames": m["pfc"]["frames"],
             "paused_ns": int(sum(m["pfc"]["paused_ns_per_priority"])),
             "drops": None,
+            "max_queue_bytes": None,
             "fct_p50_ns": m["fct_ns"]["p50"],
             "fct_p99_ns": m["fct_ns"]["p99"],
         }
     tiers = m["ecmp"]["tiers"]
-    worst = max(tiers, key=lambda t: t["bytes"]["max_mean"]) if tiers else None
+    # the tier furthest above what uniform hashing gives the same QPs on the same links
+    worst = max(
+        tiers, key=lambda t: t["bytes"]["max_mean"] / t["bytes_expected"]["max_mean"], default=None
+    )
     cong = m["congestion"] or {}
-    coll = m["collectives"]
     return {
         "name": m["path"].rstrip("/").split("/")[-1],
-        "busbw_bps": coll["busbw_bps"]["mean"],
-        "collective_time_ns": coll["time_ns"]["mean"] if coll["count"] else None,
-        "up_max_mean": worst["bytes"]["max_mean"] if worst else None,
-        "up_jain": worst["bytes"]["jain"] if worst else None,
+        "jobs": [
+            {
+                "job": j["job"],
+                "name": j["name"],
+                "kind": "+".join(j["kinds"]) or "-",
+                "busbw_bps": j["busbw_bps"]["mean"],
+                "time_ns": j["time_ns"],
+                "ideal_ns": j["ideal_ns"],
+                "efficiency": j["efficiency"],
+                "fct_p99_ns": (j.get("fct_ns") or {}).get("p99"),
+            }
+            for j in m["jobs"]
+        ],
+        "ecmp_tier": worst["tier"] if worst else None,
+        "ecmp_max_mean": worst["bytes"]["max_mean"] if worst else None,
+        "ecmp_max_mean_expected": worst["bytes_expected"]["max_mean"] if worst else None,
+        "ecmp_collisions": worst["collisions"] if worst else None,
+        "ecmp_collisions_expected": worst["collisions_expected"] if worst else None,
         "ecn_marked": cong.get("ecn_marked"),
         "ecn_fraction": cong.get("ecn_fraction_est"),
-        "cnp": None,
+        "cnp": m.get("cnp_sent"),
         "pfc_frames": cong.get("pfc_frames"),
         "paused_ns": cong.get("paused_ns"),
         "drops": cong.get("drops"),
+        "max_queue_bytes": cong.get("qdepth_max_bytes"),
         "fct_p50_ns": m["fct_ns"]["p50"],
         "fct_p99_ns": m["fct_ns"]["p99"],
     }

@@ -1,13 +1,17 @@
 """The HTML report of a run: one self-contained file (plotly.js inlined) that opens offline.
 
-Sections, top to bottom: a summary table; the fabric with links coloured by
-utilization; load per uplink for each switch tier; a queue-depth heat map
-(ports x time); ECN and PFC timelines; the flow completion-time distribution;
-a collective timeline. A capture's report has the summary, throughput per
-interface, ECN / CNP / PFC timelines, load per interface and flow durations.
+Sections, top to bottom: per job and run-wide figures; throughput over time of
+every job's receivers and of the busiest links; the fabric, links coloured by
+utilization, hot and paused ports marked; load per link for each ECMP tier
+beside uniform hashing; a queue-depth heat map of the ports that queued most;
+ECN, CNP and PFC on one timeline; completion-time CDFs per job; a collective
+timeline, one lane per job, with each op's ideal time. A capture's report
+has the summary, throughput per interface, ECN / CNP / PFC timelines, load
+per interface and flow durations.
+
 A small script records script errors and, once the page has loaded, writes
-into `#aifabric-check` how many plots exist and how many rendered (the
-browser test reads it).
+into `#aifabric-check` how many plots exist and rendered, and every plot's
+data as Plotly holds it (the browser test reads the figures back from there).
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ import json
 import numpy as np
 
 from analysis.metrics import run_metrics, summary
+from analysis.render import SUMMARY_ROWS, fmt
 from fabric.model import Role
 from fabric.units import format_rate, format_size, format_time
 
-MAX_HEATMAP_PORTS = 64
+HEATMAP_PORTS = 20  # the ports with the deepest queues; the rest are summed up in a note
+BUSIEST_LINKS = 8
 MAX_UPLINK_SWITCHES = 32  # per tier: the most unbalanced switches are drawn
 MAX_LINK_HOVER = 5000  # links with hover text; bigger fabrics are drawn without it
 CDF_POINTS = 200
@@ -37,12 +43,27 @@ _HOOK_TAIL = """<script>
 window.addEventListener("load", function () {
   var plots = document.querySelectorAll(".js-plotly-plot");
   var rendered = 0;
-  plots.forEach(function (p) { if (p.querySelector(".main-svg")) { rendered += 1; } });
+  var figures = [];
+  plots.forEach(function (p) {
+    if (p.querySelector(".main-svg")) { rendered += 1; }
+    var title = p.layout && p.layout.title;
+    figures.push({
+      id: p.id,
+      title: title && title.text !== undefined ? title.text : title,
+      yaxis_type: p.layout && p.layout.yaxis ? p.layout.yaxis.type : null,
+      xaxis_type: p.layout && p.layout.xaxis ? p.layout.xaxis.type : null,
+      data: (p.data || []).map(function (t) {
+        return {type: t.type, name: t.name, x: t.x, y: t.y, z: t.z, base: t.base,
+                customdata: t.customdata, text: t.text, mode: t.mode};
+      })
+    });
+  });
   document.getElementById("aifabric-check").textContent = JSON.stringify({
     errors: window.__aifabric.errors,
     plots: plots.length,
     rendered: rendered,
-    expected: Number(document.body.dataset.plots)
+    expected: Number(document.body.dataset.plots),
+    figures: figures
   });
 });
 </script>"""
@@ -50,7 +71,7 @@ window.addEventListener("load", function () {
 _STYLE = """<style>
 body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 2em; }
-table.summary { border-collapse: collapse; }
+table.summary { border-collapse: collapse; margin-bottom: 1em; }
 table.summary td, table.summary th { padding: 0.2em 0.9em; border-bottom: 1px solid #ddd;
   text-align: left; }
 table.summary td.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -58,61 +79,120 @@ p.note { color: #666; font-size: 0.9em; }
 #aifabric-check { display: none; }
 </style>"""
 
-
-def _fmt(value, kind: str) -> str:
-    if value is None:
-        return "-"
-    if kind == "rate":
-        return format_rate(int(value)) + "bps"
-    if kind == "time":
-        return format_time(int(round(value)))
-    if kind == "size":
-        return format_size(int(value))
-    if kind == "ratio":
-        return f"{value:.3f}"
-    if kind == "pct":
-        return f"{100 * value:.2f}%"
-    return f"{int(value):,}"
-
-
-SUMMARY_ROWS = (
-    ("busbw_bps", "mean busbw (nccl-tests)", "rate"),
-    ("collective_time_ns", "mean collective time", "time"),
-    ("up_max_mean", "worst uplink tier max/mean (bytes)", "ratio"),
-    ("up_jain", "that tier's Jain index", "ratio"),
-    ("ecn_marked", "ECN-marked packets", "int"),
-    ("ecn_fraction", "ECN-marked fraction", "pct"),
-    ("cnp", "CNPs", "int"),
-    ("pfc_frames", "PFC frames", "int"),
-    ("paused_ns", "time paused by PFC (all ports)", "time"),
-    ("drops", "drops", "int"),
-    ("fct_p50_ns", "flow completion p50", "time"),
+JOB_COLUMNS = (
+    ("kind", "kind", None),
+    ("time_ns", "time", "time"),
+    ("ideal_ns", "ideal (line rate)", "time"),
+    ("efficiency", "efficiency", "pct"),
+    ("busbw_bps", "busbw (nccl-tests)", "rate"),
     ("fct_p99_ns", "flow completion p99", "time"),
 )
 
 
-def _summary_table(m: dict) -> str:
-    s = summary(m)
+def _summary_tables(s: dict) -> str:
+    out = []
+    if s["jobs"]:
+        head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in JOB_COLUMNS)
+        rows = []
+        for j in s["jobs"]:
+            cells = "".join(
+                f'<td class="num">{fmt(j[key], kind)}</td>'
+                if kind
+                else f"<td>{html.escape(str(j[key]))}</td>"
+                for key, _, kind in JOB_COLUMNS
+            )
+            rows.append(f"<tr><th>{html.escape(j['name'])}</th>{cells}</tr>")
+        out.append(
+            f'<table class="summary" id="jobs"><tr><th>job</th>{head}</tr>{"".join(rows)}</table>'
+        )
     rows = [
-        f'<tr><th>{html.escape(label)}</th><td class="num">{_fmt(s[key], kind)}</td></tr>'
+        f'<tr><th>{html.escape(label)}</th><td class="num">{fmt(s[key], kind)}</td></tr>'
         for key, label, kind in SUMMARY_ROWS
     ]
-    return '<table class="summary">' + "".join(rows) + "</table>"
+    if s["ecmp_tier"]:
+        rows.insert(
+            0,
+            f"<tr><th>ECMP tier furthest from uniform hashing: {html.escape(s['ecmp_tier'])}"
+            f'</th><td class="num">max/mean {fmt(s["ecmp_max_mean"], "ratio")} (uniform '
+            f"{fmt(s['ecmp_max_mean_expected'], 'ratio')})</td></tr>",
+        )
+    out.append('<table class="summary" id="run">' + "".join(rows) + "</table>")
+    return "".join(out)
 
 
 def _layout(fig, title: str, height: int = 420):
     fig.update_layout(
-        title=title,
+        title={"text": title},
         height=height,
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
         template="plotly_white",
     )
     return fig
 
 
-def _fabric_figure(fabric, series: dict | None):
+def _time_axis(series: dict) -> list[float]:
+    t = np.asarray(series["t_ns"], dtype=np.int64)
+    return ((t - (t[0] if t.size else 0)) / 1e3).tolist()
+
+
+def _throughput_figures(m: dict, series: dict) -> list:
     import plotly.graph_objects as go
 
+    t = _time_axis(series)
+    th = m["throughput"]
+    figs = []
+    fig = go.Figure()
+    for j in th["jobs"]:
+        fig.add_trace(
+            go.Scatter(
+                x=t,
+                y=(100 * np.asarray(j["utilization"])).tolist(),
+                name=f"{j['name']} ({j['receivers']} receivers)",
+                customdata=j["rx_bytes_per_interval"],
+                hovertemplate="%{x:.0f} us: %{y:.1f}% of line rate, %{customdata:,} bytes"
+                "<extra>%{fullData.name}</extra>",
+            )
+        )
+    for w in th["worst_intervals"][:3]:
+        fig.add_vrect(
+            x0=(w["start_ns"] - series["t_ns"][0]) / 1e3,
+            x1=(w["end_ns"] - series["t_ns"][0]) / 1e3,
+            fillcolor="red",
+            opacity=0.08,
+            line_width=0,
+        )
+    fig.update_xaxes(title="time (us)")
+    fig.update_yaxes(title="% of the receivers' line rate", range=[0, 105])
+    figs.append(
+        _layout(
+            fig,
+            "Throughput into each job's receivers (shaded: below "
+            f"{100 * th['low_utilization']:.0f}% while the job ran)",
+        )
+    )
+    fig = go.Figure()
+    for b in th["busiest"][:BUSIEST_LINKS]:
+        fig.add_trace(
+            go.Scatter(
+                x=t,
+                y=(100 * np.asarray(b["utilization"])).tolist(),
+                name=b["port"],
+                customdata=b["tx_bytes_per_interval"],
+                hovertemplate="%{x:.0f} us: %{y:.1f}%, %{customdata:,} bytes"
+                "<extra>%{fullData.name}</extra>",
+            )
+        )
+    fig.update_xaxes(title="time (us)")
+    fig.update_yaxes(title="% of line rate", range=[0, 105])
+    figs.append(_layout(fig, f"The {min(len(th['busiest']), BUSIEST_LINKS)} busiest links"))
+    return figs
+
+
+def _fabric_figure(fabric, m: dict):
+    import plotly.colors as pc
+    import plotly.graph_objects as go
+
+    series = m.get("series")
     roles = fabric.node_role.astype(int)
     x = np.zeros(fabric.n_nodes)
     y = roles.astype(float)
@@ -127,10 +207,9 @@ def _fabric_figure(fabric, series: dict | None):
             util[p // 2] = max(util[p // 2], val)
     fig = go.Figure()
     edges = np.linspace(0, max(1.0, float(util.max()) if util.size else 1.0), 11)
-    import plotly.colors as pc
-
     colors = pc.sample_colorscale("Viridis", list(np.linspace(0, 1, 10)))
     which = np.clip(np.searchsorted(edges, util, side="right") - 1, 0, 9)
+    hover = fabric.n_links <= MAX_LINK_HOVER
     for k in range(10):
         links = np.flatnonzero(which == k)
         if not links.size:
@@ -140,37 +219,77 @@ def _fabric_figure(fabric, series: dict | None):
             a, b = fabric.link_a[link], fabric.link_b[link]
             xs += [x[a], x[b], None]
             ys += [y[a], y[b], None]
-            if fabric.n_links <= MAX_LINK_HOVER:
-                name = f"{fabric.node_name[a]} - {fabric.node_name[b]}"
-                text += [f"{name}: {100 * util[link]:.1f}%"] * 3
+            if hover:
+                text += [f"{fabric.port_name(2 * link)}: {100 * util[link]:.1f}%"] * 3
         fig.add_trace(
             go.Scatter(
                 x=xs,
                 y=ys,
                 mode="lines",
-                line={"color": colors[k], "width": 2 if fabric.n_links <= MAX_LINK_HOVER else 0.5},
+                line={"color": colors[k], "width": 2 if hover else 0.5},
                 hoverinfo="text" if text else "skip",
                 text=text or None,
                 name=f"{100 * edges[k]:.0f}-{100 * edges[k + 1]:.0f}%",
             )
         )
+    hot = {h["port"] for h in m["hotspots"][:5]}
+    paused = {r["port"] for r in m["pause_spread"]}
+    labelled = set()
+    for ports, name, color, symbol in (
+        (hot, "hot spot (queue, pauses caused)", "#d62728", "x"),
+        (paused - hot, "paused by PFC", "#ff7f0e", "triangle-up"),
+    ):
+        px, py, pt = [], [], []
+        for port_name in sorted(ports):
+            p = fabric.port_id(port_name)
+            a, b = fabric.port_node[p], fabric.port_peer[p]
+            px.append(x[a] + 0.25 * (x[b] - x[a]))
+            py.append(y[a] + 0.25 * (y[b] - y[a]))
+            pt.append(port_name)
+            if color == "#d62728":
+                labelled.add(int(a))
+        if px:
+            fig.add_trace(
+                go.Scatter(
+                    x=px,
+                    y=py,
+                    mode="markers",
+                    marker={"size": 13, "color": color, "symbol": symbol},
+                    text=pt,
+                    hoverinfo="text",
+                    name=name,
+                )
+            )
     fig.add_trace(
         go.Scatter(
-            x=x,
-            y=y,
+            x=x.tolist(),
+            y=y.tolist(),
             mode="markers",
             marker={"size": 7, "color": "#444"},
             text=list(fabric.node_name),
             hoverinfo="text",
-            name="nodes",
+            name="nodes (name on hover)",
         )
     )
+    if labelled:
+        ids = sorted(labelled)
+        fig.add_trace(
+            go.Scatter(
+                x=[float(x[i]) for i in ids],
+                y=[float(y[i]) for i in ids],
+                mode="text",
+                text=[fabric.node_name[i] for i in ids],
+                textposition="bottom center",
+                hoverinfo="skip",
+                name="nodes with hot spots",
+            )
+        )
     fig.update_yaxes(
         tickvals=[int(r) for r in np.unique(roles)],
         ticktext=[Role(int(r)).label for r in np.unique(roles)],
     )
     fig.update_xaxes(showticklabels=False, showgrid=False)
-    return _layout(fig, "Fabric: links coloured by mean utilization (busier direction)", 480)
+    return _layout(fig, "Fabric: links coloured by mean utilization (busier direction)", 520)
 
 
 def _uplink_figures(ecmp: dict) -> list:
@@ -187,29 +306,26 @@ def _uplink_figures(ecmp: dict) -> list:
         for r in rows:
             fig.add_trace(
                 go.Bar(
-                    x=[f"{r['switch']}:{i}" for i in range(len(r["bytes_per_uplink"]))],
-                    y=r["bytes_per_uplink"],
+                    x=r["ports"],
+                    y=r["bytes_per_link"],
                     name=r["switch"],
-                    customdata=r["flows_per_uplink"],
-                    hovertemplate="%{x}: %{y} bytes, %{customdata} flows<extra></extra>",
+                    customdata=r["qps_per_link"],
+                    hovertemplate="%{x}: %{y:,} bytes, %{customdata} QPs<extra></extra>",
                 )
             )
-        b = tier["bytes"]
+        b, e = tier["bytes"], tier["bytes_expected"]
         fig.update_layout(showlegend=False, yaxis_title="bytes")
         figs.append(
             _layout(
                 fig,
-                f"Uplink load, {tier['tier']}: max/mean {b['max_mean']:.2f}, CV {b['cv']:.3f}, "
-                f"Jain {b['jain']:.3f}; collisions {tier['collisions']} "
-                f"(uniform hashing {tier['collisions_expected']:.1f}){shown}",
+                f"{tier['tier']}: {tier['qps']} QPs had a choice of {tier['links']} links; "
+                f"max/mean {b['max_mean']:.2f} (uniform {e['max_mean']:.2f}), per switch "
+                f"{tier['switch_max_mean']:.2f} ({tier['switch_max_mean_expected']:.2f}), "
+                f"collisions {tier['collisions']} ({tier['collisions_expected']:.1f}){shown}",
+                460,
             )
         )
     return figs
-
-
-def _time_axis(series: dict) -> list[float]:
-    t = np.asarray(series["t_ns"], dtype=np.int64)
-    return ((t - (t[0] if t.size else 0)) / 1e3).tolist()
 
 
 def _heatmap(series: dict):
@@ -217,105 +333,161 @@ def _heatmap(series: dict):
 
     q = np.asarray(series["qdepth_max_bytes"], dtype=float)
     names = series["ports"]
-    if q.size:
-        keep = np.argsort(-q.max(axis=1), kind="stable")[:MAX_HEATMAP_PORTS]
-        keep = keep[q[keep].max(axis=1) > 0] if (q.max(axis=1) > 0).any() else keep[:16]
-        keep = np.sort(keep)
-    else:
-        keep = np.array([], dtype=int)
-    fig = go.Figure(
-        go.Heatmap(
-            z=q[keep].tolist() if keep.size else [[0]],
-            x=_time_axis(series),
-            y=[names[i] for i in keep] if keep.size else ["-"],
-            colorscale="Inferno",
-            colorbar={"title": "bytes"},
+    peak = q.max(axis=1) if q.size else np.zeros(len(names))
+    order = np.argsort(-peak, kind="stable")
+    keep = order[:HEATMAP_PORTS]
+    keep = keep[peak[keep] > 0]
+    rest = order[HEATMAP_PORTS:]
+    rest = rest[peak[rest] > 0]
+    fig = go.Figure()
+    if keep.size:
+        z = np.log10(np.maximum(q[keep], 1.0))
+        top = max(1, int(np.ceil(z.max())))
+        ticks = list(range(0, top + 1))
+        fig.add_trace(
+            go.Heatmap(
+                z=z.tolist(),
+                x=_time_axis(series),
+                y=[names[i] for i in keep],
+                customdata=q[keep].astype(np.int64).tolist(),
+                hovertemplate="%{y} at %{x:.0f} us: %{customdata:,} bytes<extra></extra>",
+                colorscale="Inferno",
+                zmin=0,
+                zmax=top,
+                colorbar={
+                    "title": {"text": "max queue"},
+                    "tickvals": ticks,
+                    "ticktext": [format_size(10**k) for k in ticks],
+                },
+            )
         )
-    )
     fig.update_xaxes(title="time (us)")
+    fig.update_yaxes(autorange="reversed", dtick=1, automargin=True, type="category")
+    note = (
+        f"; {len(rest)} more ports queued, none past {format_size(int(peak[rest].max()))}"
+        if rest.size
+        else ""
+    )
     return _layout(
-        fig, "Queue depth (max per interval) of the ports that queued", max(360, 14 * len(keep))
+        fig,
+        f"Queue depth (max per interval, log scale) of the {len(keep)} ports with the deepest "
+        f"queues{note}",
+        max(320, 24 * len(keep) + 140),
     )
 
 
-def _ecn_pfc_figure(series: dict):
+def _ecn_pfc_figure(series: dict, cnp_sent):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     t = _time_axis(series)
-    fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Scatter(x=t, y=series["ecn_marked"], name="ECN-marked packets"))
-    fig.add_trace(go.Scatter(x=t, y=series["pfc_sent"], name="PFC frames sent"))
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
+        subplot_titles=(
+            "ECN-marked packets" + (" and CNPs" if "cnp_sent" in series else "") + " per interval",
+            "PFC frames sent per interval",
+            "ports paused (any time in the interval)",
+        ),
+    )
+    fig.add_trace(go.Scatter(x=t, y=series["ecn_marked"], name="ECN-marked packets"), 1, 1)
+    if "cnp_sent" in series:
+        fig.add_trace(go.Scatter(x=t, y=series["cnp_sent"], name="CNPs"), 1, 1)
+    fig.add_trace(go.Bar(x=t, y=series["pfc_sent"], name="PFC frames sent"), 2, 1)
     fig.add_trace(
         go.Scatter(
             x=t,
-            y=(np.asarray(series["paused_ns"], dtype=float) / 1e3).tolist(),
-            name="time paused, all ports (us)",
-            line={"dash": "dot"},
+            y=series["paused_ports"],
+            customdata=series["paused_ns"],
+            name="ports paused",
+            line={"shape": "hv"},
+            hovertemplate="%{x:.0f} us: %{y} ports, %{customdata:,} ns paused in all"
+            "<extra></extra>",
         ),
-        secondary_y=True,
+        3,
+        1,
     )
-    fig.update_xaxes(title="time (us)")
-    fig.update_yaxes(title="per interval", secondary_y=False)
-    fig.update_yaxes(title="us paused", secondary_y=True)
-    return _layout(fig, "ECN marks and PFC over time")
+    for row in (1, 2, 3):
+        fig.update_yaxes(rangemode="tozero", tickformat=",d", row=row, col=1)
+    fig.update_xaxes(title="time (us)", row=3, col=1)
+    cnp = "CNPs not recorded" if cnp_sent is None else f"{cnp_sent:,} CNPs sent"
+    when = "" if "cnp_sent" in series or cnp_sent is None else " (the run records their total)"
+    return _layout(fig, f"ECN, CNPs and PFC over time: {cnp}{when}", 640)
 
 
-def _fct_figure(fct_ns: np.ndarray, d: dict):
+def _fct_figure(groups: list[tuple[str, np.ndarray]], d: dict):
     import plotly.graph_objects as go
 
-    # binned here, so the page stays small however many flows there are
-    us = np.sort(fct_ns.astype(float) / 1e3)
     fig = go.Figure()
-    if us.size:
-        counts, edges = np.histogram(us, bins=50 if us[-1] > us[0] else 1)
-        fig.add_trace(
-            go.Bar(
-                x=((edges[:-1] + edges[1:]) / 2).tolist(),
-                y=counts.tolist(),
-                width=float(edges[1] - edges[0]) or None,
-                name="flows",
-            )
-        )
+    for name, fct_ns in groups:
+        us = np.sort(np.maximum(fct_ns.astype(float), 1.0) / 1e3)
+        if not us.size:
+            continue
         q = np.linspace(0, 1, min(len(us), CDF_POINTS))
         fig.add_trace(
-            go.Scatter(x=np.quantile(us, q).tolist(), y=q.tolist(), name="CDF", yaxis="y2")
+            go.Scatter(
+                x=np.quantile(us, q).tolist(),
+                y=q.tolist(),
+                name=f"{name} ({len(us):,} flows)",
+                line={"shape": "hv"},
+            )
         )
-    fig.update_layout(
-        xaxis_title="flow completion time (us)",
-        yaxis_title="flows",
-        yaxis2={"overlaying": "y", "side": "right", "range": [0, 1], "title": "CDF"},
-    )
+    fig.update_xaxes(type="log", title="flow completion time (us, log scale)")
+    fig.update_yaxes(range=[0, 1.02], tickvals=[0, 0.25, 0.5, 0.75, 0.9, 1], title="CDF")
     p = (
         f"p50 {format_time(int(d['p50']))}, p99 {format_time(int(d['p99']))}"
         if d["count"]
         else "no finished flows"
     )
-    return _layout(fig, f"Flow completion times ({d['count']:,} flows; {p})")
+    return _layout(fig, f"Flow completion times, CDF per job ({d['count']:,} flows; {p})")
 
 
 def _collective_figure(coll: dict):
     import plotly.graph_objects as go
 
-    ops = [o for o in coll["ops"] if o["time_ns"] is not None]
+    ops = [o for o in coll["ops"] if o["start_ns"] >= 0]
     fig = go.Figure()
     if ops:
         t0 = min(o["start_ns"] for o in ops)
+        lanes = [f"{o['job_name']}" for o in ops]
         fig.add_trace(
             go.Bar(
                 base=[(o["start_ns"] - t0) / 1e3 for o in ops],
-                x=[o["time_ns"] / 1e3 for o in ops],
-                y=[f"job {o['job']} op {o['op']} {o['kind']}" for o in ops],
+                x=[(o["time_ns"] or 0) / 1e3 for o in ops],
+                y=lanes,
                 orientation="h",
+                name="actual",
+                width=0.6,
                 customdata=[
-                    [format_size(o["bytes"]), format_rate(int(o["busbw_bps"]))] for o in ops
+                    [o["op"], o["kind"], format_size(o["bytes"]), o["busbw_bps"], o["efficiency"]]
+                    for o in ops
                 ],
-                hovertemplate="%{y}: %{x:.1f} us, %{customdata[0]}, busbw "
-                "%{customdata[1]}bps<extra></extra>",
+                hovertemplate="%{y}, op %{customdata[0]} %{customdata[1]}: %{x:.1f} us, "
+                "%{customdata[2]}, busbw %{customdata[3]:.4s}bps, efficiency "
+                "%{customdata[4]:.0%}<extra></extra>",
             )
         )
-    fig.update_layout(xaxis_title="time (us)", yaxis={"autorange": "reversed"})
-    return _layout(fig, "Collectives: start to end", max(300, 22 * len(ops) + 120))
+        ideal = [o for o in ops if o["ideal_ns"]]
+        fig.add_trace(
+            go.Bar(
+                base=[(o["start_ns"] - t0) / 1e3 for o in ideal],
+                x=[o["ideal_ns"] / 1e3 for o in ideal],
+                y=[o["job_name"] for o in ideal],
+                orientation="h",
+                name="ideal at line rate",
+                width=0.2,
+                marker={"color": "#222"},
+                hovertemplate="%{y}: ideal %{x:.1f} us<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="overlay", xaxis_title="time (us)", yaxis={"autorange": "reversed"})
+    lanes = len({o["job"] for o in ops})
+    return _layout(
+        fig, "Collectives: one lane per job, each op start to end, its ideal time inside",
+        max(300, 60 * lanes + 140),
+    )  # fmt: skip
 
 
 def build_report(run) -> str:
@@ -325,37 +497,44 @@ def build_report(run) -> str:
     m = run_metrics(run, series=True)
     fabric = fabric_from_topology(run.topology())
     series = m.get("series")
-    sections: list[tuple[str, list]] = [("Fabric", [_fabric_figure(fabric, series)])]
+    sections: list[tuple[str, list]] = []
+    if series is not None and m["throughput"]["jobs"]:
+        sections.append(("Throughput", _throughput_figures(m, series)))
+    sections.append(("Fabric", [_fabric_figure(fabric, m)]))
     if m["ecmp"]["tiers"]:
-        sections.append(("ECMP: load per uplink", _uplink_figures(m["ecmp"])))
+        sections.append(("ECMP: load per link, beside uniform hashing", _uplink_figures(m["ecmp"])))
     if series is not None:
         sections.append(("Queues", [_heatmap(series)]))
-        sections.append(("ECN and PFC", [_ecn_pfc_figure(series)]))
+        sections.append(("ECN, CNPs and PFC", [_ecn_pfc_figure(series, m["cnp_sent"])]))
     flows = run.flows()
     if flows is not None and len(flows["src"]):
         done = flows["end_ns"] >= 0
-        sections.append(
-            (
-                "Completion times",
-                [_fct_figure((flows["end_ns"] - flows["start_ns"])[done], m["fct_ns"])],
-            )
-        )
+        fct = flows["end_ns"] - flows["start_ns"]
+        groups = [(j["name"], fct[done & (flows["job"] == j["job"])]) for j in m["jobs"]]
+        sections.append(("Completion times", [_fct_figure(groups, m["fct_ns"])]))
     if m["collectives"]["count"]:
         sections.append(("Collectives", [_collective_figure(m["collectives"])]))
 
-    spread = [r for r in m["pause_spread"] if r["cause"] == "pause"]
     notes = []
     if m["pause_spread"]:
-        roots = [r for r in m["pause_spread"] if r["cause"] == "congestion"]
+        roots = {r["root"] for r in m["pause_spread"] if r["root"]}
+        spread = [r for r in m["pause_spread"] if r["cause"] == "pause"]
         notes.append(
-            f"{len(m['pause_spread'])} ports were paused: {len(roots)} by congestion at the "
-            f"next switch, {len(spread)} by pauses spreading upstream."
+            f"{len(m['pause_spread'])} ports were paused by PFC, victims of {len(roots)} "
+            f"congested port(s) ({', '.join(sorted(roots))}); {len(spread)} of them by pauses "
+            "spreading upstream."
+        )
+    for w in m["throughput"]["worst_intervals"][:3]:
+        notes.append(
+            f"{w['name']}: from {format_time(w['start_ns'])} to {format_time(w['end_ns'])} its "
+            f"receivers took {100 * w['utilization']:.0f}% of their line rate "
+            f"({format_rate(int(w['rx_bps']))}bps)."
         )
     title = f"aifabric run {run.path.name}: {m['fabric']} ({m['engine']}, {m['status']})"
-    return _page(title, m, sections, notes)
+    return _page(title, summary(m), sections, notes)
 
 
-def _page(title: str, m: dict, sections: list[tuple[str, list]], notes: list[str]) -> str:
+def _page(title: str, s: dict, sections: list[tuple[str, list]], notes: list[str]) -> str:
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
 
@@ -384,12 +563,12 @@ def _page(title: str, m: dict, sections: list[tuple[str, list]], notes: list[str
             f'<script type="text/javascript">{get_plotlyjs()}</script>',
             f'</head><body data-plots="{n_plots}">',
             f"<h1>{html.escape(title)}</h1>",
-            _summary_table(m),
+            _summary_tables(s),
             "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes),
             *body,
             '<pre id="aifabric-check"></pre>',
             f'<script type="application/json" id="aifabric-summary">'
-            f"{html.escape(json.dumps(summary(m)))}</script>",
+            f"{html.escape(json.dumps(s))}</script>",
             _HOOK_TAIL,
             "</body></html>",
         ]
@@ -416,14 +595,21 @@ def _capture_figures(m: dict) -> list[tuple[str, list]]:
                 [_layout(fig, f"Throughput per interface ({format_time(series['bin_ns'])} bins)")],
             )
         )
-        fig = make_subplots(specs=[[{"secondary_y": True}]])
-        fig.add_trace(go.Scatter(x=t, y=series["ce"], name="CE-marked packets"))
-        fig.add_trace(go.Scatter(x=t, y=series["cnp"], name="CNPs"))
-        fig.add_trace(go.Scatter(x=t, y=series["pfc"], name="PFC frames"), secondary_y=True)
-        fig.update_xaxes(title="time (us)")
-        fig.update_yaxes(title="packets per bin", secondary_y=False)
-        fig.update_yaxes(title="PFC frames per bin", secondary_y=True)
-        sections.append(("ECN, CNP and PFC", [_layout(fig, "ECN marks, CNPs and PFC over time")]))
+        fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
+        fig.add_trace(go.Scatter(x=t, y=series["ce"], name="CE-marked packets"), 1, 1)
+        fig.add_trace(go.Scatter(x=t, y=series["cnp"], name="CNPs"), 1, 1)
+        fig.add_trace(go.Bar(x=t, y=series["pfc"], name="PFC frames"), 2, 1)
+        for row in (1, 2):
+            fig.update_yaxes(rangemode="tozero", tickformat=",d", row=row, col=1)
+        fig.update_yaxes(title="packets per bin", row=1, col=1)
+        fig.update_yaxes(title="PFC frames per bin", row=2, col=1)
+        fig.update_xaxes(title="time (us)", row=2, col=1)
+        sections.append(
+            (
+                "ECN, CNP and PFC",
+                [_layout(fig, f"ECN marks, CNPs ({m['cnp']['count']:,}) and PFC over time", 520)],
+            )
+        )
     if m["per_interface"]["imbalance"]:
         fig = go.Figure(
             go.Bar(
@@ -448,8 +634,8 @@ def _capture_figures(m: dict) -> list[tuple[str, list]]:
     return sections
 
 
-def build_capture_report(path) -> str:
-    """The report of one capture file as one HTML string."""
+def build_capture_report(path) -> tuple[str, dict]:
+    """The report of one capture file as one HTML string, and the capture's metrics."""
     from analysis.capture import read_capture
     from analysis.metrics import capture_metrics, flow_durations
 
@@ -458,7 +644,7 @@ def build_capture_report(path) -> str:
     sections = _capture_figures(m)
     fct = flow_durations(cap)
     if fct.size:
-        sections.append(("Flow durations", [_fct_figure(fct, m["fct_ns"])]))
+        sections.append(("Flow durations", [_fct_figure([("all flows", fct)], m["fct_ns"])]))
     notes = [f"Warning: {m['problem']}; the report covers what was read."] if m["problem"] else []
     title = f"aifabric capture {m['file']}: {m['packets']:,} packets"
-    return _page(title, m, sections, notes)
+    return _page(title, summary(m), sections, notes), m

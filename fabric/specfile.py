@@ -92,8 +92,12 @@ class Presets:
         text_source = str(source)
         if text_source.endswith(".toml") or "/" in text_source or Path(text_source).is_file():
             path = Path(text_source)
-            if not path.is_file():
+            if path.is_dir():
+                raise SpecError(f"{text_source} is a directory, not a {self.what} file")
+            if not path.exists():
                 raise SpecError(f"{self.what} file {text_source} does not exist")
+            if not path.is_file():
+                raise SpecError(f"{text_source} is not a regular file (a FIFO or a device?)")
             try:
                 return path.read_text(), path.stem, path.parent
             except (OSError, UnicodeDecodeError) as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -38,7 +39,9 @@ def capture_report(tmp_path_factory):
     return out
 
 
-def _render(report, profile):
+def render_in_chromium(report, profile):
+    """The page rendered by headless Chromium: its `#aifabric-check` record (plots, errors,
+    and every figure's data as Plotly holds it)."""
     cmd = [
         CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
         "--no-first-run", "--disable-background-networking", "--disable-component-update",
@@ -48,7 +51,7 @@ def _render(report, profile):
     dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
     m = re.search(r'<pre id="aifabric-check">([^<]*)</pre>', dom)
     assert m and m.group(1), "the page's load hook did not run"
-    return json.loads(m.group(1).replace("&quot;", '"'))
+    return json.loads(html.unescape(m.group(1)))
 
 
 def test_report_is_self_contained(report):
@@ -58,8 +61,10 @@ def test_report_is_self_contained(report):
     assert "plotly.js v" in text  # the library itself is inlined
     assert "Plotly.newPlot" in text
     expected = int(re.search(r'data-plots="(\d+)"', text).group(1))
-    # fabric, one uplink tier, queue heat map, ECN/PFC, completion times, collectives
-    assert expected == 6
+    # throughput of the jobs' receivers and of the busiest links, fabric, two ECMP tiers
+    # (up, and down over lab-small's parallel links), queue heat map, ECN/CNP/PFC,
+    # completion times, collectives
+    assert expected == 9
     summary = json.loads(
         re.search(r'id="aifabric-summary">([^<]*)</script>', text).group(1).replace("&quot;", '"')
     )
@@ -68,15 +73,15 @@ def test_report_is_self_contained(report):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
 def test_report_renders_in_headless_chromium(report, tmp_path):
-    check = _render(report, tmp_path / "profile")
+    check = render_in_chromium(report, tmp_path / "profile")
     assert check["errors"] == []
-    assert check["plots"] == check["expected"] == 6
+    assert check["plots"] == check["expected"] == 9
     assert check["rendered"] == check["plots"]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
 def test_capture_report_renders_in_headless_chromium(capture_report, tmp_path):
-    check = _render(capture_report, tmp_path / "profile")
+    check = render_in_chromium(capture_report, tmp_path / "profile")
     assert check["errors"] == []
     # throughput, ECN/CNP/PFC, load per interface (3 interfaces), flow durations
     assert check["plots"] == check["expected"] == 4
@@ -89,3 +94,25 @@ def test_truncated_capture_report_warns(tmp_path):
     assert r.exit_code == 0, r.output
     assert "read 24 of ~25 records" in r.stderr
     assert "read 24 of ~25 records" in out.read_text()
+
+
+def test_a_cnp_series_is_plotted_when_the_engine_samples_one(tmp_path):
+    """ports.npz may carry CNPs per port and interval (`cnp_sent`); then the timeline draws
+    them beside the ECN marks, and the title keeps the engine's total."""
+    import numpy as np
+
+    from analysis.metrics import run_metrics
+    from analysis.report import build_report
+    from fabric.rundir import Run
+
+    make_run(tmp_path / "run")
+    ports = dict(np.load(tmp_path / "run" / "ports.npz"))
+    cnp = np.zeros_like(ports["ecn_marked"])
+    cnp[2, 0], cnp[4, 3] = 2, 5
+    np.savez(tmp_path / "run" / "ports.npz", cnp_sent=cnp, **ports)
+    m = run_metrics(Run(tmp_path / "run"), series=True)
+    assert m["series"]["cnp_sent"] == [0, 0, 2, 0, 5, 0, 0, 0, 0, 0]
+    assert m["cnp_sent"] == 7  # run.json records no total here: the series' sum
+    page = build_report(Run(tmp_path / "run"))
+    assert '"name":"CNPs"' in page and "ECN-marked packets and CNPs per interval" in page
+    assert "7 CNPs sent" in page

@@ -15,14 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from analysis.metrics import (
-    busbw_factor,
-    ecmp_metrics,
-    expected_collisions,
-    flow_ports,
-    port_names,
-    run_metrics,
-)
+from analysis.ecmp import TRIALS, ecmp_metrics, expected_collisions
+from analysis.metrics import flow_ports, run_metrics
 from fabric.addressing import roce_udp_sport
 from fabric.model import Role
 from fabric.routing import Routing
@@ -35,12 +29,12 @@ SAMPLES = 10
 CONGESTED_BYTES = 900_000
 
 COLLECTIVES = (
-    # kind, ranks, bytes, start_ns, end_ns
-    ("allreduce", 16, 64 * 2**20, 0, 2_000_000),
-    ("allgather", 8, 32 * 2**20, 2_000_000, 3_000_000),
-    ("alltoall", 16, 16 * 2**20, 3_000_000, 3_500_000),
-    ("broadcast", 4, 8 * 2**20, 3_500_000, 4_000_000),
-    ("sendrecv", 2, 2**20, 4_000_000, -1),
+    # kind, ranks, bytes, start_ns, end_ns, the nccl-tests busbw factor
+    ("allreduce", 16, 64 * 2**20, 0, 2_000_000, 2 * 15 / 16),
+    ("allgather", 8, 32 * 2**20, 2_000_000, 3_000_000, 7 / 8),
+    ("alltoall", 16, 16 * 2**20, 3_000_000, 3_500_000, 15 / 16),
+    ("broadcast", 4, 8 * 2**20, 3_500_000, 4_000_000, 1.0),
+    ("sendrecv", 2, 2**20, 4_000_000, -1, 1.0),
 )
 
 
@@ -124,7 +118,9 @@ def make_run(
         ranks=np.array([c[1] for c in COLLECTIVES]),
         start_ns=np.array([c[3] for c in COLLECTIVES]),
         end_ns=np.array([c[4] for c in COLLECTIVES]),
-        algbw_bps=np.zeros(len(kinds)), busbw_bps=np.zeros(len(kinds)),
+        # as an engine writes them: busbw / algbw is the factor (0 where unfinished)
+        algbw_bps=np.array([1.0 if c[4] >= 0 else 0.0 for c in COLLECTIVES]),
+        busbw_bps=np.array([c[5] if c[4] >= 0 else 0.0 for c in COLLECTIVES]),
     )  # fmt: skip
     w.finish("complete")
     return fabric, paths, nbytes
@@ -137,14 +133,6 @@ def run_dir(tmp_path_factory):
     return path, fabric, paths, nbytes
 
 
-def test_busbw_factors_follow_nccl_tests():
-    assert busbw_factor("AllReduce", 8) == pytest.approx(2 * 7 / 8)
-    for kind in ("allgather", "reduce_scatter", "AllToAll"):
-        assert busbw_factor(kind, 4) == pytest.approx(3 / 4)
-    assert busbw_factor("broadcast", 16) == 1.0
-    assert busbw_factor("sendrecv", 2) == 1.0
-
-
 def test_expected_collisions_closed_form_and_simulation():
     assert expected_collisions(1, 4) == 0.0
     assert expected_collisions(2, 2) == pytest.approx(0.5)  # second ball hits the first: 1/2
@@ -155,44 +143,80 @@ def test_expected_collisions_closed_form_and_simulation():
     assert expected_collisions(m, n) == pytest.approx(observed, rel=0.02)
 
 
-def test_ecmp_matches_a_walk_of_the_routed_ports(run_dir):
-    path, fabric, paths, nbytes = run_dir
-    m = ecmp_metrics(fabric, Run(path).flows())
-    # the reference: the ports routing chose, counted flow by flow
-    by_port = {}
-    flows_port = {}
+def _qp_ports(fabric, paths, flows):
+    """The distinct QPs (src, dst, sport, dQPN) on each port, counted flow by flow."""
+    qps: dict[int, set] = {}
+    by_port: dict[int, int] = {}
     for f in range(len(paths)):
+        key = tuple(int(flows[k][f]) for k in ("src", "dst", "sport", "dqpn"))
         for p in paths.of(f):
-            by_port[int(p)] = by_port.get(int(p), 0) + int(nbytes[f])
-            flows_port[int(p)] = flows_port.get(int(p), 0) + 1
-    rows = {r["switch"]: r for r in m["switches"]}
+            qps.setdefault(int(p), set()).add(key)
+            by_port[int(p)] = by_port.get(int(p), 0) + int(flows["bytes"][f])
+    return qps, by_port
+
+
+def test_ecmp_counts_the_qps_that_had_a_choice_over_the_links_they_could_take(run_dir):
+    path, fabric, paths, _ = run_dir
+    flows = Run(path).flows()
+    routing = Routing(fabric)
+    m = ecmp_metrics(fabric, flows, routing, paths.ports.astype(np.int64))
+    qps, by_port = _qp_ports(fabric, paths, flows)
     leaf = fabric.node_id("z0-r0-rtsw")
     ups = [
         int(p) for p in fabric.ports_of(leaf) if fabric.node_role[fabric.port_peer[p]] == Role.CTSW
     ]
-    row = rows["z0-r0-rtsw"]
-    assert row["tier"] == "rtsw>ctsw"
-    assert row["bytes_per_uplink"] == [by_port.get(p, 0) for p in ups]
-    assert row["flows_per_uplink"] == [flows_port.get(p, 0) for p in ups]
-    assert sum(row["flows_per_uplink"]) == len(paths)  # every flow leaves rack 0 upwards
-    assert row["bytes"] == pytest.approx(imbalance([by_port.get(p, 0) for p in ups]))
+    rows = {(r["switch"], r["tier"]): r for r in m["switches"]}
+    row = rows["z0-r0-rtsw", "rtsw>ctsw"]
+    # every flow leaves rack 0 upward with a choice of its rack switch's 4 uplinks
+    assert row["ports"] == [fabric.port_name(p) for p in ups]
+    assert row["bytes_per_link"] == [by_port.get(p, 0) for p in ups]
     # collisions count distinct QPs: flows 0, 1 and 2 are one QP on one uplink
+    balls = sum(len(qps.get(p, ())) for p in ups)
+    assert balls == row["qps"] == len(paths) - 2
+    assert row["qps_per_link"] == [len(qps.get(p, ())) for p in ups]
+    assert row["collisions"] == balls - sum(1 for p in ups if qps.get(p))
+    assert row["collisions_expected"] == pytest.approx(expected_collisions(balls, len(ups)))
+    assert row["bytes"] == pytest.approx(imbalance([by_port.get(p, 0) for p in ups]))
+    # lab-small has two parallel links from each spine to each leaf: going down is a choice
+    # too, between the two links to the destination's leaf
+    down = [r for r in m["switches"] if r["tier"] == "ctsw>rtsw"]
+    assert down and all(r["switch"].startswith("z0-ctsw") for r in down)
+    for r in down:
+        spine = fabric.node_id(r["switch"])
+        sets = {
+            tuple(sorted(int(p) for p in routing.next_hops(spine, int(d))))
+            for f, d in enumerate(flows["dst"])
+            if any(fabric.port_node[p] == spine for p in paths.of(f))
+        }
+        assert sorted(r["ports"]) == sorted(fabric.port_name(p) for s in sets for p in s)
+        assert all(len(s) == 2 for s in sets)
+    tiers = {t["tier"]: t for t in m["tiers"]}
+    assert list(tiers) == ["rtsw>ctsw", "ctsw>rtsw"]  # up first
+    assert tiers["rtsw>ctsw"]["links"] == 4 and tiers["rtsw>ctsw"]["links_in_tier"] == 16
+
+
+def test_ecmp_expectations_are_those_of_uniform_hashing(run_dir):
+    """The expected max/mean beside each figure: the same QPs (and bytes) thrown uniformly
+    on the same next hops, against an independent simulation of the same."""
+    path, fabric, paths, _ = run_dir
     flows = Run(path).flows()
-    qps = {p: set() for p in ups}
+    m = ecmp_metrics(fabric, flows, Routing(fabric), paths.ports.astype(np.int64))
+    row = next(r for r in m["switches"] if r["switch"] == "z0-r0-rtsw")
+    qps, _ = _qp_ports(fabric, paths, flows)
+    weights = {}
     for f in range(len(paths)):
         key = tuple(int(flows[k][f]) for k in ("src", "dst", "sport", "dqpn"))
-        for p in paths.of(f):
-            if int(p) in qps:
-                qps[int(p)].add(key)
-    balls = sum(len(v) for v in qps.values())
-    assert balls == len(paths) - 2
-    assert row["qps_per_uplink"] == [len(qps[p]) for p in ups]
-    assert row["collisions"] == balls - sum(1 for p in ups if qps[p])
-    assert row["collisions_expected"] == pytest.approx(expected_collisions(balls, len(ups)))
-    tier = {t["tier"]: t for t in m["tiers"]}["rtsw>ctsw"]
-    assert tier["switches"] == 1 and tier["uplinks"] == len(ups)
-    # only up tiers are ECMP choices
-    assert all(t["tier"] == "rtsw>ctsw" for t in m["tiers"])
+        weights[key] = weights.get(key, 0) + int(flows["bytes"][f])
+    w = np.array(list(weights.values()), dtype=float)
+    rng = np.random.default_rng(7)
+    draws = rng.integers(0, 4, size=(20_000, len(w)))
+    loads = np.stack([np.bincount(d, weights=w, minlength=4) for d in draws])
+    want = np.mean(loads.max(axis=1) / loads.mean(axis=1))
+    # TRIALS draws: the mean of a max/mean is within a few percent of the long-run value
+    assert row["bytes_expected"]["max_mean"] == pytest.approx(want, rel=4 / np.sqrt(TRIALS))
+    counts = np.stack([np.bincount(d, minlength=4) for d in draws[:, : row["qps"]]])
+    want = np.mean(counts.max(axis=1) / counts.mean(axis=1))
+    assert row["qps_expected"]["max_mean"] == pytest.approx(want, rel=4 / np.sqrt(TRIALS))
 
 
 def test_flow_ports_walks_paths_like_routing(run_dir):
@@ -205,28 +229,30 @@ def test_flow_ports_walks_paths_like_routing(run_dir):
 def test_pause_spread_and_hot_spots(run_dir):
     path, fabric, _, _ = run_dir
     m = run_metrics(Run(path))
-    names = port_names(fabric)
+    names = fabric.port_names
     congested, spine_down, leaf_up = plan(fabric)
     spread = {r["port"]: r for r in m["pause_spread"]}
     assert set(spread) == {names[spine_down], names[leaf_up]}
     root = spread[names[spine_down]]
     assert root["cause"] == "congestion"
-    assert root["because_of"] == names[congested]
+    assert root["because_of"] == root["root"] == names[congested]
     assert root["first_pause_ns"] == 2 * INTERVAL_NS
     assert root["paused_ns"] == 3 * 400
     assert root["pfc_received"] == 3
     assert root["hops_from_root"] == 0
     up = spread[names[leaf_up]]
     assert up["cause"] == "pause" and up["because_of"] == names[spine_down]
+    assert up["root"] == names[congested]  # the victim of a victim: same root cause
     assert up["first_pause_ns"] == 3 * INTERVAL_NS and up["hops_from_root"] == 1
-    # ranked: paused longest first, then deepest queue
-    assert [h["port"] for h in m["hotspots"][:3]] == [
-        names[spine_down],
-        names[leaf_up],
-        names[congested],
-    ]
-    hot = m["hotspots"][2]
+    # the congested port is the one hot spot: it caused every pause; the paused ports are
+    # its victims, not hot spots
+    assert [h["port"] for h in m["hotspots"]] == [names[congested]]
+    hot = m["hotspots"][0]
+    assert hot["pause_caused_ns"] == 3 * 400 + 2 * 300
     assert hot["qdepth_max_bytes"] == CONGESTED_BYTES + 1000
+    # lab-small's links are 100G: 901,000 bytes wait 72.08 us
+    assert hot["queue_delay_max_ns"] == pytest.approx((CONGESTED_BYTES + 1000) * 8 / 100)
+    assert hot["cost_ns"] == pytest.approx(hot["pause_caused_ns"] + hot["queue_delay_max_ns"])
     assert hot["utilization"] == pytest.approx(1.0)
     cong = m["congestion"]
     assert cong["ecn_marked"] == 15
@@ -255,16 +281,42 @@ def test_completion_times_and_collectives(run_dir):
     assert m["fct_ns"]["max"] == fct.max()
     assert m["fct_ns"]["p50"] == pytest.approx(np.median(fct))
     ops = m["collectives"]["ops"]
-    for o, (kind, ranks, nbytes, start, end) in zip(ops, COLLECTIVES, strict=True):
+    for o, (_, _, nbytes, start, end, factor) in zip(ops, COLLECTIVES, strict=True):
+        assert o["busbw_factor"] == pytest.approx(factor)
         if end < 0:
             assert o["busbw_bps"] is None
             continue
         algbw = nbytes * 8 / ((end - start) / 1e9)
         assert o["algbw_bps"] == pytest.approx(algbw)
-        assert o["busbw_bps"] == pytest.approx(algbw * busbw_factor(kind, ranks))
+        assert o["busbw_bps"] == pytest.approx(algbw * factor)
     # AllReduce of 64 MiB on 16 ranks in 2 ms: algbw 268.4 Gb/s, busbw x 30/16
     assert ops[0]["busbw_bps"] == pytest.approx(64 * 2**20 * 8 / 2e-3 * 30 / 16)
     assert m["collectives"]["finished"] == 4
+    # every flow is op 0's: its ideal is the busiest NIC's bytes at lab-small's 100G
+    sent, recv = {}, {}
+    for f in range(len(flows["src"])):
+        sent[int(flows["src"][f])] = sent.get(int(flows["src"][f]), 0) + int(flows["bytes"][f])
+        recv[int(flows["dst"][f])] = recv.get(int(flows["dst"][f]), 0) + int(flows["bytes"][f])
+    busiest = max(max(sent.values()), max(recv.values()))
+    assert ops[0]["ideal_ns"] == int(np.ceil(busiest * 8 / 100))
+    assert ops[0]["efficiency"] == pytest.approx(ops[0]["ideal_ns"] / 2_000_000)
+    assert all(o["ideal_ns"] is None for o in ops[1:])  # no flows of theirs were recorded
+    (job,) = m["jobs"]
+    assert job["name"] == "job 0" and job["ops"] == 5 and job["ops_finished"] == 4
+    assert job["time_ns"] is None  # one op never finished
+    assert job["busbw_bps"]["count"] == 4
+
+
+def test_the_recorded_busbw_factor_is_the_one_used(tmp_path):
+    """The analyzer computes busbw from start and end with the factor the run recorded (the
+    flow table's), not a table of its own."""
+    make_run(tmp_path / "run")
+    col = dict(np.load(tmp_path / "run" / "collectives.npz"))
+    col["busbw_bps"] = col["algbw_bps"] * 3.0
+    np.savez(tmp_path / "run" / "collectives.npz", **col)
+    ops = run_metrics(Run(tmp_path / "run"))["collectives"]["ops"]
+    assert [o["busbw_factor"] for o in ops[:4]] == [3.0] * 4
+    assert ops[0]["busbw_bps"] == pytest.approx(64 * 2**20 * 8 / 2e-3 * 3.0)
 
 
 def test_analyze_and_compare_cli(run_dir, tmp_path):
@@ -349,7 +401,7 @@ def test_an_emulated_runs_figures_are_the_fabrics_and_its_scale_converts(tmp_pat
     assert [h["utilization"] for h in emu["hotspots"]] == pytest.approx(
         [h["utilization"] for h in sim["hotspots"]]
     )
-    assert emu["hotspots"][2]["utilization"] == pytest.approx(1.0)  # the planted full port
+    assert emu["hotspots"][0]["utilization"] == pytest.approx(1.0)  # the planted full port
     for e, s in zip(emu["collectives"]["ops"], sim["collectives"]["ops"], strict=True):
         if s["busbw_bps"] is not None:
             assert e["busbw_bps"] == pytest.approx(s["busbw_bps"])

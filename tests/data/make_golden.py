@@ -360,6 +360,29 @@ def main() -> None:
         "cnp": {"count": 1, "qps": 1},
         "roce": {"becn": 1},
     }
+    # --- golden_short_*.pcap: packets shorter than their link header (or than the IP
+    # header a raw-IP link starts with); scapy raises on all but the 12-byte SLL2 one (it
+    # reads that one's first fields), `pcap show` must still say what they are. Every one
+    # is a cut header of kind "other".
+    short = {
+        "ethernet": (1, [bytes(5), bytes(_eth())[:13]]),  # Ethernet needs 14 bytes
+        "sll": (113, [bytes(10)]),  # Linux cooked needs 16
+        "sll2": (276, [bytes(3), bytes(12)]),  # Linux cooked v2 needs 20
+        "rawip": (101, [b"\x60\x00\x00", b"\x45" + bytes(9)]),  # IPv6 needs 40, IPv4 20
+    }
+    for name, (linktype, frames) in short.items():
+        file = f"golden_short_{name}.pcap"
+        write_pcap(HERE / file, [(T0_S * 10**9 + k * us, f) for k, f in enumerate(frames)],
+                   linktype=linktype)  # fmt: skip
+        expected[file] = {
+            "format": "pcap",
+            "problem": "",
+            "packets": len(frames),
+            "bytes": sum(len(f) for f in frames),
+            "cut_headers": len(frames),
+            "kinds": {"other": len(frames), "ip": 0, "udp": 0},
+        }
+
     (HERE / "golden.json").write_text(json.dumps(expected, indent=1, sort_keys=True) + "\n")
     print(f"wrote {len(expected)} captures' expectations to {HERE / 'golden.json'}")
 

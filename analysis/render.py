@@ -1,0 +1,413 @@
+"""The analyses as text for the terminal: `analyze` of a run or a capture, and `compare`.
+
+Every function takes the dicts of `analysis.metrics` and returns a string; the
+CLI only prints it. `fmt` is the one formatter of a figure by its kind (the
+report's summary uses it too).
+"""
+
+from __future__ import annotations
+
+from analysis.table import render
+from fabric.units import format_rate, format_size, format_time
+
+
+def fmt(value, kind: str) -> str:
+    """A figure as text: kind is rate (bit/s), time (ns), size (bytes), ratio, pct or int."""
+    if value is None:
+        return "-"
+    if kind == "rate":
+        return format_rate(int(value)) + "bps"
+    if kind == "time":
+        return format_time(int(round(value)))
+    if kind == "size":
+        return format_size(int(value))
+    if kind == "ratio":
+        return f"{value:.2f}"
+    if kind == "pct":
+        return f"{100 * value:.2f}%" if abs(value) < 0.1 else f"{100 * value:.1f}%"
+    return f"{int(value):,}"
+
+
+def _vs(observed, expected, kind: str = "ratio") -> str:
+    """An observed figure with its uniform-hashing expectation beside it."""
+    if observed is None:
+        return "-"
+    if expected is None:
+        return fmt(observed, kind)
+    return f"{fmt(observed, kind)} ({fmt(expected, kind)})"
+
+
+DIST_HEAD = ["", "count", "mean", "p50", "p90", "p99", "max"]
+
+
+def _dist_row(label: str, d: dict, kind: str = "time") -> list:
+    return (
+        [label, f"{d['count']:,}"]
+        + [fmt(d[k], kind) for k in ("mean", "p50", "p90", "p99")]
+        + [fmt(d["max"], kind)]
+    )
+
+
+def capture_text(m: dict) -> str:
+    out = [
+        f"{m['file']} ({m['format']}): {m['packets']:,} packets, {m['bytes']:,} bytes on the wire "
+        f"({m['captured_bytes']:,} captured), {fmt(m['duration_ns'], 'time')}, "
+        f"{m['interfaces']} interface(s)"
+    ]
+    if m["cut_headers"]:
+        out.append(f"{m['cut_headers']:,} packets had headers cut by the snap length")
+    if not m["packets"]:
+        return "\n".join(out)
+    out += ["", render(["kind", "packets"], [[k, f"{v:,}"] for k, v in m["kinds"].items() if v])]
+    e = m["ecn"]
+    out += [
+        "",
+        render(
+            ["IP packets", "not-ECT", "ECT(0)", "ECT(1)", "CE", "CE share", "CE of ECT"],
+            [
+                [
+                    f"{e['ip_packets']:,}",
+                    f"{e['not_ect']:,}",
+                    f"{e['ect0']:,}",
+                    f"{e['ect1']:,}",
+                    f"{e['ce']:,}",
+                    f"{100 * e['ce_fraction']:.2f}%",
+                    f"{100 * e['ce_fraction_of_ect']:.2f}%",
+                ]
+            ],
+        ),
+    ]
+    c, p, pa = m["cnp"], m["pfc"], m["pause"]
+    out += [
+        "",
+        f"RoCEv2 {m['roce']['packets']:,} packets (FECN {m['roce']['fecn']:,}, "
+        f"BECN {m['roce']['becn']:,}); CNP {c['count']:,} ({c['rate_per_s']:,.0f}/s, "
+        f"{c['qps']} QPs)",
+        f"802.3x PAUSE {pa['frames']:,} frames, {pa['quanta']:,} quanta, "
+        f"{fmt(pa['paused_ns'], 'time')} paused (not counted as PFC)",
+    ]
+    if p["frames"]:
+        rows = [
+            [
+                str(k),
+                f"{p['frames_per_priority'][k]:,}",
+                f"{p['xoff_per_priority'][k]:,}",
+                f"{p['xon_per_priority'][k]:,}",
+                f"{p['quanta_per_priority'][k]:,}",
+                fmt(p["paused_ns_per_priority"][k], "time"),
+            ]
+            for k in range(8)
+            if p["frames_per_priority"][k]
+        ]
+        out += [
+            "",
+            render(
+                ["priority", "PFC frames", "XOFF", "XON", "quanta", "paused"],
+                rows,
+                title=f"802.1Qbb PFC: {p['frames']:,} frames "
+                f"(time at {fmt(p['rate_bps'], 'rate')})",
+            ),
+        ]
+    f = m["flows"]
+    if f["count"]:
+        out += [
+            "",
+            render(
+                ["src", "dst", "sport", "dQPN", "packets", "bytes", "CE", "duration"],
+                [
+                    [
+                        r["src"],
+                        r["dst"],
+                        r["sport"],
+                        f"0x{r['dqpn']:06x}",
+                        f"{r['packets']:,}",
+                        f"{r['bytes']:,}",
+                        f"{r['ce']:,}",
+                        fmt(r["duration_ns"], "time"),
+                    ]
+                    for r in f["top"]
+                ],
+                title=f"{f['count']:,} flows, the largest:",
+            ),
+            "",
+            render(DIST_HEAD, [_dist_row("flow duration", m["fct_ns"])]),
+        ]
+    pi = m["per_interface"]
+    imb = pi["imbalance"]
+    if imb:
+        out += [
+            "",
+            f"bytes per interface {pi['bytes']}: max/mean {imb['max_mean']:.2f}, "
+            f"CV {imb['cv']:.3f}, Jain {imb['jain']:.3f}",
+            f"flows per interface {pi['flows']}: {pi['collisions']} collisions "
+            f"(uniform hashing {pi['collisions_expected']:.1f})",
+        ]
+    return "\n".join(out)
+
+
+def _jobs_table(m: dict, scale: float) -> str:
+    emulated = scale > 1
+    return render(
+        ["job", "kind", "ops", "time", "ideal", "efficiency", "algbw", "busbw"]
+        + (["busbw emulated"] if emulated else [])
+        + ["flow p99"],
+        [
+            [
+                j["name"],
+                "+".join(j["kinds"]) or "-",
+                f"{j['ops_finished']}/{j['ops']}",
+                fmt(j["time_ns"], "time"),
+                fmt(j["ideal_ns"], "time"),
+                fmt(j["efficiency"], "pct"),
+                fmt(j["algbw_bps"]["mean"], "rate"),
+                fmt(j["busbw_bps"]["mean"], "rate"),
+            ]
+            + ([fmt(j["busbw_emulated_bps"]["mean"], "rate")] if emulated else [])
+            + [fmt((j.get("fct_ns") or {}).get("p99"), "time")]
+            for j in m["jobs"]
+        ],
+        title="jobs (ideal: the busiest NIC's bytes at line rate; efficiency ideal / time; "
+        "nccl-tests algbw and busbw, mean over the job's ops)",
+    )
+
+
+def _ops_table(m: dict, scale: float) -> str:
+    emulated = scale > 1
+    return render(
+        ["op", "job", "kind", "ranks", "bytes", "time", "ideal", "efficiency", "algbw", "busbw"]
+        + (["busbw emulated"] if emulated else []),
+        [
+            [
+                o["op"],
+                o["job_name"],
+                o["kind"],
+                o["ranks"],
+                f"{o['bytes']:,}",
+                fmt(o["time_ns"], "time"),
+                fmt(o["ideal_ns"], "time"),
+                fmt(o["efficiency"], "pct"),
+                fmt(o["algbw_bps"], "rate"),
+                fmt(o["busbw_bps"], "rate"),
+            ]
+            + ([fmt(o["busbw_emulated_bps"], "rate")] if emulated else [])
+            for o in m["collectives"]["ops"]
+        ],
+        title="collectives, per op (nccl-tests algbw and busbw)",
+    )
+
+
+def _ecmp_table(m: dict) -> str:
+    return render(
+        ["tier", "switches", "links", "used", "QPs", "collisions", "max/mean",
+         "per switch max/mean", "Jain"],
+        [
+            [
+                t["tier"],
+                t["switches"],
+                f"{t['links']}/{t['links_in_tier']}",
+                t["links_used"],
+                f"{t['qps']:,}",
+                _vs(t["collisions"], t["collisions_expected"]).replace(".00 (", " ("),
+                _vs(t["bytes"]["max_mean"], t["bytes_expected"]["max_mean"]),
+                _vs(t["switch_max_mean"], t["switch_max_mean_expected"]),
+                _vs(t["bytes"]["jain"], t["bytes_expected"]["jain"]),
+            ]
+            for t in m["ecmp"]["tiers"]
+        ],
+        title="ECMP: bytes over the links each tier's QPs could take, observed (uniform "
+        "hashing of the same QPs on the same next hops)",
+    )  # fmt: skip
+
+
+def _switch_table(m: dict, top: int) -> str:
+    rows = sorted(
+        m["ecmp"]["switches"],
+        key=lambda r: (-r["bytes"]["max_mean"] / r["bytes_expected"]["max_mean"], r["switch"]),
+    )[:top]
+    return render(
+        ["switch", "tier", "QPs", "links", "used", "collisions", "max/mean", "Jain"],
+        [
+            [
+                r["switch"],
+                r["tier"],
+                r["qps"],
+                r["links"],
+                sum(1 for x in r["qps_per_link"] if x),
+                _vs(r["collisions"], r["collisions_expected"]).replace(".00 (", " ("),
+                _vs(r["bytes"]["max_mean"], r["bytes_expected"]["max_mean"]),
+                _vs(r["bytes"]["jain"], r["bytes_expected"]["jain"]),
+            ]
+            for r in rows
+        ],
+        title="the switches furthest above uniform hashing (max/mean against its expectation)",
+    )
+
+
+def _hotspot_table(m: dict) -> str:
+    return render(
+        ["#", "port", "cost", "pause caused", "max queue", "queue delay", "ECN marks", "drops",
+         "utilization"],
+        [
+            [
+                h["rank"],
+                h["port"],
+                fmt(h["cost_ns"], "time"),
+                fmt(h["pause_caused_ns"], "time"),
+                fmt(h["qdepth_max_bytes"], "size"),
+                fmt(h["queue_delay_max_ns"], "time"),
+                f"{h['ecn_marked']:,}",
+                f"{h['drops']:,}",
+                fmt(h["utilization"], "pct"),
+            ]
+            for h in m["hotspots"]
+        ],
+        title="hot spots, by cost: the pause time they caused plus their deepest queue as "
+        "delay (victims of PFC are listed below, not here)",
+    )  # fmt: skip
+
+
+def _spread_table(m: dict, top: int) -> list[str]:
+    spread = m["pause_spread"]
+    # the ports furthest upstream from where their pause began, then in time order
+    shown = sorted(spread, key=lambda r: (-r["hops_from_root"], r["first_pause_ns"]))
+    shown = sorted(shown[:top], key=lambda r: (r["first_pause_ns"], r["port"]))
+    roots = {r["root"] for r in spread if r["root"]}
+    out = [
+        render(
+            ["victim port", "first pause", "paused", "cause", "because of", "root cause", "hops"],
+            [
+                [
+                    r["port"],
+                    fmt(r["first_pause_ns"], "time"),
+                    fmt(r["paused_ns"], "time"),
+                    r["cause"],
+                    r["because_of"] or "-",
+                    r["root"] or "-",
+                    r["hops_from_root"],
+                ]
+                for r in shown
+            ],
+            title=f"victims of PFC: {len(spread):,} paused ports, {len(roots):,} root "
+            f"cause(s), longest chain {max(r['hops_from_root'] for r in spread)} hops",
+        )
+    ]
+    if len(spread) > len(shown):
+        out.append(f"... {len(spread) - len(shown):,} more paused ports (--top, or --json for all)")
+    return out
+
+
+def _worst_table(m: dict) -> str:
+    th = m["throughput"]
+    return render(
+        ["job", "from", "to", "receivers' utilization", "received"],
+        [
+            [
+                w["name"],
+                fmt(w["start_ns"], "time"),
+                fmt(w["end_ns"], "time"),
+                fmt(w["utilization"], "pct"),
+                fmt(w["rx_bps"], "rate"),
+            ]
+            for w in th["worst_intervals"]
+        ],
+        title=f"worst intervals: where a running job's receivers took less than "
+        f"{100 * th['low_utilization']:.0f}% of their line rate",
+    )
+
+
+def run_text(m: dict, top: int = 10) -> str:
+    out = [
+        f"run {m['path']}: {m['fabric']}, engine {m['engine']}, status {m['status']}; "
+        f"{m['flows']['count']:,} flows ({m['flows']['finished']:,} finished)"
+    ]
+    scale = m.get("emulation_scale", 1.0)
+    if scale > 1:
+        out.append(
+            f"emulated with link rates divided by {scale:,.0f} and time stretched by it; "
+            "figures are in fabric time and rates (busbw also as the emulated links carried it)"
+        )
+    if m["jobs"]:
+        out += ["", _jobs_table(m, scale)]
+    if m["collectives"]["count"] > len(m["jobs"]):
+        out += ["", _ops_table(m, scale)]
+    if m["throughput"]["worst_intervals"]:
+        out += ["", _worst_table(m)]
+    if m["ecmp"]["tiers"]:
+        out += ["", _ecmp_table(m), "", _switch_table(m, min(top, 5))]
+    cong = m["congestion"]
+    if cong:
+        cnp = "-" if m.get("cnp_sent") is None else f"{m['cnp_sent']:,}"
+        out += [
+            "",
+            f"congestion: {cong['ecn_marked']:,} ECN marks (~{100 * cong['ecn_fraction_est']:.2f}%"
+            f" of packets), {cnp} CNPs, {cong['pfc_frames']:,} PFC frames, "
+            f"{fmt(cong['paused_ns'], 'time')} paused on {cong['paused_ports']} ports, "
+            f"{cong['drops']:,} drops, deepest queue {fmt(cong['qdepth_max_bytes'], 'size')}",
+        ]
+    if m["hotspots"]:
+        out += ["", _hotspot_table(m)]
+    if m["pause_spread"]:
+        out += [""] + _spread_table(m, top)
+    if m["flows"]["count"]:
+        rows = [_dist_row("all flows", m["fct_ns"])]
+        rows += [_dist_row(j["name"], j["fct_ns"]) for j in m["jobs"] if "fct_ns" in j]
+        out += ["", render(["flow completion"] + DIST_HEAD[1:], rows)]
+    for c in m["captures"]:
+        out += ["", capture_text(c)]
+    return "\n".join(out)
+
+
+SUMMARY_ROWS = (
+    ("ecn_marked", "ECN-marked packets", "int"),
+    ("ecn_fraction", "ECN-marked fraction", "pct"),
+    ("cnp", "CNPs", "int"),
+    ("pfc_frames", "PFC frames", "int"),
+    ("paused_ns", "time paused by PFC (all ports)", "time"),
+    ("drops", "drops", "int"),
+    ("max_queue_bytes", "deepest queue", "size"),
+    ("fct_p50_ns", "flow completion p50", "time"),
+    ("fct_p99_ns", "flow completion p99", "time"),
+)
+JOB_ROWS = (
+    ("busbw_bps", "busbw", "rate"),
+    ("time_ns", "time", "time"),
+    ("ideal_ns", "ideal time", "time"),
+    ("efficiency", "efficiency", "pct"),
+    ("fct_p99_ns", "flow completion p99", "time"),
+)
+
+
+def summary_rows(s: list[dict]) -> list[list[str]]:
+    """Label and one cell per summary (`metrics.summary`): per job first, then the ECMP
+    tier furthest above uniform hashing, then the run-wide figures."""
+    jobs: list[str] = []
+    for x in s:
+        jobs += [j["name"] for j in x["jobs"] if j["name"] not in jobs]
+    rows = []
+    for name in jobs:
+        mine = [next((j for j in x["jobs"] if j["name"] == name), None) for x in s]
+        kind = next(j["kind"] for j in mine if j)
+        for key, label, k in JOB_ROWS:
+            rows.append(
+                [f"job {name} ({kind}): {label}"] + [fmt(j[key] if j else None, k) for j in mine]
+            )
+    rows.append(["ECMP tier furthest from uniform"] + [x["ecmp_tier"] or "-" for x in s])
+    rows.append(
+        ["  its max/mean (uniform)"]
+        + [_vs(x["ecmp_max_mean"], x["ecmp_max_mean_expected"]) for x in s]
+    )
+    rows.append(
+        ["  its collisions (uniform)"]
+        + [
+            "-"
+            if x["ecmp_collisions"] is None
+            else f"{x['ecmp_collisions']:,} ({fmt(x['ecmp_collisions_expected'], 'ratio')})"
+            for x in s
+        ]
+    )
+    rows += [[label] + [fmt(x[key], kind) for x in s] for key, label, kind in SUMMARY_ROWS]
+    return rows
+
+
+def compare_text(s: list[dict]) -> str:
+    return render([""] + [x["name"] for x in s], summary_rows(s))
