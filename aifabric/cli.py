@@ -11,8 +11,8 @@ import sys
 
 import click
 
-from aifabric import __version__
 from aifabric.table import render
+from fabric import __version__
 from fabric.errors import AifabricError
 
 

@@ -10,12 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
+from fabric.engines import Stop, run_scenario
 from fabric.errors import AifabricError
-from fabric.rundir import COLLECTIVE_FIELDS, FLOW_FIELDS, PORT_SERIES, Run, RunWriter
+from fabric.rundir import COLLECTIVE_FIELDS, FLOW_FIELDS, PORT_SERIES, Run
 from fabric.scenario import Fault
+from fabric.scenarios import load_scenario, scenario_presets
 from fabric.sim import layout as L
-from fabric.sim.run import run_scenario
-from fabric.sim.scenario_spec import load_scenario, scenario_presets
 from tests.conftest import fabric as preset
 from tests.simhelp import flows, run
 
@@ -85,7 +85,7 @@ def test_run_writes_the_run_directory(small, tmp_path):
         coll["algbw_bps"][0] * 2 * (coll["ranks"][0] - 1) / coll["ranks"][0]
     )
     assert summary["flows_done"] == len(fl["flow_id"])
-    assert [p.name for p in r.captures()] == ["z0-r0-h0-nic0-p0.pcap"]
+    assert [p.name for p in r.captures()] == ["z0-r0-h0-nic0--z0-r0-rtsw.pcap"]
 
 
 def test_run_prints_a_summary_and_the_same_seed_reproduces(small, tmp_path):
@@ -103,7 +103,8 @@ def test_run_prints_a_summary_and_the_same_seed_reproduces(small, tmp_path):
     "args, message",
     [
         (["run", "no-such-scenario"], "unknown scenario"),
-        (["run", "demo", "--capture", "nowhere:1"], "no node named"),
+        (["run", "demo", "--capture", "nowhere:1"], "has no port 'nowhere:1'"),
+        (["run", "demo", "--capture", "z0-r0-rtsw--nowhere"], "no node named 'nowhere'"),
     ],
 )
 def test_run_errors_are_one_sentence(args, message, tmp_path):
@@ -125,7 +126,7 @@ def test_mininet_engine_missing_is_one_sentence(small, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "fabric.emu", None)
     result = invoke("run", small, "--engine", "mininet", "-o", tmp_path / "x")
     assert result.exit_code == 1
-    assert "Mininet engine is not available" in result.output
+    assert "mininet engine is not available" in result.output
 
 
 def test_every_preset_loads():
@@ -138,15 +139,14 @@ def test_every_preset_loads():
 
 def test_interrupted_run_is_partial_with_everything_so_far(small, tmp_path):
     sc = load_scenario(small)
-    writer = RunWriter(tmp_path / "p", "sim", sc.to_dict())
+    stop = Stop()
     calls = []
 
-    def interrupt(progress):
+    def interrupt(progress, final=False):
         calls.append(progress)
-        if len(calls) == 1:
-            raise KeyboardInterrupt
+        stop.set()
 
-    summary = run_scenario(sc, writer, progress=interrupt)
+    summary = run_scenario("sim", sc, tmp_path / "p", progress=interrupt, stop=stop)
     r = Run(tmp_path / "p")
     assert summary["status"] == "partial" and r.status == "partial"
     fl = r.flows()
