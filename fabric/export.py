@@ -9,7 +9,6 @@ from fabric.addressing import format_ipv4, nic_ipv4
 from fabric.model import Fabric, Role
 
 TOPOLOGY_SCHEMA = "aifabric.topology/1"
-FORMATS = ("json", "graphml", "dot")
 
 
 def topology_dict(fabric: Fabric) -> dict:

@@ -29,10 +29,3 @@ def imbalance(load) -> dict[str, float]:
         "cv": float(x.std() / mean),
         "jain": float(x.sum() ** 2 / (x.size * (x**2).sum())),
     }
-
-
-def uniform_cv(balls: float, bins: int) -> float:
-    """Expected CV of a multinomial: `balls` thrown uniformly into `bins` bins."""
-    if balls <= 0 or bins <= 1:
-        return 0.0
-    return float(np.sqrt((bins - 1) / balls))

@@ -1,5 +1,8 @@
 """Scenarios loaded and validated in one place, for every engine: TOML files and presets.
 
+This sits beside the engines, above the topologies and the workloads it
+builds a scenario from (`fabric.scenario` is the shape it returns).
+
 The presets are `fabric/scenarios/presets/*.toml`. A scenario file names a
 topology and a workload and sets what differs from their defaults, every key
 checked (an unknown key is an error, not silence):
@@ -31,6 +34,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import topologies
+import traffic
 from fabric.cc import DEFAULT_KIND, cc_parameters
 from fabric.cc import DEFAULTS as CC_DEFAULTS
 from fabric.cc import KINDS as CONGESTION_CONTROLS
@@ -40,6 +45,7 @@ from fabric.routing import POLICIES
 from fabric.scenario import Fault, Scenario
 from fabric.specfile import Presets
 from fabric.units import parse_time
+from topologies.spec import QUEUE_ROLES, queue_profiles
 
 TABLES = ("scenario", "workload", "ecmp", "queue", "congestion_control", "faults")
 SCENARIO_KEYS = (
@@ -87,9 +93,6 @@ def _relative(value: str, folder: Path | None) -> str:
 def scenario_from_dict(
     raw: dict, stem: str, *, folder: Path | None = None, seed: int | None = None
 ) -> Scenario:
-    import topologies
-    import traffic
-
     for table in raw:
         if table not in TABLES:
             raise SpecError(
@@ -176,8 +179,6 @@ def scenario_from_dict(
 
 def with_queues(fabric: Fabric, queue: dict, name: str) -> Fabric:
     """The fabric with the scenario's [queue] keys laid over its topology's."""
-    from topologies.spec import QUEUE_ROLES, queue_profiles
-
     if not isinstance(queue, dict):
         raise SpecError(f"scenario {name}: [queue] must be a table")
     merged = copy.deepcopy(fabric.spec.get("queue", {}))
