@@ -252,7 +252,9 @@ def check_options(eng: Engine, options: dict[str, Any]) -> dict[str, Any]:
     given = {k: v for k, v in options.items() if v is not None}
     for key in given:
         if key not in eng.options:
-            where = " and ".join(takers(key)) or "no"
+            where = " and ".join(takers(key))
+            if not where:
+                raise AifabricError(f"no engine takes option {key}")
             raise AifabricError(f"option {key} applies to the {where} engine, not to {eng.name}")
     return given
 
