@@ -173,4 +173,7 @@ def _print_summary(sc, s: dict) -> None:
             f"{format_time(s.get('paused_ns_total', 0))} paused"
         )
         click.echo(f"drops             {s.get('drops', 0):,}")
+    for name, packets in s.get("captures", {}).items():
+        idle = "  (the port sent nothing while it was captured)" if not packets else ""
+        click.echo(f"captured          {name}: {packets:,} frames{idle}")
     click.echo(f"run directory     {s['run_dir']}")

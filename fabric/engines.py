@@ -153,22 +153,18 @@ def completion_ns(start_ns, end_ns) -> int | None:
 def check_features(name: str, sc: Scenario, features: dict[str, Support]) -> None:
     """One sentence when the engine refuses a feature `sc` uses, or does not answer for one."""
     problems = []
-    for feature in scenario_features(sc):
+    for feature, asked in scenario_features(sc).items():
         s = features.get(feature)
         if s is None:
             problems.append(f"{feature} (the engine does not say what it does with it)")
         elif s.state not in SUPPORT:
             problems.append(f"{feature} (the engine answers {s.state!r})")
         elif s.state == "refused":
-            problems.append(f"{feature} = {_asked(sc, feature)}: {s.how}")
+            problems.append(f"{feature} = {asked}: {s.how}")
     if problems:
         raise AifabricError(
             f"the {name} engine cannot run scenario {sc.name}: {'; '.join(problems)}"
         )
-
-
-def _asked(sc: Scenario, feature: str) -> str:
-    return scenario_features(sc)[feature]
 
 
 class Interrupted(KeyboardInterrupt):

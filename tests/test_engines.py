@@ -201,6 +201,14 @@ def test_capture_takes_several_ports_in_one_option_and_the_last_progress_line_is
     assert result.exit_code == 0, result.output
     names = sorted(p.name for p in Run(out).captures())
     assert names == ["z0-r0-h0-nic0--z0-r0-rtsw.pcap", "z0-r0-rtsw--z0-ctsw0.pcap"]
+    from analysis.capture import read_capture
+
+    captured = Run(out).meta["results"]["summary"]["captures"]
+    for path in Run(out).captures():
+        assert captured[path.stem] == len(read_capture(path).time_ns)
+    # incast-pfc stays in one rack: its uplink is idle, and the run says so
+    assert captured["z0-r0-rtsw--z0-ctsw0"] == 0 and captured["z0-r0-h0-nic0--z0-r0-rtsw"] > 0
+    assert "z0-r0-rtsw--z0-ctsw0: 0 frames  (the port sent nothing" in result.stdout
     last = result.stderr.strip().split("\r")[-1]
     n = Run(out).meta["results"]["summary"]["flows"]
     assert f"flows {n:,}/{n:,}" in last, last
@@ -208,3 +216,17 @@ def test_capture_takes_several_ports_in_one_option_and_the_last_progress_line_is
     from fabric.units import format_time
 
     assert format_time(done_ns) in last
+
+
+def test_the_emulator_counts_what_a_capture_holds(tmp_path):
+    from fabric.emu.engine import pcap_packets
+    from fabric.sim.pcap import write_pcap
+
+    path = tmp_path / "x.pcap"
+    write_pcap(path, [(1, b"a" * 60), (2, b"b" * 70), (3, b"c" * 80)])
+    assert pcap_packets(path) == 3
+    path.write_bytes(path.read_bytes()[:-10])  # the last record cut short: not a packet
+    assert pcap_packets(path) == 2
+    write_pcap(path, [])
+    assert pcap_packets(path) == 0
+    assert pcap_packets(tmp_path / "missing.pcap") == 0

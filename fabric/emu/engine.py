@@ -195,6 +195,7 @@ class EmuSession:
         n = len(scenario.flows)
         self.paths = (np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
         self.captures: list[subprocess.Popen] = []
+        self.capture_files: list = []
         self.timings: dict[str, float] = {}
 
     def build(self, writer, stop) -> None:
@@ -241,6 +242,7 @@ class EmuSession:
             ports = sc.capture_ports() or _default_captures(sc)
         for port in ports:
             out = writer.capture_path(fabric.port_name(port))
+            self.capture_files.append(out)
             self.captures.append(
                 net.popen(
                     int(fabric.port_node[port]),
@@ -286,11 +288,17 @@ class EmuSession:
             result = self.replay.last_result
         summary = _write(writer, self.sc, self.net.plan, self.monitor, result, *self.paths)
         summary["faults"] = self.injector.applied if self.injector is not None else []
+        summary["captures"] = self._captured(writer)
         summary["build_s"] = round(self.timings.get("build_s", 0.0), 3)
         if result is not None and not result.complete:
             summary["incomplete"] = "the replay timed out before every flow completed"
         writer.note(summary={k: v for k, v in summary.items() if k != "incomplete"})
         return summary
+
+    def _captured(self, writer) -> dict[str, int]:
+        """Packets in each capture, once tcpdump has written them out."""
+        linux.stop_processes(self.captures)
+        return {path.stem: pcap_packets(path) for path in sorted(self.capture_files)}
 
     def close(self) -> None:
         self.halt.set()
@@ -330,6 +338,22 @@ class EmuEngine:
 
 
 ENGINE = EmuEngine()
+
+
+def pcap_packets(path) -> int:
+    """Records in a classic pcap file (0 for one that is missing or has only its header)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return 0
+    if len(data) < 24:
+        return 0
+    order = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    n, at = 0, 24
+    while at + 16 <= len(data):
+        at += 16 + int.from_bytes(data[at + 8 : at + 12], "little" if order == "<" else "big")
+        n += at <= len(data)
+    return n
 
 
 def _paths_after_faults(net, scenario, applied, result, ptr0, links0):

@@ -121,9 +121,9 @@ def write_results(sim: Simulation, writer, ports, *, ran: bool = True) -> dict:
     writer.ports(**series)
     coll = sim.collective_records()
     writer.collectives(**coll)
-    if len(ports):
-        write_captures(sim, writer, ports)
+    captured = write_captures(sim, writer, ports) if len(ports) else {}
     summary = summarize(sim, flows, series, coll)
+    summary["captures"] = captured
     writer.note(
         engine="sim",
         counters=sim.counters(),
@@ -134,15 +134,22 @@ def write_results(sim: Simulation, writer, ports, *, ran: bool = True) -> dict:
     return summary
 
 
-def write_captures(sim: Simulation, writer, ports) -> None:
-    """captures/<port name>.pcap for every captured port, each written whole or not at all."""
+def write_captures(sim: Simulation, writer, ports) -> dict[str, int]:
+    """captures/<port name>.pcap for every captured port, each written whole or not at all;
+    returns the frames each holds."""
     builder = FrameBuilder(sim.fabric, sim.flows, sim.routing.ip, sim.mtu)
     records = sim.captures()
+    out = {}
     for port in sorted(set(int(p) for p in ports)):
         sel = records[records[:, CP_PORT] == port]
         frames = ((int(r[CP_TIME]) // PS_PER_NS, builder.frame(r)) for r in sel)
-        path = writer.capture_path(sim.fabric.port_name(port))
-        replace_atomic(path, lambda tmp, frames=frames: write_pcap(tmp, frames, CAPTURE_SNAPLEN))
+        name = sim.fabric.port_name(port)
+        replace_atomic(
+            writer.capture_path(name),
+            lambda tmp, frames=frames: write_pcap(tmp, frames, CAPTURE_SNAPLEN),
+        )
+        out[name] = len(sel)
+    return out
 
 
 def summarize(sim: Simulation, flows: dict, series: dict, coll: dict) -> dict:
