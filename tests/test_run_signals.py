@@ -130,6 +130,9 @@ def test_a_signal_at_any_point_leaves_an_honest_run(small, tmp_path, monkeypatch
     assert LOCK not in names
     if point in ("run", "captures", "summary"):
         assert "flows.npz" in names and "ports.npz" in names
+    if point == "build":  # built, never run: every flow recorded as unstarted
+        assert "nothing ran" in run.meta["message"]
+        assert (run.flows()["start_ns"] == -1).all()
 
 
 def test_a_second_signal_stops_at_once_with_what_was_written(small, tmp_path, monkeypatch):

@@ -124,6 +124,7 @@ def test_bad_scenario_keys_fail_with_the_key_named(tmp_path):
 
 def test_mininet_engine_missing_is_one_sentence(small, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "fabric.emu", None)
+    monkeypatch.setitem(sys.modules, "fabric.emu.engine", None)
     result = invoke("run", small, "--engine", "mininet", "-o", tmp_path / "x")
     assert result.exit_code == 1
     assert "mininet engine is not available" in result.output
