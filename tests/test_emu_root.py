@@ -262,10 +262,11 @@ def test_sigkill_then_clean_leaves_nothing():
     _nothing_left()
 
 
-@pytest.mark.parametrize("after_s", [0.0, 1.0])
+@pytest.mark.parametrize("after_s", [None, 0.0, 1.0])
 def test_sigterm_mid_run_cleans_up_and_marks_partial(tmp_path, after_s):
     """Also the race of issue 15: a SIGTERM right after the emulation settings are noted,
-    before the replay starts, ends partial with flows.npz and no traceback."""
+    before the replay starts, ends partial with flows.npz and no traceback. One while the
+    network is built (after_s None) stops the build at once and leaves nothing behind."""
     code = f"""
 from fabric.scenarios import scenario_from_dict
 from fabric.engines import run_scenario
@@ -281,16 +282,21 @@ run_scenario("mininet", sc, {str(tmp_path / "run")!r}, options={{"timeout_s": 12
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         p = tmp_path / "run" / "run.json"
-        if p.exists() and "emulation" in json.loads(p.read_text())["results"]:
+        if p.exists() and (after_s is None or "emulation" in json.loads(p.read_text())["results"]):
             break
-        time.sleep(0.2)
-    time.sleep(after_s)
+        time.sleep(0.01 if after_s is None else 0.2)
+    time.sleep(after_s or 0.0)
     proc.terminate()
     _, err = proc.communicate(timeout=60)
     assert "Traceback" not in err, err
-    assert Run(tmp_path / "run").status == "partial"
+    run = Run(tmp_path / "run")
+    assert run.status == "partial"
     _nothing_left()
-    assert np.load(tmp_path / "run" / "flows.npz")["end_ns"].min() == -1
+    if after_s is None:
+        assert "interrupted while building" in run.meta["message"]
+        assert "emulation" not in run.meta["results"]
+    else:
+        assert np.load(tmp_path / "run" / "flows.npz")["end_ns"].min() == -1
 
 
 def test_a_paused_ports_marker_stops_draining(tmp_path):
