@@ -3,7 +3,6 @@
 An engine is one module holding `ENGINE`, an object with
 
     name                        "sim", "mininet", ...
-    description                 one line for `--help`
     options                     {option: one line of help}: what it takes beyond the scenario
     unavailable(**options)      None, or one sentence why it cannot run on this machine
     session(scenario, **options) -> a session; decides and probes, builds nothing
@@ -87,7 +86,6 @@ class Session(Protocol):
 
 class Engine(Protocol):
     name: str
-    description: str
     options: dict[str, str]
 
     def unavailable(self, **options) -> str | None: ...
@@ -294,6 +292,7 @@ def _phases(eng, sc, session, writer, stop: Stop, progress) -> dict:
     status, message = "complete", ""
     error: BaseException | None = None
     ran = False  # the run phase began
+    ran_all = False  # the engine says everything ran
     ran_out = False  # stopped before the run phase ended
     try:
         writer.topology(sc.fabric)
@@ -303,7 +302,7 @@ def _phases(eng, sc, session, writer, stop: Stop, progress) -> dict:
         if not stop.is_set():
             stop.enter("run")
             ran = True
-            session.run(stop, progress)
+            ran_all = session.run(stop, progress)
         ran_out = stop.is_set()
         # the next signal stops the writing at once; every file is written whole or not at all
         stop.enter("write", "cooperative" if ran_out else "abortable")
@@ -328,10 +327,12 @@ def _phases(eng, sc, session, writer, stop: Stop, progress) -> dict:
         if ran_out:
             what = "the results cover what ran" if ran else "nothing ran"
             status, message = "partial", f"interrupted while {_doing(stop.first)}; {what}"
-        elif done is not None and total is not None and done < total:
+        elif not ran_all or (done is not None and total is not None and done < total):
             status = "partial"
             message = summary.get("incomplete") or (
                 f"{total - done} flows did not complete (no path, or waiting on ones that did not)"
+                if done is not None and total is not None and done < total
+                else f"the {eng.name} engine did not run everything"
             )
     summary.pop("incomplete", None)
     stop.enter("finish", "shielded")

@@ -39,7 +39,6 @@ class LineRate:
     """An engine in a dozen lines: every flow at its NIC's line rate, one after another."""
 
     name = "line-rate"
-    description = "flows at line rate, nothing shared"
     options = {
         "unfinished": "flows left unfinished",
         "fail": "raise in run",

@@ -318,7 +318,6 @@ class EmuSession:
 
 class EmuEngine:
     name = "mininet"
-    description = "the scenario on Linux network stacks in namespaces (root)"
     options = {
         "switch": "switches as Linux routers (router, the default) or Open vSwitch bridges (ovs)",
         "scale": "divide link rates by N (time stretches by N)",

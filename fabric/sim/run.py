@@ -97,7 +97,6 @@ class SimSession:
 
 class SimEngine:
     name = "sim"
-    description = "the packet-level simulator (no root)"
     options: dict[str, str] = {}
 
     def unavailable(self) -> str | None:
