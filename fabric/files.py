@@ -9,6 +9,7 @@ sentence (AifabricError).
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Callable
@@ -29,7 +30,7 @@ def replace_atomic(path: str | os.PathLike, write: Callable[[str], None]) -> Non
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as e:
-        raise AifabricError(f"cannot write {path}: {_why(path, e)}") from None
+        raise AifabricError(f"cannot write {path}: {why_not_written(path, e)}") from None
     os.close(fd)
     try:
         write(tmp)
@@ -37,14 +38,14 @@ def replace_atomic(path: str | os.PathLike, write: Callable[[str], None]) -> Non
         os.replace(tmp, path)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
-        raise AifabricError(f"cannot write {path}: {_why(path, e)}") from None
+        raise AifabricError(f"cannot write {path}: {why_not_written(path, e)}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def _why(path: Path, e: OSError) -> str:
-    """What is wrong with writing `path`, in a few words."""
+def why_not_written(path: Path, e: OSError) -> str:
+    """What is wrong with writing `path` (the error `e` said), in a few words."""
     up = path.parent
     while not up.exists() and up != up.parent:
         up = up.parent
@@ -54,6 +55,8 @@ def _why(path: Path, e: OSError) -> str:
         return f"the directory {path.parent} does not exist"
     if path.is_dir():
         return "it is a directory"
+    if e.errno == errno.ENOENT:  # the folder exists but makes no files (/proc, /sys)
+        return f"{up} does not take new files"
     return e.strerror or str(e)
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from fabric.errors import AifabricError
-from fabric.files import replace_atomic
+from fabric.files import replace_atomic, why_not_written
 
 RUN_SCHEMA = "aifabric.run/1"
 STATUSES = ("running", "complete", "partial", "failed")
@@ -123,7 +123,8 @@ def check_run_dir(path: str | Path) -> None:
                 raise AifabricError(f"cannot make run directory {path}: {where} is not a directory")
         os.rmdir(tempfile.mkdtemp(dir=where, prefix=".aifabric-probe-"))
     except OSError as e:
-        raise AifabricError(f"cannot write run directory {path}: {e.strerror or e}") from None
+        why = why_not_written(where / ".aifabric-probe", e)
+        raise AifabricError(f"cannot write run directory {path}: {why}") from None
 
 
 class RunWriter:
