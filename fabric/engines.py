@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 from fabric.errors import AifabricError
 from fabric.model import Role
+from fabric.rundir import RunWriter, check_run_dir
 from fabric.scenario import Scenario
 
 ENGINES = {"sim": "fabric.sim.run", "mininet": "fabric.emu.engine"}  # name -> module with ENGINE
@@ -268,8 +269,6 @@ def run_scenario(
     Signals are handled here when `stop` is not given; a caller that gives one
     installs its handlers (`Stop.handling`).
     """
-    from fabric.rundir import RunWriter, check_run_dir
-
     eng = engine(name)
     opts = check_options(eng, options or {})
     reason = eng.unavailable(**opts)
