@@ -18,7 +18,9 @@ and a session with
                                 from then on a first signal only sets the flag
     build(writer, stop)         compile, build, note settings in run.json
     run(stop, progress) -> bool True when everything ran; returns soon after `stop` is set;
-                                not called when asked to stop before it
+                                not called when asked to stop before it. It may call
+                                `progress(p)` as it goes (p has now_ns, flows_done, flows,
+                                events) and then `progress(p, final=True)` with the end state
     write(writer) -> dict       the results into the run directory (also when `run` was
                                 stopped or never called); returns the summary
     close()                     tear down; always called, after errors too
