@@ -137,20 +137,6 @@ def scenario_features(sc: Scenario) -> dict[str, str]:
     return out
 
 
-def completion_ns(start_ns, end_ns) -> int | None:
-    """The completion time every engine reports: from the first flow's start to the last
-    finished flow's end (flows that never started or finished, -1, aside). For a complete
-    run that is the whole run; for a partial one, the span of what was completed. None
-    when no flow finished."""
-    import numpy as np
-
-    start, end = np.asarray(start_ns), np.asarray(end_ns)
-    started, done = start[start >= 0], end[end >= 0]
-    if not len(done) or not len(started):
-        return None
-    return int(done.max() - started.min())
-
-
 def check_features(name: str, sc: Scenario, features: dict[str, Support]) -> None:
     """One sentence when the engine refuses a feature `sc` uses, or does not answer for one."""
     problems = []

@@ -229,3 +229,25 @@ def test_the_emulator_counts_what_a_capture_holds(tmp_path):
     write_pcap(path, [])
     assert pcap_packets(path) == 0
     assert pcap_packets(tmp_path / "missing.pcap") == 0
+
+
+def test_collectives_and_completion_are_computed_once_from_flow_times():
+    from fabric.results import collective_records, collective_rows, completion_ns
+    from tests.conftest import fabric as preset
+    from tests.simhelp import flows
+
+    nics = preset("lab-small").nic_ids
+    ops = {"op_id": [0, 1], "op_job": [0, 1], "op_kind": ["allreduce", "sendrecv"],
+           "op_algorithm": ["ring", "p2p"], "op_bytes": [4_000, 1_000], "op_ranks": [4, 2],
+           "op_busbw_factor": [1.5, 1.0]}  # fmt: skip
+    table = flows(nics[0:3], nics[3:6], 1_000, ops=ops, op=[0, 0, 1])
+    start, end = np.array([100, 150, 200]), np.array([600, 1_100, -1])
+    coll = collective_records(table, start, end)
+    assert coll["start_ns"].tolist() == [100, 200] and coll["end_ns"].tolist() == [1_100, -1]
+    assert coll["algbw_bps"][0] == 4_000 * 8e9 / 1_000 and coll["algbw_bps"][1] == 0.0
+    assert coll["busbw_bps"][0] == 1.5 * coll["algbw_bps"][0]
+    rows = collective_rows(coll)
+    assert [r["time_ns"] for r in rows] == [1_000, None]
+    # a partial run's completion: the span of what finished
+    assert completion_ns(start, end) == 1_000
+    assert completion_ns(np.array([-1, 5]), np.array([-1, -1])) is None

@@ -24,15 +24,9 @@ from fabric.emu.monitor import Monitor
 from fabric.emu.net import SWITCHES, make_network
 from fabric.emu.plan import plan
 from fabric.emu.replay import PAYLOAD_MTU, Replay
-from fabric.engines import (
-    Support,
-    approximated,
-    completion_ns,
-    implemented,
-    refused,
-    scenario_features,
-)
+from fabric.engines import Support, approximated, implemented, refused, scenario_features
 from fabric.errors import AifabricError
+from fabric.results import collective_records, collective_rows, completion_ns
 
 CAPTURE_SNAPLEN = 128
 
@@ -393,47 +387,8 @@ def _write(writer, scenario, pl, monitor, result, path_ptr, path_link) -> dict:
     )  # fmt: skip
     series = monitor.series()
     writer.ports(**series)
-    ops = []
-    cols = {k: [] for k in ("op", "job", "kind", "algorithm", "bytes", "ranks")}
-    cols.update(start_ns=[], end_ns=[], algbw_bps=[], busbw_bps=[])
-    for i in range(len(ft.op_id)):
-        mine = ft.op == ft.op_id[i]
-        s = start[mine]
-        e = end[mine]
-        t0 = int(s[s >= 0].min()) if (s >= 0).any() else -1
-        t1 = int(e.max()) if mine.any() and (e >= 0).all() else -1
-        dur = t1 - t0 if t0 >= 0 and t1 >= 0 else 0
-        algbw = ft.op_bytes[i] * 8e9 / dur if dur > 0 else 0.0
-        busbw = algbw * float(ft.op_busbw_factor[i])
-        for k, v in (
-            ("op", int(ft.op_id[i])), ("job", int(ft.op_job[i])), ("kind", str(ft.op_kind[i])),
-            ("algorithm", str(ft.op_algorithm[i])), ("bytes", int(ft.op_bytes[i])),
-            ("ranks", int(ft.op_ranks[i])), ("start_ns", t0), ("end_ns", t1),
-            ("algbw_bps", algbw), ("busbw_bps", busbw),
-        ):  # fmt: skip
-            cols[k].append(v)
-        ops.append(
-            {
-                "kind": str(ft.op_kind[i]),
-                "algorithm": str(ft.op_algorithm[i]),
-                "bytes": int(ft.op_bytes[i]),
-                "ranks": int(ft.op_ranks[i]),
-                "time_ns": dur if dur > 0 else None,
-                "busbw_bps": busbw,
-            }
-        )
-    writer.collectives(
-        op=np.array(cols["op"], dtype=np.int32),
-        job=np.array(cols["job"], dtype=np.int32),
-        kind=np.array(cols["kind"], dtype=np.str_),
-        algorithm=np.array(cols["algorithm"], dtype=np.str_),
-        bytes=np.array(cols["bytes"], dtype=np.int64),
-        ranks=np.array(cols["ranks"], dtype=np.int32),
-        start_ns=np.array(cols["start_ns"], dtype=np.int64),
-        end_ns=np.array(cols["end_ns"], dtype=np.int64),
-        algbw_bps=np.array(cols["algbw_bps"], dtype=np.float64),
-        busbw_bps=np.array(cols["busbw_bps"], dtype=np.float64),
-    )
+    coll = collective_records(ft, start, end)
+    writer.collectives(**coll)
     qmax = monitor.max_backlog
     worst = int(qmax.argmax()) if len(qmax) else -1
     done = int((end >= 0).sum())
@@ -443,7 +398,7 @@ def _write(writer, scenario, pl, monitor, result, path_ptr, path_link) -> dict:
         "flows": n,
         "flows_done": done,
         "completion_ns": completion_ns(start, end),
-        "collectives": ops,
+        "collectives": collective_rows(coll),
         "bytes_received": int(result.received.sum()) if result is not None else 0,
         "packets_sent": int(result.packets_sent) if result is not None else 0,
         "packets_resent": int(result.retx_packets.sum()) if result is not None else 0,

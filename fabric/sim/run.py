@@ -12,8 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fabric.engines import Support, approximated, completion_ns, implemented, scenario_features
+from fabric.engines import Support, approximated, implemented, scenario_features
 from fabric.files import replace_atomic
+from fabric.results import collective_records, collective_rows, completion_ns
 from fabric.scenario import Scenario
 from fabric.sim.engine import Progress, Simulation
 from fabric.sim.layout import CP_PORT, CP_TIME, PS_PER_NS
@@ -118,7 +119,7 @@ def write_results(sim: Simulation, writer, ports, *, ran: bool = True) -> dict:
     writer.flows(**flows)
     series = sim.port_series()
     writer.ports(**series)
-    coll = sim.collective_records()
+    coll = collective_records(sim.flows, flows["start_ns"], flows["end_ns"])
     writer.collectives(**coll)
     captured = write_captures(sim, writer, ports) if len(ports) else {}
     summary = summarize(sim, flows, series, coll)
@@ -161,28 +162,12 @@ def summarize(sim: Simulation, flows: dict, series: dict, coll: dict) -> dict:
         max_queue = int(q[idx])
         if max_queue:
             where = sim.fabric.port_name(int(series["port"][idx[1]]))
-    ops = []
-    for j in range(len(coll["op"])):
-        ops.append(
-            {
-                "op": int(coll["op"][j]),
-                "kind": str(coll["kind"][j]),
-                "algorithm": str(coll["algorithm"][j]),
-                "bytes": int(coll["bytes"][j]),
-                "ranks": int(coll["ranks"][j]),
-                "time_ns": int(coll["end_ns"][j] - coll["start_ns"][j])
-                if coll["end_ns"][j] >= 0
-                else None,
-                "algbw_bps": float(coll["algbw_bps"][j]),
-                "busbw_bps": float(coll["busbw_bps"][j]),
-            }
-        )
     return {
         "flows": len(sim.flows),
         "flows_done": c["flows_done"],
         "completion_ns": completion_ns(flows["start_ns"], flows["end_ns"]),
         "simulated_ns": c["simulated_ns"],
-        "collectives": ops,
+        "collectives": collective_rows(coll),
         "max_queue_bytes": max_queue,
         "max_queue_port": where,
         "ecn_marked": c["ecn_marked"],
