@@ -78,6 +78,23 @@ def fault_ports(fabric: Fabric, fault: Fault) -> list[int]:
     return [int(p) for link in links for p in (2 * link, 2 * link + 1)]
 
 
+def applied(
+    fabric: Fabric, fault: Fault, applied_ns: int | None = None, settled_ns: int | None = None,
+    **more,
+) -> dict:  # fmt: skip
+    """A fault as both engines record it in the run's summary: what, at_ns (as asked),
+    applied_ns (when the change began) and settled_ns (when every switch routed around it);
+    the simulator applies and re-routes at once, so all three are at_ns there."""
+    at = int(fault.at_ns)
+    return {
+        **describe(fabric, fault),
+        "at_ns": at,
+        "applied_ns": at if applied_ns is None else int(applied_ns),
+        "settled_ns": at if settled_ns is None else int(settled_ns),
+        **more,
+    }
+
+
 def describe(fabric: Fabric, fault: Fault) -> dict:
     """The fault as run.json records it: kind, target by name, action."""
     if fault.kind == "link":

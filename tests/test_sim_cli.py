@@ -70,7 +70,9 @@ def test_run_writes_the_run_directory(small, tmp_path):
     fl = r.flows()
     assert set(FLOW_FIELDS) <= set(fl)
     assert (fl["end_ns"] > fl["start_ns"]).all()
-    assert any(f["kind"] == "link" for f in r.meta["results"]["faults_applied"])
+    (fault,) = summary["faults"]
+    assert fault == {"kind": "link", "target": "z0-r0-rtsw--z0-ctsw0", "action": "down",
+                     "at_ns": 30_000, "applied_ns": 30_000, "settled_ns": 30_000}  # fmt: skip
     used = fl["path_link"]
     assert len(used) == fl["path_ptr"][-1]
     ports = r.ports()

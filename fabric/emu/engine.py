@@ -26,6 +26,7 @@ from fabric.emu.plan import plan
 from fabric.emu.replay import PAYLOAD_MTU, Replay
 from fabric.engines import Support, approximated, implemented, refused, scenario_features
 from fabric.errors import AifabricError
+from fabric.faults import applied, at_start
 from fabric.results import collective_records, collective_rows, completion_ns
 
 CAPTURE_SNAPLEN = 128
@@ -281,7 +282,9 @@ class EmuSession:
         if result is None and self.replay is not None:
             result = self.replay.last_result
         summary = _write(writer, self.sc, self.net.plan, self.monitor, result, *self.paths)
-        summary["faults"] = self.injector.applied if self.injector is not None else []
+        summary["faults"] = [applied(self.sc.fabric, x) for x in at_start(self.sc.faults)] + (
+            self.injector.applied if self.injector is not None else []
+        )
         summary["captures"] = self._captured(writer)
         summary["build_s"] = round(self.timings.get("build_s", 0.0), 3)
         if result is not None and not result.complete:

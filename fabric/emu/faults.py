@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fabric.emu.worker import Worker
 from fabric.errors import AifabricError
-from fabric.faults import describe, during_run
+from fabric.faults import applied, during_run
 
 
 class FaultInjector(Worker):
@@ -60,11 +60,11 @@ class FaultInjector(Worker):
                 if self.on_routing is not None:
                     self.on_routing(routing)
                 self.applied.append(
-                    {
-                        **describe(net.fabric, fault),
-                        "at_ns": int(fault.at_ns),
-                        "applied_ns": int((began - t0) * 1e9 / pl.scale),
-                        "settled_ns": int((done - t0) * 1e9 / pl.scale),
-                        "switches_rerouted": rerouted,
-                    }
+                    applied(
+                        net.fabric,
+                        fault,
+                        applied_ns=(began - t0) * 1e9 / pl.scale,
+                        settled_ns=(done - t0) * 1e9 / pl.scale,
+                        switches_rerouted=rerouted,
+                    )
                 )

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fabric.engines import Support, approximated, implemented, scenario_features
+from fabric.faults import applied
 from fabric.files import replace_atomic
 from fabric.results import collective_records, collective_rows, completion_ns
 from fabric.scenario import Scenario
@@ -124,11 +125,11 @@ def write_results(sim: Simulation, writer, ports, *, ran: bool = True) -> dict:
     captured = write_captures(sim, writer, ports) if len(ports) else {}
     summary = summarize(sim, flows, series, coll)
     summary["captures"] = captured
+    summary["faults"] = [applied(sim.fabric, f) for f in sim.applied_faults]
     writer.note(
         engine="sim",
         counters=sim.counters(),
         summary=summary,
-        faults_applied=[f.__dict__ for f in sim.applied_faults],
         simulator_wall_s=round(sim.wall_s, 3),
     )
     return summary
