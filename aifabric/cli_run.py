@@ -173,6 +173,11 @@ def _print_summary(sc, s: dict) -> None:
             f"{format_time(s.get('paused_ns_total', 0))} paused"
         )
         click.echo(f"drops             {s.get('drops', 0):,}")
+    for f in s.get("faults_not_reached", []):
+        click.echo(
+            f"fault not reached {f['target']} {f['action']} at {format_time(f['at_ns'])}: "
+            "the run ended before it"
+        )
     for name, packets in s.get("captures", {}).items():
         idle = "  (the port sent nothing while it was captured)" if not packets else ""
         click.echo(f"captured          {name}: {packets:,} frames{idle}")

@@ -294,6 +294,10 @@ def _phases(eng, sc, session, writer, stop: Stop, progress) -> dict:
         # the next signal stops the writing at once; every file is written whole or not at all
         stop.enter("write", "cooperative" if ran_out else "abortable")
         summary = session.write(writer)
+        missed = _faults_not_reached(sc, summary)
+        if missed:
+            summary["faults_not_reached"] = missed
+            writer.note(faults_not_reached=missed)
         stop.enter("written", "shielded")
     except BaseException as e:  # noqa: BLE001 - every exit path ends in one recorded status
         if isinstance(e, Interrupted) or stop.is_set():
@@ -333,6 +337,19 @@ def _phases(eng, sc, session, writer, stop: Stop, progress) -> dict:
     summary.update(status=status, message=message, run_dir=str(writer.path))
     summary["interrupted"] = stop.is_set()
     return summary
+
+
+def _faults_not_reached(sc: Scenario, summary: dict) -> list[dict]:
+    """The scenario's faults an engine did not apply (the run ended before their time)."""
+    from fabric.faults import describe
+
+    done = {(f["kind"], f["target"], f["at_ns"]) for f in summary.get("faults", [])}
+    out = []
+    for fault in sc.faults:
+        d = {**describe(sc.fabric, fault), "at_ns": int(fault.at_ns)}
+        if (d["kind"], d["target"], d["at_ns"]) not in done:
+            out.append(d)
+    return out
 
 
 def _doing(phase: str) -> str:

@@ -239,3 +239,14 @@ def test_clear_to_send_takes_chunk_and_window_from_the_workload_where_set():
     assert sim.fl[:, L.FL_CHUNK].tolist() == [32 * 1024, 128 * 1024]
     assert sim.fl[:, L.FL_WINDOW].tolist() == [3, 2]
     assert sim.counters()["flows_done"] == 2
+
+
+def test_a_fault_after_the_run_ended_is_said(small, tmp_path):
+    path = tmp_path / "late.toml"
+    path.write_text(small.read_text().replace('at = "30us"', 'at = "10s"'))
+    result = invoke("run", path, "-o", tmp_path / "r")
+    assert result.exit_code == 0, result.output
+    assert "fault not reached z0-r0-rtsw--z0-ctsw0 down at 10s: the run ended before it" in (
+        result.output
+    )
+    assert Run(tmp_path / "r").meta["results"]["faults_not_reached"][0]["at_ns"] == 10**10
