@@ -107,14 +107,13 @@ def versions() -> dict[str, str]:
 
 def check_run_dir(path: str | Path) -> None:
     """One sentence, before any work, when `path` cannot become a new run directory."""
-    path = Path(path)
+    path = where = Path(path)
     try:
         if path.exists():
             if not path.is_dir():
                 raise AifabricError(f"run directory {path} exists and is not a directory")
             if any(path.iterdir()):
                 raise AifabricError(f"run directory {path} already exists and is not empty")
-            where = path
         else:
             where = path.parent
             while not where.exists():
