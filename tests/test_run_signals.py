@@ -177,9 +177,11 @@ def test_a_signal_while_the_command_starts_is_quiet(small, tmp_path, after_s):
         pytest.skip("the signal came while CPython itself started, before any of aifabric")
     assert "Traceback" not in err, err
     if out.exists() and (out / "run.json").exists():
-        assert Run(out).status in ("partial", "complete"), err
+        status = Run(out).status
+        assert status in ("partial", "complete"), err
         loadable(out)
-        assert proc.returncode in (0, 130)
+        # a signal after a complete run was written may end the process as the signal does
+        assert proc.returncode in ((0, 130, -signal.SIGINT) if status == "complete" else (130,))
     else:
         assert proc.returncode in (1, 130), err
 
