@@ -1,3 +1,3 @@
-from aifabric.cli import main
+from aifabric import main
 
 main()

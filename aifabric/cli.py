@@ -11,9 +11,9 @@ import sys
 
 import click
 
-from aifabric import __version__
 from aifabric.params import choice
 from aifabric.table import render
+from fabric import __version__
 from fabric.errors import AifabricError
 from fabric.export import FORMATS
 from fabric.routing import POLICIES

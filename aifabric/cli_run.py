@@ -1,48 +1,85 @@
-"""`aifabric run ...`: scenarios on an engine (registered on import by aifabric.cli)."""
+"""`aifabric run ...`: a scenario on an engine (registered on import by aifabric.cli).
+
+The command knows no engine: it loads the scenario, hands it to
+`fabric.engines.run_scenario` with the engine's name and the engine options
+given, and prints the summary.
+"""
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 
 import click
 
 from aifabric.cli import emit_json, json_option, main
+from fabric.engines import ENGINES
+
+EXIT_INTERRUPTED = 130
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
+class RunCommand(click.Command):
+    """`--capture A B C`: every value up to the next option (click takes one per option)."""
+
+    def parse_args(self, ctx, args):
+        out: list[str] = []
+        rest = list(args)
+        while rest:
+            arg = rest.pop(0)
+            out.append(arg)
+            if arg == "--":
+                out.extend(rest)
+                break
+            if arg == "--capture":
+                if rest:
+                    out.append(rest.pop(0))
+                while rest and not rest[0].startswith("-"):
+                    out.extend(["--capture", rest.pop(0)])
+        return super().parse_args(ctx, out)
 
 
-def _progress_printer():
-    """A one-line progress indication on stderr, redrawn at most 5 times a second."""
-    last = [0.0]
+class _ProgressPrinter:
+    """One progress line on stderr, redrawn at most 5 times a second; the last one is final."""
 
-    def show(p) -> None:
+    def __init__(self):
+        self.last = 0.0
+        self.drawn = False
+
+    def __call__(self, p, final: bool = False) -> None:
         from fabric.units import format_time
 
         t = time.monotonic()
-        if t - last[0] < 0.2:
+        if not final and t - self.last < 0.2:
             return
-        last[0] = t
-        sys.stderr.write(
+        self.last = t
+        line = (
             f"\r  simulated {format_time(p.now_ns):>9}  flows {p.flows_done:,}/{p.flows:,}"
             f"  events {p.events:,}   "
         )
+        sys.stderr.write(line + ("\n" if final else ""))
         sys.stderr.flush()
 
-    return show
+
+def _engine_options(name: str, given: dict) -> dict:
+    """The engine options given, checked against what engine `name` takes (usage error)."""
+    from fabric.engines import engine, takers
+
+    takes = engine(name).options
+    for key, value in given.items():
+        if value is not None and key not in takes:
+            raise click.UsageError(f"--{key} applies to --engine {' or '.join(takers(key))} only")
+    return {k: v for k, v in given.items() if v is not None}
 
 
-@main.command("run")
+@main.command("run", cls=RunCommand)
 @click.argument("scenario")
 @click.option(
     "-o", "--output", "output", type=click.Path(file_okay=False), help="Run directory to write."
 )
 @click.option(
     "--engine",
-    type=click.Choice(["sim", "mininet"]),
+    "engine_name",
+    type=click.Choice(list(ENGINES)),
     default="sim",
     show_default=True,
     help="The packet simulator, or the Mininet emulator (root).",
@@ -51,8 +88,9 @@ def _progress_printer():
     "--capture",
     "captures",
     multiple=True,
-    metavar="PORT",
-    help="Capture a port to captures/*.pcap: node:peer, node:N or a NIC (repeatable).",
+    metavar="PORT...",
+    help="Capture ports to captures/PORT.pcap: every name up to the next option (or "
+    "comma-separated), each a port name node--peer or a NIC.",
 )
 @click.option(
     "--switch",
@@ -68,53 +106,42 @@ def _progress_printer():
     help="Mininet engine: divide link rates by N (time stretches by N). Default: the fastest "
     "link at 20 Mb/s, slower if the replay could not keep up with every sender.",
 )
-@click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="Override the seed.")
 @json_option
-def run(scenario, output, engine, captures, switch, scale, seed, as_json):
+@click.pass_context
+def run(ctx, scenario, output, engine_name, captures, switch, scale, seed, as_json):
     """Run SCENARIO (a scenario preset or a TOML file) and write a run directory."""
-    from dataclasses import replace
     from pathlib import Path
 
-    from fabric.rundir import RunWriter
-    from fabric.sim.scenario_spec import load_scenario, resolve_port
+    from fabric.engines import Interrupted, Stop, run_scenario
+    from fabric.rundir import check_run_dir
+    from fabric.scenarios import load_scenario, with_captures
 
-    if switch is not None and engine != "mininet":
-        raise click.UsageError("--switch applies to --engine mininet only")
-    if scale is not None and engine != "mininet":
-        raise click.UsageError("--scale applies to --engine mininet only")
-    if engine == "mininet":
+    options = _engine_options(engine_name, {"switch": switch, "scale": scale})
+    if output:
+        check_run_dir(output)
+    stop = Stop()
+    with stop.handling():
         try:
-            from fabric.emu import run_scenario as run_engine
-        except ImportError:
-            raise click.ClickException(
-                "The Mininet engine is not available in this installation."
-            ) from None
-    else:
-        from fabric.sim.run import run_scenario as run_engine
-
-    sc = load_scenario(scenario, seed=seed)
-    names = [c for item in captures for c in item.split(",") if c]
-    if names:
-        sc = replace(sc, captures=tuple(dict.fromkeys((*sc.captures, *names))))
-    for name in sc.captures:
-        resolve_port(sc.fabric, name)
-    path = Path(output or f"runs/{sc.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
-    writer = RunWriter(path, engine, sc.to_dict())
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` ends the run like Ctrl-C
-    try:
-        if engine == "mininet":
-            summary = run_engine(sc, writer, switch=switch or "router", scale=scale)
+            stop.enter("load", "abortable")
+            sc = load_scenario(scenario, seed=seed)
+            names = [c for item in captures for c in item.split(",") if c]
+            if names:
+                sc = with_captures(sc, names)
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+            path = Path(output or f"runs/{sc.name}-{stamp}")
+            summary = run_scenario(
+                engine_name, sc, path, options=options, progress=_ProgressPrinter(), stop=stop
+            )
+        except Interrupted:
+            click.echo("interrupted before the run started; nothing was written", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+        if as_json:
+            emit_json(summary)
         else:
-            summary = run_engine(sc, writer, progress=_progress_printer())
-            sys.stderr.write("\n")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    summary = dict(summary or {})
-    summary["run_dir"] = str(path)
-    if as_json:
-        emit_json(summary)
-        return
-    _print_summary(sc, summary)
+            _print_summary(sc, summary)
+    if summary["status"] != "complete" and summary.get("interrupted"):
+        ctx.exit(EXIT_INTERRUPTED)
 
 
 def _print_summary(sc, s: dict) -> None:
@@ -123,10 +150,12 @@ def _print_summary(sc, s: dict) -> None:
     status = s.get("status", "complete")
     click.echo(f"{sc.name}: {sc.fabric.name}, {s.get('flows', 0):,} flows, {sc.cc}, {sc.ecmp} ECMP")
     if status != "complete":
-        click.echo(f"status            {status}")
+        click.echo(f"status            {status}: {s.get('message', '')}")
     if s.get("completion_ns") is not None:
-        click.echo(f"completion time   {format_time(s['completion_ns'])}")
-    click.echo(f"flows done        {s.get('flows_done', 0):,} of {s.get('flows', 0):,}")
+        which = "" if status == "complete" else " (of the flows that finished)"
+        click.echo(f"completion time   {format_time(s['completion_ns'])}{which}")
+    if "flows_done" in s:
+        click.echo(f"flows done        {s['flows_done']:,} of {s.get('flows', 0):,}")
     for op in s.get("collectives", []):
         if op["time_ns"] is None:
             continue
@@ -135,12 +164,21 @@ def _print_summary(sc, s: dict) -> None:
             f"{label:<17} {format_size(op['bytes'])} x {op['ranks']} ranks"
             f"  {format_time(op['time_ns'])}  busbw {format_rate(int(op['busbw_bps']))}bps"
         )
-    where = f" at {s['max_queue_port']}" if s.get("max_queue_port") else ""
-    click.echo(f"max queue         {format_size(s.get('max_queue_bytes', 0))}{where}")
-    click.echo(f"ECN marks         {s.get('ecn_marked', 0):,} ({s.get('cnp_sent', 0):,} CNPs)")
-    click.echo(
-        f"PFC pauses        {s.get('pfc_frames', 0):,} frames, "
-        f"{format_time(s.get('paused_ns_total', 0))} paused"
-    )
-    click.echo(f"drops             {s.get('drops', 0):,}")
+    if "max_queue_bytes" in s:
+        where = f" at {s['max_queue_port']}" if s.get("max_queue_port") else ""
+        click.echo(f"max queue         {format_size(s['max_queue_bytes'])}{where}")
+        click.echo(f"ECN marks         {s.get('ecn_marked', 0):,} ({s.get('cnp_sent', 0):,} CNPs)")
+        click.echo(
+            f"PFC pauses        {s.get('pfc_frames', 0):,} frames, "
+            f"{format_time(s.get('paused_ns_total', 0))} paused"
+        )
+        click.echo(f"drops             {s.get('drops', 0):,}")
+    for f in s.get("faults_not_reached", []):
+        click.echo(
+            f"fault not reached {f['target']} {f['action']} at {format_time(f['at_ns'])}: "
+            "the run ended before it"
+        )
+    for name, packets in s.get("captures", {}).items():
+        idle = "  (the port sent nothing while it was captured)" if not packets else ""
+        click.echo(f"captured          {name}: {packets:,} frames{idle}")
     click.echo(f"run directory     {s['run_dir']}")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 
 def scenario(topology, workload, cc="none"):
-    from fabric.sim.scenario_spec import scenario_from_dict
+    from fabric.scenarios import scenario_from_dict
 
     raw = {"scenario": {"topology": topology}, "workload": workload,
            "congestion_control": {"kind": cc}}  # fmt: skip
@@ -31,12 +31,12 @@ def scenario(topology, workload, cc="none"):
 
 
 def build_teardown(topology, switch="router"):
-    from fabric.emu import kernel
+    from fabric.emu import linux
     from fabric.emu.net import make_network
     from fabric.emu.plan import plan
 
     sc = scenario(topology, {"pattern": "permutation", "gpus": 16})
-    mech = kernel.ecn_mechanism()
+    mech = linux.ecn_mechanism()
     t0 = time.perf_counter()
     pl = plan(sc, ecn=mech)
     net = make_network(sc, pl, switch)
@@ -61,14 +61,14 @@ def flood_rate(across: bool, seconds=1.0):
     ceiling a replay's cross-rack packets meet.
     """
     from fabric.addressing import format_ipv4
-    from fabric.emu import kernel
-    from fabric.emu.kernel import netns_of
+    from fabric.emu import linux
+    from fabric.emu.linux import netns_of
     from fabric.emu.net import Network
     from fabric.emu.packets import Batch, fill_writes
     from fabric.emu.plan import plan
 
     sc = scenario("lab-small", {"pattern": "permutation", "gpus": 16})
-    mech = kernel.ecn_mechanism() if across else "none"
+    mech = linux.ecn_mechanism() if across else "none"
     pl = plan(sc, ecn=mech, scale=1)
     net = Network(sc.fabric, pl)
     try:
@@ -108,22 +108,21 @@ def flood_rate(across: bool, seconds=1.0):
 
 
 def run_emu(sc, scale=None, switch="router"):
-    from fabric.emu import run_scenario
-    from fabric.rundir import Run, RunWriter
+    from fabric.engines import run_scenario
+    from fabric.rundir import Run
 
     d = Path(tempfile.mkdtemp(prefix="bench-emu-run-"))
-    w = RunWriter(d / "run", "mininet", sc.to_dict())
-    summary = run_scenario(sc, w, scale=scale, timeout_s=300, switch=switch)
+    options = {"scale": scale, "timeout_s": 300, "switch": switch}
+    summary = run_scenario("mininet", sc, d / "run", options=options)
     return summary, Run(d / "run")
 
 
 def run_sim(sc):
-    from fabric.rundir import Run, RunWriter
-    from fabric.sim.run import run_scenario
+    from fabric.engines import run_scenario
+    from fabric.rundir import Run
 
     d = Path(tempfile.mkdtemp(prefix="bench-sim-run-"))
-    w = RunWriter(d / "run", "sim", sc.to_dict())
-    summary = run_scenario(sc, w)
+    summary = run_scenario("sim", sc, d / "run")
     return summary, Run(d / "run")
 
 

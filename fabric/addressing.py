@@ -12,7 +12,7 @@ import ipaddress
 import numpy as np
 
 from fabric.errors import SpecError
-from fabric.model import Fabric, Role
+from fabric.model import Fabric
 
 ROCE_UDP_PORT = 4791
 ROCE_SPORT_BASE = 0xC000
@@ -48,9 +48,3 @@ def nic_ipv4(fabric: Fabric) -> np.ndarray:
 
 def format_ipv4(value: int) -> str:
     return str(ipaddress.IPv4Address(int(value)))
-
-
-def nic_of_ipv4(fabric: Fabric) -> dict[int, int]:
-    """IPv4 address (as int) -> NIC node id."""
-    ips = nic_ipv4(fabric)
-    return {int(ips[n]): int(n) for n in np.flatnonzero(fabric.node_role == Role.NIC)}

@@ -36,7 +36,6 @@ class Role(IntEnum):
 
 
 ROLES = tuple(r.label for r in Role)
-SWITCH_ROLES = (Role.RTSW, Role.CTSW, Role.ATSW)
 
 
 @dataclass(frozen=True)

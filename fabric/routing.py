@@ -299,6 +299,17 @@ class Paths:
         return np.bincount(self.ports, weights=w, minlength=n_ports)
 
 
+def routing_seeds(n_nodes: int, seed: int, same_seed: bool = False) -> np.ndarray:
+    """Every node's ECMP hash seed, derived from the run's seed: the one place seeds come
+    from (the simulator's hash and the emulator's switches alike)."""
+    if same_seed:
+        return np.full(n_nodes, seed & 0xFFFFFFFF, dtype=np.uint32)
+    return np.array(
+        [zlib.crc32(v.to_bytes(4, "big"), seed & 0xFFFFFFFF) for v in range(n_nodes)],
+        dtype=np.uint32,
+    )
+
+
 class Routing:
     """ECMP next hops of a fabric under a policy, a seed and a set of failures."""
 
@@ -339,7 +350,6 @@ class Routing:
             dead = np.zeros(f.n_nodes, dtype=np.bool_)
             dead[list(self.failed_nodes)] = True
             alive &= ~(dead[f.link_a] | dead[f.link_b])
-        self.link_alive = alive
         self.port_alive = np.repeat(alive, 2)
 
         self.sw_ord = np.full(f.n_nodes, -1, dtype=np.int32)
@@ -354,13 +364,7 @@ class Routing:
             self.dist0 = self._distances(np.ones(f.n_ports, dtype=np.bool_))
 
     def _seeds(self) -> np.ndarray:
-        n = self.fabric.n_nodes
-        if self.same_seed:
-            return np.full(n, self.seed & 0xFFFFFFFF, dtype=np.uint32)
-        return np.array(
-            [zlib.crc32(v.to_bytes(4, "big"), self.seed & 0xFFFFFFFF) for v in range(n)],
-            dtype=np.uint32,
-        )
+        return routing_seeds(self.fabric.n_nodes, self.seed, self.same_seed)
 
     def _distances(self, port_alive: np.ndarray) -> np.ndarray:
         f = self.fabric

@@ -19,14 +19,23 @@ temporary file renamed into place, so a reader never sees half of one):
     captures/*.pcap  packet captures where taken
 
 `status` is "running" while an engine works, then "complete", "partial"
-(interrupted: what is there is real but not everything ran) or "failed".
-Arrays load with numpy alone (`np.load(path, allow_pickle=False)`).
+(interrupted, or not every flow finished: what is there is real but not
+everything ran) or "failed" (an error; `message` says which). While it runs,
+the process holds a lock on `run.lock` (and run.json records its pid and
+host); a run whose run.json still says "running" but whose lock nobody
+holds was killed (SIGKILL, a crash, power loss): readers see the status
+"killed" (`effective_status`). Arrays load with numpy alone
+(`np.load(path, allow_pickle=False)`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import platform
+import socket
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -34,10 +43,12 @@ from typing import Any
 import numpy as np
 
 from fabric.errors import AifabricError
-from fabric.files import replace_atomic
+from fabric.files import replace_atomic, why_not_written
 
 RUN_SCHEMA = "aifabric.run/1"
 STATUSES = ("running", "complete", "partial", "failed")
+KILLED = "killed"  # what readers make of "running" when no process holds the run's lock
+LOCK = "run.lock"
 FLOW_FIELDS = (
     "flow_id", "job", "op", "step", "channel", "src", "dst", "sqpn", "dqpn", "sport",
     "bytes", "start_ns", "end_ns", "path_ptr", "path_link",
@@ -84,7 +95,7 @@ def _jsonable(x):
 def versions() -> dict[str, str]:
     import numba
 
-    from aifabric import __version__
+    from fabric import __version__
 
     return {
         "aifabric": __version__,
@@ -94,22 +105,61 @@ def versions() -> dict[str, str]:
     }
 
 
-class RunWriter:
-    """Creates a run directory and keeps run.json's status honest."""
+def check_run_dir(path: str | Path) -> None:
+    """One sentence, before any work, when `path` cannot become a new run directory."""
+    path = where = Path(path)
+    try:
+        if path.exists():
+            if not path.is_dir():
+                raise AifabricError(f"run directory {path} exists and is not a directory")
+            if any(path.iterdir()):
+                raise AifabricError(f"run directory {path} already exists and is not empty")
+        else:
+            where = path.parent
+            while not where.exists():
+                where = where.parent
+            if not where.is_dir():
+                raise AifabricError(f"cannot make run directory {path}: {where} is not a directory")
+        os.rmdir(tempfile.mkdtemp(dir=where, prefix=".aifabric-probe-"))
+    except OSError as e:
+        why = why_not_written(where / ".aifabric-probe", e)
+        raise AifabricError(f"cannot write run directory {path}: {why}") from None
 
-    def __init__(self, path: str | Path, engine: str, scenario: dict[str, Any]):
+
+class RunWriter:
+    """Creates a run directory and keeps run.json's status honest.
+
+    It holds `run.lock` from creation to `finish()`, so that a reader can tell
+    a run in progress from one whose process died (`effective_status`).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        engine: str,
+        scenario: dict[str, Any],
+        features: dict[str, Any] | None = None,
+    ):
         self.path = Path(path)
-        if self.path.exists() and any(self.path.iterdir()):
-            raise AifabricError(f"run directory {self.path} already exists and is not empty")
-        self.path.mkdir(parents=True, exist_ok=True)
-        (self.path / "captures").mkdir(exist_ok=True)
+        check_run_dir(self.path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            (self.path / "captures").mkdir(exist_ok=True)
+            self._lock = os.open(self.path / LOCK, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise AifabricError(f"cannot write run directory {self.path}: {e.strerror}") from None
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
+        os.write(self._lock, f"{os.getpid()}\n".encode())
         self._started = time.time()
         self.meta: dict[str, Any] = {
             "schema": RUN_SCHEMA,
             "engine": engine,
             "status": "running",
             "scenario": scenario,
+            "features": features or {},
             "versions": versions(),
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
             "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self._started)),
             "wall_time_s": None,
             "message": "",
@@ -146,6 +196,10 @@ class RunWriter:
             raise ValueError(f"collective records lack {', '.join(missing)}")
         write_npz(self.path / "collectives.npz", cols)
 
+    def capture_path(self, port_name: str) -> Path:
+        """Where the capture of the port named `port_name` (`Fabric.port_name`) goes."""
+        return self.path / "captures" / f"{port_name}.pcap"
+
     def note(self, **results) -> None:
         """Record results or facts about the run (mechanisms used, counters) in run.json."""
         self.meta["results"].update(results)
@@ -158,6 +212,44 @@ class RunWriter:
         self.meta["message"] = message
         self.meta["wall_time_s"] = round(time.time() - self._started, 3)
         self._write_meta()
+        if self._lock is not None:
+            (self.path / LOCK).unlink(missing_ok=True)
+            os.close(self._lock)
+            self._lock = None
+
+
+def _lock_held(path: Path, meta: dict) -> bool:
+    """Whether a live process holds the run's lock (for runs without one: its pid lives)."""
+    try:
+        fd = os.open(path / LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if meta.get("status") != "running":
+            return False
+        pid, host = meta.get("pid"), meta.get("host")
+        if not isinstance(pid, int) or host != socket.gethostname():
+            return True  # nothing to tell by: take run.json's word
+        return Path(f"/proc/{pid}").exists()
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def effective_status(path: str | Path, meta: dict | None = None) -> str:
+    """run.json's status, except "killed" for a run that says "running" but whose process
+    is gone (nobody holds its lock)."""
+    path = Path(path)
+    if meta is None:
+        meta = json.loads((path / "run.json").read_text())
+    status = meta.get("status")
+    if status == "running" and not _lock_held(path, meta):
+        return KILLED
+    return status
 
 
 class Run:
@@ -174,6 +266,12 @@ class Run:
             raise AifabricError(f"{meta} cannot be read: {e}") from None
         if self.meta.get("schema") != RUN_SCHEMA:
             raise AifabricError(f"{meta} is not an {RUN_SCHEMA} run record")
+        if effective_status(self.path, self.meta) == KILLED:
+            self.meta["status"] = KILLED
+            self.meta["message"] = (
+                f"its process (pid {self.meta.get('pid', '?')}) ended without finishing the run "
+                "(killed, crashed or the machine stopped); what it wrote is real"
+            )
 
     @property
     def status(self) -> str:

@@ -1,20 +1,22 @@
 """A scenario: fabric + workload + ECMP policy + queues + congestion control + faults + seed.
 
-This is what both engines run. `to_dict()` is what run.json records under
-"scenario". Loading scenarios from TOML and the presets live in
-`fabric/sim/scenario_spec.py` (`load_scenario`, presets in
-`fabric/sim/scenarios/*.toml`); this module only fixes the shape every
-engine reads.
+This is what every engine runs. `to_dict()` is what run.json records under
+"scenario". Scenarios are loaded and validated in one place,
+`fabric.scenarios` (`load_scenario`, presets in `fabric/scenarios/presets/`);
+this module only fixes the shape every engine reads. It sits below the
+workloads: the flow table is built by `traffic` and only carried here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric.cc import DEFAULT_KIND
-from fabric.model import Fabric
-from traffic.flows import FlowTable
+from fabric.model import Fabric, Role
+
+if TYPE_CHECKING:
+    from traffic.flows import FlowTable
 
 
 @dataclass(frozen=True)
@@ -41,8 +43,12 @@ class Scenario:
     cc_params: dict[str, Any] = field(default_factory=dict)
     faults: tuple[Fault, ...] = ()
     sample_interval_ns: int = 10_000
-    captures: tuple[str, ...] = ()  # port names to capture, "node:port"
+    captures: tuple[str, ...] = ()  # ports to capture, by `Fabric.port_name`
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def capture_ports(self) -> list[int]:
+        """The captured ports' ids, each once, in order."""
+        return sorted({self.fabric.port_id(name) for name in self.captures})
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,8 +70,6 @@ class Scenario:
 
 
 def _roles():
-    from fabric.model import Role
-
     return tuple(Role)
 
 

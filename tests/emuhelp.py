@@ -41,7 +41,7 @@ def paths_are_where_packets_go(net, sc, ptr, links, tx_packets, n: int = 100) ->
     import time
 
     from fabric.addressing import format_ipv4
-    from fabric.emu.kernel import netns_of
+    from fabric.emu.linux import netns_of
 
     f, ft, pl = sc.fabric, sc.flows, net.plan
     checked = 0

@@ -5,7 +5,7 @@ Debian 12 VM has them. `scripts/kernel-lab` boots that kernel in QEMU with a
 tiny initramfs; this module writes what it runs there: the exact `tc -batch`
 lines that `fabric.emu.plan` makes (port_tc with red and with a FIFO, with and
 without netem delay; tbf_line for PAUSE and resume), the commands that
-`fabric.emu.kernel.has_red` and `has_netem` run, and `kernel_lab.sh`, the
+`fabric.emu.linux.has_red` and `has_netem` run, and `kernel_lab.sh`, the
 checks. It returns the VM's `AIFLAB` lines as a dict.
 
     python -m tests.kernel_lab     # boot once, print the results and the wall time
@@ -24,7 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
-from fabric.emu import kernel
+from fabric.emu import linux
 from fabric.emu import plan as P
 from fabric.model import DEFAULT_QUEUE
 
@@ -81,7 +81,7 @@ def probe_commands(probe) -> list[list[str]]:
         calls.append(list(argv))
         return subprocess.CompletedProcess(argv, 0, b"", b"")
 
-    with mock.patch.object(kernel, "subprocess", SimpleNamespace(run=record)):
+    with mock.patch.object(linux, "subprocess", SimpleNamespace(run=record)):
         probe()
     return calls
 
@@ -119,7 +119,7 @@ def write_payload(out: Path) -> tuple[Pair, ...]:
     (out / "pairs").write_text("\n".join(rows) + "\n")
     mark = next(p for p in ps if p.name == "mark")
     (out / "mark").write_text(f"{mark.name} {mark.iface_a} {mark.iface_b} {mark.index}\n")
-    for name, probe in (("red", kernel.has_red), ("netem", kernel.has_netem)):
+    for name, probe in (("red", linux.has_red), ("netem", linux.has_netem)):
         (out / f"probe_{name}.sh").write_text(probe_script(name, probe_commands(probe)))
     return ps
 

@@ -25,7 +25,7 @@ from fabric.scenario import Fault
 
 
 def _scenario(workload, **tables):
-    from fabric.sim.scenario_spec import scenario_from_dict
+    from fabric.scenarios import scenario_from_dict
 
     raw = {
         "scenario": {"topology": "lab-small"},
@@ -235,11 +235,12 @@ def test_lab_small_builds_and_observed_paths_are_where_packets_go():
 
 def _ovs_run(tmp_path, sc):
     """Run `sc` with Open vSwitch switches; it completed, delivered every byte, left nothing."""
-    from fabric.emu import run_scenario
-    from fabric.rundir import Run, RunWriter
+    from fabric.engines import run_scenario
+    from fabric.rundir import Run
 
-    writer = RunWriter(tmp_path / "run", "mininet", sc.to_dict())
-    summary = run_scenario(sc, writer, timeout_s=120, switch="ovs")
+    summary = run_scenario(
+        "mininet", sc, tmp_path / "run", options={"timeout_s": 120, "switch": "ovs"}
+    )
     _nothing_left()
     run = Run(tmp_path / "run")
     assert run.status == "complete", run.meta["message"]
@@ -290,7 +291,7 @@ def test_a_switch_failing_mid_run_is_routed_around_by_the_groups(tmp_path):
 
 KILLED = """
 import time
-from fabric.sim.scenario_spec import scenario_from_dict
+from fabric.scenarios import scenario_from_dict
 from fabric.emu.net import make_network
 from fabric.emu.plan import plan
 raw = {"scenario": {"topology": "lab-small"}, "workload": {"pattern": "permutation", "gpus": 16},

@@ -23,7 +23,7 @@ pytestmark = [
 
 
 def _scenario(workload, cc="none", **sections):
-    from fabric.sim.scenario_spec import scenario_from_dict
+    from fabric.scenarios import scenario_from_dict
 
     raw = {
         "scenario": {"topology": "lab-small"},
@@ -42,11 +42,10 @@ def _nothing_left():
 
 
 def _run(tmp_path, sc, **kw):
-    from fabric.emu import run_scenario
-    from fabric.rundir import Run, RunWriter
+    from fabric.engines import run_scenario
+    from fabric.rundir import Run
 
-    writer = RunWriter(tmp_path / "run", "mininet", sc.to_dict())
-    summary = run_scenario(sc, writer, **kw)
+    summary = run_scenario("mininet", sc, tmp_path / "run", options=kw)
     _nothing_left()
     return summary, Run(tmp_path / "run")
 
@@ -239,7 +238,7 @@ def test_drops_without_pfc_are_resent_go_back_n(tmp_path):
 
 KILLED = """
 import sys, time
-from fabric.sim.scenario_spec import scenario_from_dict
+from fabric.scenarios import scenario_from_dict
 from fabric.emu.net import Network
 from fabric.emu.plan import plan
 raw = {"scenario": {"topology": "lab-small"}, "workload": {"pattern": "permutation", "gpus": 16},
@@ -263,45 +262,59 @@ def test_sigkill_then_clean_leaves_nothing():
     _nothing_left()
 
 
-def test_sigterm_mid_run_cleans_up_and_marks_partial(tmp_path):
+@pytest.mark.parametrize("after_s", [None, 0.0, 1.0])
+def test_sigterm_mid_run_cleans_up_and_marks_partial(tmp_path, after_s):
+    """Also the race of issue 15: a SIGTERM right after the emulation settings are noted,
+    before the replay starts, ends partial with flows.npz and no traceback. One while the
+    network is built (after_s None) stops the build at once and leaves nothing behind."""
     code = f"""
-from fabric.sim.scenario_spec import scenario_from_dict
-from fabric.rundir import RunWriter
-from fabric.emu import run_scenario
+from fabric.scenarios import scenario_from_dict
+from fabric.engines import run_scenario
 raw = {{"scenario": {{"topology": "lab-small"}},
         "workload": {{"collective": "allreduce", "algorithm": "ring", "size": "64MiB", "gpus": 16}},
         "congestion_control": {{"kind": "none"}}}}
 sc = scenario_from_dict(raw, "term")
-w = RunWriter({str(tmp_path / "run")!r}, "mininet", sc.to_dict())
-run_scenario(sc, w, timeout_s=120)
+run_scenario("mininet", sc, {str(tmp_path / "run")!r}, options={{"timeout_s": 120}})
 """
-    proc = subprocess.Popen([sys.executable, "-c", code])
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     from fabric.rundir import Run
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         p = tmp_path / "run" / "run.json"
-        if p.exists() and "emulation" in json.loads(p.read_text())["results"]:
+        if after_s is None and (tmp_path / "run" / "topology.json").exists():
+            break  # the network is being built
+        if (
+            after_s is not None
+            and p.exists()
+            and "emulation" in json.loads(p.read_text())["results"]
+        ):
             break
-        time.sleep(0.2)
-    time.sleep(1.0)
+        time.sleep(0.01 if after_s is None else 0.2)
+    time.sleep(after_s or 0.0)
     proc.terminate()
-    proc.wait(timeout=60)
-    assert Run(tmp_path / "run").status == "partial"
+    _, err = proc.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    run = Run(tmp_path / "run")
+    assert run.status == "partial"
     _nothing_left()
-    assert np.load(tmp_path / "run" / "flows.npz")["end_ns"].min() == -1
+    if after_s is None:
+        assert "interrupted while" in run.meta["message"]
+        assert "emulation" not in run.meta["results"]
+    else:
+        assert np.load(tmp_path / "run" / "flows.npz")["end_ns"].min() == -1
 
 
 def test_a_paused_ports_marker_stops_draining(tmp_path):
     """Told its port is paused, the eBPF marker's virtual queue fills as the real one does."""
     import socket
 
-    from fabric.emu import bpfmap, kernel
+    from fabric.emu import bpfmap, linux
 
-    if not kernel.has_bpf_marker():
+    if not linux.has_bpf_marker():
         pytest.skip("no eBPF marker here (clang or cls_bpf missing)")
     ns = f"af-mark-{os.getpid()}"
-    obj = kernel.compile_marker(tmp_path, "m", 20_000_000, 20_000, 60_000, 0.2)
+    obj = linux.compile_marker(tmp_path, "m", 20_000_000, 20_000, 60_000, 0.2)
     setup = (
         "ip link add afma type veth peer name afmb && ip link set afma up && "
         "ip link set afmb up && ip addr add 10.9.0.1/24 dev afma && "
@@ -322,7 +335,7 @@ def test_a_paused_ports_marker_stops_draining(tmp_path):
         ).stdout
         fd = bpfmap.map_of_prog(bpfmap.prog_id_from_tc(shown))
         time.sleep(0.1)
-        with kernel.netns_of(holder.pid):
+        with linux.netns_of(holder.pid):
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.setsockopt(socket.SOL_IP, socket.IP_TOS, 0x02)  # ECT(0)
 

@@ -3,6 +3,7 @@ import stat
 
 import pytest
 
+from fabric.errors import AifabricError
 from fabric.files import replace_atomic, write_atomic
 
 
@@ -30,3 +31,20 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
         replace_atomic(path, broken)
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+@pytest.mark.parametrize(
+    "where, says",
+    [
+        ("missing/dir/out.html", "does not exist"),
+        ("file/out.html", "is not a directory"),
+        ("file/sub/out.html", "is not a directory"),
+        ("folder", "is a directory"),
+    ],
+)
+def test_a_place_that_cannot_be_written_is_one_sentence(tmp_path, where, says):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(AifabricError, match=f"cannot write .*{says}"):
+        write_atomic(tmp_path / where, "data")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder"]

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
+from fabric.engines import Stop, run_scenario
 from fabric.errors import AifabricError
-from fabric.rundir import COLLECTIVE_FIELDS, FLOW_FIELDS, PORT_SERIES, Run, RunWriter
+from fabric.rundir import COLLECTIVE_FIELDS, FLOW_FIELDS, PORT_SERIES, Run
 from fabric.scenario import Fault
+from fabric.scenarios import load_scenario, scenario_presets
 from fabric.sim import layout as L
-from fabric.sim.run import run_scenario
-from fabric.sim.scenario_spec import load_scenario, scenario_presets
 from tests.conftest import fabric as preset
 from tests.simhelp import flows, run
 
@@ -70,7 +69,9 @@ def test_run_writes_the_run_directory(small, tmp_path):
     fl = r.flows()
     assert set(FLOW_FIELDS) <= set(fl)
     assert (fl["end_ns"] > fl["start_ns"]).all()
-    assert any(f["kind"] == "link" for f in r.meta["results"]["faults_applied"])
+    (fault,) = summary["faults"]
+    assert fault == {"kind": "link", "target": "z0-r0-rtsw--z0-ctsw0", "action": "down",
+                     "at_ns": 30_000, "applied_ns": 30_000, "settled_ns": 30_000}  # fmt: skip
     used = fl["path_link"]
     assert len(used) == fl["path_ptr"][-1]
     ports = r.ports()
@@ -85,7 +86,7 @@ def test_run_writes_the_run_directory(small, tmp_path):
         coll["algbw_bps"][0] * 2 * (coll["ranks"][0] - 1) / coll["ranks"][0]
     )
     assert summary["flows_done"] == len(fl["flow_id"])
-    assert [p.name for p in r.captures()] == ["z0-r0-h0-nic0-p0.pcap"]
+    assert [p.name for p in r.captures()] == ["z0-r0-h0-nic0--z0-r0-rtsw.pcap"]
 
 
 def test_run_prints_a_summary_and_the_same_seed_reproduces(small, tmp_path):
@@ -103,7 +104,8 @@ def test_run_prints_a_summary_and_the_same_seed_reproduces(small, tmp_path):
     "args, message",
     [
         (["run", "no-such-scenario"], "unknown scenario"),
-        (["run", "demo", "--capture", "nowhere:1"], "no node named"),
+        (["run", "demo", "--capture", "nowhere:1"], "has no port 'nowhere:1'"),
+        (["run", "demo", "--capture", "z0-r0-rtsw--nowhere"], "no node named 'nowhere'"),
     ],
 )
 def test_run_errors_are_one_sentence(args, message, tmp_path):
@@ -122,10 +124,15 @@ def test_bad_scenario_keys_fail_with_the_key_named(tmp_path):
 
 
 def test_mininet_engine_missing_is_one_sentence(small, tmp_path, monkeypatch):
-    monkeypatch.setitem(sys.modules, "fabric.emu", None)
+    from fabric import engines
+
+    (tmp_path / "emu_without_its_dependency.py").write_text("import a_dependency_not_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(engines.ENGINES, "mininet", "emu_without_its_dependency")
     result = invoke("run", small, "--engine", "mininet", "-o", tmp_path / "x")
-    assert result.exit_code == 1
-    assert "Mininet engine is not available" in result.output
+    assert result.exit_code == 1, result.output
+    assert "mininet engine is not available" in result.output
+    assert "needs the Python module a_dependency_not_installed" in result.output
 
 
 def test_every_preset_loads():
@@ -138,15 +145,14 @@ def test_every_preset_loads():
 
 def test_interrupted_run_is_partial_with_everything_so_far(small, tmp_path):
     sc = load_scenario(small)
-    writer = RunWriter(tmp_path / "p", "sim", sc.to_dict())
+    stop = Stop()
     calls = []
 
-    def interrupt(progress):
+    def interrupt(progress, final=False):
         calls.append(progress)
-        if len(calls) == 1:
-            raise KeyboardInterrupt
+        stop.set()
 
-    summary = run_scenario(sc, writer, progress=interrupt)
+    summary = run_scenario("sim", sc, tmp_path / "p", progress=interrupt, stop=stop)
     r = Run(tmp_path / "p")
     assert summary["status"] == "partial" and r.status == "partial"
     fl = r.flows()
@@ -236,3 +242,14 @@ def test_clear_to_send_takes_chunk_and_window_from_the_workload_where_set():
     assert sim.fl[:, L.FL_CHUNK].tolist() == [32 * 1024, 128 * 1024]
     assert sim.fl[:, L.FL_WINDOW].tolist() == [3, 2]
     assert sim.counters()["flows_done"] == 2
+
+
+def test_a_fault_after_the_run_ended_is_said(small, tmp_path):
+    path = tmp_path / "late.toml"
+    path.write_text(small.read_text().replace('at = "30us"', 'at = "10s"'))
+    result = invoke("run", path, "-o", tmp_path / "r")
+    assert result.exit_code == 0, result.output
+    assert "fault not reached z0-r0-rtsw--z0-ctsw0 down at 10s: the run ended before it" in (
+        result.output
+    )
+    assert Run(tmp_path / "r").meta["results"]["faults_not_reached"][0]["at_ns"] == 10**10

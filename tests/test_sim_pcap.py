@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -15,7 +16,8 @@ from scapy.utils import rdpcap
 
 from fabric.addressing import nic_ipv4
 from fabric.sim import layout as L
-from fabric.sim.pcap import FrameBuilder, write_captures
+from fabric.sim.pcap import FrameBuilder
+from fabric.sim.run import write_captures
 from tests.conftest import fabric as preset
 from tests.simhelp import flows, run
 from tests.test_sim_closed_forms import with_queue
@@ -101,10 +103,12 @@ def test_a_simulated_capture_holds_data_cnp_ack_and_pfc_that_tshark_decodes(tmp_
     recs = sim.captures()
     kinds = set(recs[:, L.CP_KIND].tolist())
     assert {L.K_DATA, L.K_PFC, L.K_CNP, L.K_ACK} <= kinds
-    b = FrameBuilder(fab, table, sim.routing.ip, sim.mtu)
-    paths = write_captures(tmp_path, fab, b, recs, [bottleneck, upstream, upstream ^ 1], 256)
+    folder = SimpleNamespace(capture_path=lambda name: tmp_path / f"{name}.pcap")
+    held = write_captures(sim, folder, [bottleneck, upstream, upstream ^ 1])
+    paths = [tmp_path / f"{name}.pcap" for name in held]
     for path in paths:
-        assert len(rdpcap(str(path))) == (recs[:, L.CP_PORT] == _port_of(fab, path.stem)).sum()
+        port = fab.port_id(path.stem)
+        assert len(rdpcap(str(path))) == (recs[:, L.CP_PORT] == port).sum() == held[path.stem]
     if shutil.which("tshark") is None:
         pytest.skip("tshark is not installed")
     for path in paths:
@@ -118,9 +122,3 @@ def test_a_simulated_capture_holds_data_cnp_ack_and_pfc_that_tshark_decodes(tmp_
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "infiniband" in summary
-
-
-def _port_of(fab, stem: str) -> int:
-    node, _, number = stem.rpartition("-p")
-    v = fab.node_id(node)
-    return int(fab.ports_of(v)[int(number)])

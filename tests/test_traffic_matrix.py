@@ -197,7 +197,7 @@ def test_import_and_show_commands(tmp_path):
 
 
 def test_a_scenario_runs_a_matrix_file(tmp_path):
-    from fabric.sim.scenario_spec import load_scenario
+    from fabric.scenarios import load_scenario
 
     small = preset("lab-small")
     write(tmp_path, "m.csv", "src,dst,bytes\n0,9,64KiB\n3,9,64KiB\n")

@@ -1,8 +1,11 @@
 """The Mininet engine: the scenario on real Linux network stacks in namespaces.
 
 `available()` says in one sentence why the engine cannot run here (or None);
-`run_scenario(scenario, writer)` builds the fabric, replays the flow table,
-writes the run directory and tears everything down on every exit path.
+the engine itself (`fabric.emu.engine.ENGINE`, run through
+`fabric.engines.run_scenario("mininet", ...)`) builds the fabric, replays the
+flow table, writes the run directory and tears everything down on every exit
+path. `linux` holds the helpers that talk to the Linux kernel and its tools;
+`plan` the emulated fabric as data; `net` and `ovs` make it real.
 """
 
 from __future__ import annotations
@@ -12,13 +15,13 @@ import os
 
 def available(switch: str = "router") -> str | None:
     """None when the engine can run on this machine with `switch`es, else one sentence why not."""
-    from fabric.emu import kernel
+    from fabric.emu import linux
 
     if os.geteuid() != 0:
         return "the mininet engine needs root (network namespaces, veth links and qdiscs)"
-    if not kernel.mininet_importable():
+    if not linux.mininet_importable():
         return "the mininet engine needs Mininet (Debian package mininet) importable by Python"
-    missing = kernel.missing_tools()
+    missing = linux.missing_tools()
     if missing:
         return f"the mininet engine needs {', '.join(missing)} on the PATH"
     if switch == "ovs":
@@ -26,10 +29,3 @@ def available(switch: str = "router") -> str | None:
 
         return ovs.missing()
     return None
-
-
-def run_scenario(scenario, writer, **options):
-    """Run `scenario` on emulated Linux network stacks, writing into `writer` (see engine.py)."""
-    from fabric.emu.engine import run_scenario as run
-
-    return run(scenario, writer, **options)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from fabric.emu import ovs
-from fabric.emu.kernel import ENV_MARK
+from fabric.emu.linux import ENV_MARK
 from fabric.emu.net import TMP_PREFIX
 from fabric.emu.plan import PREFIX
 

@@ -1,8 +1,15 @@
-"""One scenario on the emulated fabric, from plan to run directory, torn down on every exit path."""
+"""The emulator as an engine (`fabric.engines`): plan, build, replay, record, tear down.
+
+`ENGINE` is what `fabric.engines` registers as "mininet". Its session probes
+what this kernel offers (ECN, link delay) before anything runs, so that each
+scenario feature is implemented, approximated or refused up front; builds
+the emulated fabric (abortable: `close` tears down whatever was built);
+replays the flow table until done, timed out or asked to stop; writes the
+run directory; and tears everything down.
+"""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import threading
 import time
@@ -11,17 +18,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fabric.emu import kernel
+from fabric.emu import linux
 from fabric.emu.faults import FaultInjector
 from fabric.emu.monitor import Monitor
 from fabric.emu.net import SWITCHES, make_network
 from fabric.emu.plan import plan
-from fabric.emu.replay import Replay
+from fabric.emu.replay import PAYLOAD_MTU, Replay
+from fabric.engines import Support, approximated, implemented, refused, scenario_features
 from fabric.errors import AifabricError
+from fabric.faults import applied, at_start
+from fabric.results import collective_records, collective_rows, completion_ns
 
-
-class Terminated(Exception):
-    """SIGTERM arrived: end the run as partial and clean up."""
+CAPTURE_SNAPLEN = 128
 
 
 def observed_paths(network, scenario) -> tuple[np.ndarray, np.ndarray]:
@@ -81,151 +89,267 @@ def _default_captures(scenario) -> list[int]:
     return [int(f.nic_port[dst]) ^ 1]
 
 
-def run_scenario(
-    scenario,
-    writer,
-    *,
-    scale: int | None = None,
-    ecn: str | None = None,
-    pfc: bool = True,
-    capture_ports=None,
-    timeout_s: float = 300.0,
-    switch: str = "router",
-) -> dict:
-    """Build, replay, record, tear down. Returns the summary also noted in run.json."""
-    from fabric.emu import available
+def features(scenario, *, switch: str, ecn: str, delay: str, pfc: bool) -> dict[str, Support]:
+    """What the emulator does with each feature `scenario` uses, on this kernel."""
+    f = scenario.fabric
+    out: dict[str, Support] = {
+        "links.rate": approximated(
+            "rates divided by the scale (HTB on veth links), time stretched by it; "
+            "results in fabric time"
+        ),
+        "links.delay": implemented("netem holds each frame for the link's delay times the scale")
+        if delay == "netem"
+        else approximated("this kernel has no netem qdisc (sch_netem): links have no delay"),
+        "queues.buffer": implemented("a byte-limited queue per switch egress"),
+        "sample_interval": approximated(
+            "the monitor polls the kernel's queues every few milliseconds of wall time and "
+            "folds the polls into samples of the interval"
+        ),
+        "ecmp.same_seed": implemented("one multipath hash seed on every switch"),
+        "faults.at_start": implemented("the fabric is built without them"),
+        "faults.mid_run": implemented(
+            "applied when the replay's clock reaches them; run.json records when routes settled"
+        ),
+        "faults.drain": approximated(
+            "a drained link or switch gets new routes for every flow, flows in flight too"
+        ),
+        "captures": implemented(f"tcpdump on the port, {CAPTURE_SNAPLEN} bytes per packet"),
+    }
+    mtu = int(f.link_mtu_bytes.min()) if f.n_links else PAYLOAD_MTU
+    out["links.mtu"] = (
+        implemented()
+        if mtu == PAYLOAD_MTU
+        else approximated(f"the replay's packets carry {PAYLOAD_MTU}-byte payloads, not {mtu}")
+    )
+    hashing = "Open vSwitch select groups" if switch == "ovs" else "Linux multipath routes"
+    out["ecmp.policy"] = {
+        "5tuple": implemented(f"{hashing} hash the 5-tuple with each switch's seed"),
+        "eecmp": approximated(
+            f"{hashing} hash the 5-tuple; the QPN-derived UDP source port carries the QP"
+        ),
+        "pinned": approximated(f"{hashing} hash source and destination address"),
+        "spray": approximated(f"{hashing} cannot spray packets; they hash the 5-tuple"),
+        "adaptive": approximated(f"{hashing} cannot route adaptively; they hash the 5-tuple"),
+    }[scenario.ecmp]
+    out["queues.ecn"] = {
+        "red": implemented("the kernel's RED qdisc marks ECT packets on the lossless queue"),
+        "ebpf": approximated(
+            "an eBPF marker on each egress marks as RED would, from its estimate of the queue"
+        ),
+        "none": refused(
+            "this kernel has neither the RED qdisc (sch_red) nor a working eBPF marker (clang)"
+        ),
+    }[ecn]
+    out["queues.pfc"] = (
+        approximated(
+            "a monitor polls the queues, pauses the upstream egress and sends 802.1Qbb frames: "
+            "it reacts within a poll, not within a frame"
+        )
+        if pfc
+        else refused("PFC is turned off for this run (pfc=False)")
+    )
+    out["congestion_control.kind"] = {
+        "none": implemented("senders send as fast as their NIC queue takes packets"),
+        "dcqcn": implemented(
+            "the replay's senders pace each flow and cut its rate on CNPs, as DCQCN does"
+        ),
+    }.get(
+        scenario.cc,
+        refused(
+            f"the emulator's replay has no {scenario.cc} senders or receivers "
+            "(it implements none and dcqcn); run it on the simulator"
+        ),
+    )
+    return {k: out[k] for k in scenario_features(scenario)}
 
-    if switch not in SWITCHES:
-        raise AifabricError(f"switch {switch!r} is not one of {', '.join(SWITCHES)}")
-    reason = available(switch)
-    if reason:
-        raise AifabricError(reason)
-    fabric = scenario.fabric
-    writer.topology(fabric)
-    mechanism = kernel.ecn_mechanism(ecn)
-    delay = kernel.delay_mechanism()
-    pl = plan(scenario, ecn=mechanism, delay=delay, scale=scale)
-    net = make_network(scenario, pl, switch)
-    replay = monitor = injector = None
-    stop = threading.Event()
-    old_term = signal.getsignal(signal.SIGTERM)
 
-    def on_term(signum, frame):
-        raise Terminated()
+class EmuSession:
+    build_abortable = True  # close() tears down whatever was built
 
-    signal.signal(signal.SIGTERM, on_term)
-    status, message = "complete", ""
-    captures: list[tuple[subprocess.Popen, str]] = []
-    try:
+    def __init__(
+        self,
+        scenario,
+        *,
+        switch: str = "router",
+        scale: int | None = None,
+        ecn: str | None = None,
+        pfc: bool = True,
+        capture_ports=None,
+        timeout_s: float = 300.0,
+    ):
+        if switch not in SWITCHES:
+            raise AifabricError(f"switch {switch!r} is not one of {', '.join(SWITCHES)}")
+        self.sc = scenario
+        self.switch, self.scale, self.pfc, self.timeout_s = switch, scale, pfc, timeout_s
+        self.capture_ports = capture_ports
+        self.ecn = linux.ecn_mechanism(ecn)
+        self.delay = linux.delay_mechanism()
+        self.features = features(scenario, switch=switch, ecn=self.ecn, delay=self.delay, pfc=pfc)
+        self.net = self.replay = self.monitor = self.injector = self.result = None
+        self.halt = threading.Event()  # ends the fault injector
+        n = len(scenario.flows)
+        self.paths = (np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+        self.captures: list[subprocess.Popen] = []
+        self.capture_files: list = []
+        self.timings: dict[str, float] = {}
+
+    def build(self, writer, stop) -> None:
+        sc, fabric = self.sc, self.sc.fabric
         t0 = time.perf_counter()
+        pl = plan(sc, ecn=self.ecn, delay=self.delay, scale=self.scale)
+        self.net = net = make_network(sc, pl, self.switch)
         net.build()
-        if mechanism == "ebpf":
+        if self.ecn == "ebpf":
             net.plan = pl = plan(
-                scenario,
-                ecn=mechanism,
-                delay=delay,
-                scale=pl.scale,
+                sc, ecn=self.ecn, delay=self.delay, scale=pl.scale,
                 ecn_objects=net.compile_markers(),
-            )
+            )  # fmt: skip
         net.apply()
-        build_s = time.perf_counter() - t0
+        self.monitor = Monitor(net, sc.sample_interval_ns, pfc=self.pfc)
+        self.monitor.open()
+        stop.enter("build")  # from here on, what is built can be written: stop between steps
+        self.timings["build_s"] = time.perf_counter() - t0
         writer.note(
             emulation={
                 "scale": pl.scale,
                 "scale_meaning": "link rates divided by scale; time stretched by it; "
                 "buffers and thresholds unchanged in bytes; times reported in fabric time",
-                "ecn": mechanism,
-                "ecn_fallbacks": "red, else eBPF marker on clsact egress, else none",
+                "ecn": self.ecn,
+                "ecn_fallbacks": "red, else eBPF marker on clsact egress",
                 "pfc": "per-switch backpressure: TBF pause of upstream egress + 802.1Qbb frames"
-                if pfc
+                if self.pfc
                 else "off",
                 "hash_policy": pl.hash_policy,
                 "port_series": "switch ports: bytes, queue depth, ECN marks, drops, pauses; "
                 "NIC ports: bytes (as their leaf received them) and pauses, queues not sampled",
                 "link_delays": "netem: each link's delay times the scale, on both egresses"
-                if delay == "netem"
+                if self.delay == "netem"
                 else "not emulated: this kernel has no netem qdisc (sch_netem)",
                 "notes": pl.notes,
                 "switch": net.describe(),
                 "names": pl.table(),
-                "build_s": round(build_s, 3),
+                "build_s": round(self.timings["build_s"], 3),
             }
         )
-        path_ptr, path_link = observed_paths(net, scenario)
-        ports = list(capture_ports) if capture_ports is not None else None
+        self.paths = observed_paths(net, sc)
+        ports = self.capture_ports
         if ports is None:
-            from fabric.sim.scenario_spec import resolve_port
-
-            ports = [resolve_port(fabric, c) for c in scenario.captures] or _default_captures(
-                scenario
-            )
+            ports = sc.capture_ports() or _default_captures(sc)
         for port in ports:
-            node = int(fabric.port_node[port])
-            name = f"{fabric.node_name[node]}--{fabric.node_name[int(fabric.port_peer[port])]}"
-            out = writer.path / "captures" / f"{name}.pcap"
-            proc = net.popen(
-                node,
-                ["tcpdump", "-i", pl.port_iface[port], "-s", "128", "-U", "-w", str(out)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            captures.append((proc, str(out)))
-        monitor = Monitor(net, scenario.sample_interval_ns, pfc=pfc)
-        monitor.open()
-        replay = Replay(scenario, net, cc_params=_cc(scenario))
-        replay.open()
-        time.sleep(0.3 if captures else 0)  # tcpdump attaches
-        injector = FaultInjector(net, scenario.faults, replay, stop, on_routing=monitor.set_routing)
-        injector.start()
-        monitor.start()
+            out = writer.capture_path(fabric.port_name(port))
+            self.capture_files.append(out)
+            self.captures.append(
+                net.popen(
+                    int(fabric.port_node[port]),
+                    ["tcpdump", "-i", pl.port_iface[port], "-s", str(CAPTURE_SNAPLEN), "-U",
+                     "-w", str(out)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )  # fmt: skip
+        self.replay = Replay(sc, net, cc_params=_cc(sc))
+        self.replay.open()
+        if self.captures:
+            stop.wait(0.3)  # tcpdump attaches
+
+    def run(self, stop, progress) -> bool:
+        net, sc = self.net, self.sc
+        self.injector = FaultInjector(
+            net, sc.faults, self.replay, self.halt, on_routing=self.monitor.set_routing
+        )
+        self.injector.start()
+        self.monitor.start()
         try:
-            result = replay.run(timeout_s=timeout_s, stop=stop)
-        except (KeyboardInterrupt, Terminated):
-            status, message = "partial", "interrupted; results cover what was replayed"
-            result = replay.last_result
-        stop.set()
-        injector.join(timeout=30)
-        if injector.error is not None:
-            raise injector.error
-        if injector.applied and result is not None:
-            path_ptr, path_link = _paths_after_faults(
-                net, scenario, injector.applied, result, path_ptr, path_link
+            self.result = self.replay.run(timeout_s=self.timeout_s, stop=stop)
+        finally:
+            self.halt.set()
+            self.injector.join(timeout=30)
+        if self.injector.error is not None:
+            raise self.injector.error
+        if self.injector.applied and self.result is not None:
+            self.paths = _paths_after_faults(
+                net, sc, self.injector.applied, self.result, *self.paths
             )
-        if result is not None and not result.complete and status == "complete":
-            status = "partial"
-            message = "the replay timed out before every flow completed"
         time.sleep(0.05)
-        monitor.stop_event.set()
-        monitor.join(timeout=10)
-        if monitor.error is not None:
-            raise monitor.error
-        summary = _write(writer, scenario, pl, monitor, result, path_ptr, path_link)
-        summary["faults"] = injector.applied
-        summary["build_s"] = round(build_s, 3)
-    except (KeyboardInterrupt, Terminated):
-        writer.finish("partial", "interrupted while building the emulated fabric")
-        raise
-    except BaseException as e:
-        writer.finish("failed", f"{type(e).__name__}: {e}")
-        raise
-    finally:
-        stop.set()
-        if injector is not None and injector.is_alive():
-            injector.join(timeout=30)
-        if monitor is not None and monitor.is_alive():
-            monitor.stop_event.set()
-            monitor.join(timeout=10)
-        if replay is not None:
-            replay.close()
-        if monitor is not None:
-            monitor.close()
-        net.close()
-        signal.signal(signal.SIGTERM, old_term)
-    summary["teardown_s"] = round(net.timings.get("teardown_s", 0.0), 3)
-    writer.note(summary=summary)
-    writer.finish(status, message)
-    summary["status"] = status
-    return summary
+        self.monitor.stop_event.set()
+        self.monitor.join(timeout=10)
+        if self.monitor.error is not None:
+            raise self.monitor.error
+        return self.result is not None and self.result.complete
+
+    def write(self, writer) -> dict:
+        result = self.result
+        if result is None and self.replay is not None:
+            result = self.replay.last_result
+        summary = _write(writer, self.sc, self.net.plan, self.monitor, result, *self.paths)
+        summary["faults"] = [applied(self.sc.fabric, x) for x in at_start(self.sc.faults)] + (
+            self.injector.applied if self.injector is not None else []
+        )
+        summary["captures"] = self._captured(writer)
+        summary["build_s"] = round(self.timings.get("build_s", 0.0), 3)
+        if result is not None and not result.complete:
+            summary["incomplete"] = "the replay timed out before every flow completed"
+        writer.note(summary={k: v for k, v in summary.items() if k != "incomplete"})
+        return summary
+
+    def _captured(self, writer) -> dict[str, int]:
+        """Packets in each capture, once tcpdump has written them out."""
+        linux.stop_processes(self.captures)
+        return {path.stem: pcap_packets(path) for path in sorted(self.capture_files)}
+
+    def close(self) -> None:
+        self.halt.set()
+        if self.injector is not None and self.injector.is_alive():
+            self.injector.join(timeout=30)
+        if self.monitor is not None and self.monitor.is_alive():
+            self.monitor.stop_event.set()
+            self.monitor.join(timeout=10)
+        if self.replay is not None:
+            self.replay.close()
+        if self.monitor is not None:
+            self.monitor.close()
+        if self.net is not None:
+            self.net.close()
+            self.timings["teardown_s"] = self.net.timings.get("teardown_s", 0.0)
+
+
+class EmuEngine:
+    name = "mininet"
+    options = {
+        "switch": "switches as Linux routers (router, the default) or Open vSwitch bridges (ovs)",
+        "scale": "divide link rates by N (time stretches by N)",
+        "ecn": "the ECN mechanism to prefer: red, ebpf or none",
+        "pfc": "False turns PFC off",
+        "capture_ports": "port ids to capture instead of the scenario's",
+        "timeout_s": "wall seconds the replay may take",
+    }
+
+    def unavailable(self, switch: str = "router", **options) -> str | None:
+        from fabric.emu import available
+
+        return available(switch)
+
+    def session(self, scenario, **options) -> EmuSession:
+        return EmuSession(scenario, **options)
+
+
+ENGINE = EmuEngine()
+
+
+def pcap_packets(path) -> int:
+    """Records in a classic pcap file (0 for one that is missing or has only its header)."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return 0
+    if len(data) < 24:
+        return 0
+    order = "<" if data[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    n, at = 0, 24
+    while at + 16 <= len(data):
+        at += 16 + int.from_bytes(data[at + 8 : at + 12], "little" if order == "<" else "big")
+        n += at <= len(data)
+    return n
 
 
 def _paths_after_faults(net, scenario, applied, result, ptr0, links0):
@@ -266,60 +390,18 @@ def _write(writer, scenario, pl, monitor, result, path_ptr, path_link) -> dict:
     )  # fmt: skip
     series = monitor.series()
     writer.ports(**series)
-    ops = []
-    cols = {k: [] for k in ("op", "job", "kind", "algorithm", "bytes", "ranks")}
-    cols.update(start_ns=[], end_ns=[], algbw_bps=[], busbw_bps=[])
-    for i in range(len(ft.op_id)):
-        mine = ft.op == ft.op_id[i]
-        s = start[mine]
-        e = end[mine]
-        t0 = int(s[s >= 0].min()) if (s >= 0).any() else -1
-        t1 = int(e.max()) if mine.any() and (e >= 0).all() else -1
-        dur = t1 - t0 if t0 >= 0 and t1 >= 0 else 0
-        algbw = ft.op_bytes[i] * 8e9 / dur if dur > 0 else 0.0
-        busbw = algbw * float(ft.op_busbw_factor[i])
-        for k, v in (
-            ("op", int(ft.op_id[i])), ("job", int(ft.op_job[i])), ("kind", str(ft.op_kind[i])),
-            ("algorithm", str(ft.op_algorithm[i])), ("bytes", int(ft.op_bytes[i])),
-            ("ranks", int(ft.op_ranks[i])), ("start_ns", t0), ("end_ns", t1),
-            ("algbw_bps", algbw), ("busbw_bps", busbw),
-        ):  # fmt: skip
-            cols[k].append(v)
-        ops.append(
-            {
-                "kind": str(ft.op_kind[i]),
-                "algorithm": str(ft.op_algorithm[i]),
-                "bytes": int(ft.op_bytes[i]),
-                "ranks": int(ft.op_ranks[i]),
-                "time_ns": dur if dur > 0 else None,
-                "busbw_bps": busbw,
-            }
-        )
-    writer.collectives(
-        op=np.array(cols["op"], dtype=np.int32),
-        job=np.array(cols["job"], dtype=np.int32),
-        kind=np.array(cols["kind"], dtype=np.str_),
-        algorithm=np.array(cols["algorithm"], dtype=np.str_),
-        bytes=np.array(cols["bytes"], dtype=np.int64),
-        ranks=np.array(cols["ranks"], dtype=np.int32),
-        start_ns=np.array(cols["start_ns"], dtype=np.int64),
-        end_ns=np.array(cols["end_ns"], dtype=np.int64),
-        algbw_bps=np.array(cols["algbw_bps"], dtype=np.float64),
-        busbw_bps=np.array(cols["busbw_bps"], dtype=np.float64),
-    )
+    coll = collective_records(ft, start, end)
+    writer.collectives(**coll)
     qmax = monitor.max_backlog
     worst = int(qmax.argmax()) if len(qmax) else -1
     done = int((end >= 0).sum())
-    port_name = ""
-    if worst >= 0:
-        p = int(monitor.ports[worst])
-        port_name = f"{f.node_name[f.port_node[p]]}:{f.node_name[f.port_peer[p]]}"
+    port_name = f.port_name(int(monitor.ports[worst])) if worst >= 0 else None
     react = monitor.reactions_s
     return {
         "flows": n,
         "flows_done": done,
-        "completion_ns": int(end.max()) if n and done == n else None,
-        "collectives": ops,
+        "completion_ns": completion_ns(start, end),
+        "collectives": collective_rows(coll),
         "bytes_received": int(result.received.sum()) if result is not None else 0,
         "packets_sent": int(result.packets_sent) if result is not None else 0,
         "packets_resent": int(result.retx_packets.sum()) if result is not None else 0,

@@ -18,13 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 from fabric.emu.worker import Worker
 from fabric.errors import AifabricError
+from fabric.faults import applied, during_run
 
 
 class FaultInjector(Worker):
     def __init__(self, network, faults, replay, stop: threading.Event, on_routing=None):
         super().__init__("aifabric-faults")
         self.net = network
-        self.faults = sorted((f for f in faults if f.at_ns > 0), key=lambda f: f.at_ns)
+        self.faults = during_run(faults)
         self.replay = replay
         self.stop = stop
         self.on_routing = on_routing  # told each routing as it takes effect (PFC's feeds)
@@ -59,20 +60,11 @@ class FaultInjector(Worker):
                 if self.on_routing is not None:
                     self.on_routing(routing)
                 self.applied.append(
-                    {
-                        **_describe(net.fabric, fault),
-                        "at_ns": int(fault.at_ns),
-                        "applied_ns": int((began - t0) * 1e9 / pl.scale),
-                        "settled_ns": int((done - t0) * 1e9 / pl.scale),
-                        "switches_rerouted": rerouted,
-                    }
+                    applied(
+                        net.fabric,
+                        fault,
+                        applied_ns=(began - t0) * 1e9 / pl.scale,
+                        settled_ns=(done - t0) * 1e9 / pl.scale,
+                        switches_rerouted=rerouted,
+                    )
                 )
-
-
-def _describe(fabric, fault) -> dict:
-    if fault.kind == "link":
-        a, b = int(fabric.link_a[fault.target]), int(fabric.link_b[fault.target])
-        target = f"{fabric.node_name[a]}--{fabric.node_name[b]}"
-    else:
-        target = fabric.node_name[fault.target]
-    return {"kind": fault.kind, "target": target, "action": fault.action}

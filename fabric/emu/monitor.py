@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from fabric.emu import bpfmap, kernel
+from fabric.emu import bpfmap, linux
 from fabric.emu.packets import kick_frame
 from fabric.emu.plan import HOST_BUFFER_BYTES, tbf_line
 from fabric.emu.worker import Worker
@@ -56,14 +56,14 @@ class Monitor(Worker):
         f = self.fabric
         self.switches = [int(s) for s in f.switch_ids]
         # one tc shell per namespace: Open vSwitch's switches share the root one
-        self._ns = {v: kernel.netns_id(network.pid[v]) for v in range(f.n_nodes)}
+        self._ns = {v: linux.netns_id(network.pid[v]) for v in range(f.n_nodes)}
         self._readers = list({self._ns[s]: s for s in self.switches}.values())
         # Two kinds of shell: one per namespace to pause with (its `sync` names a device,
         # which tc then keeps as the filter of every later `qdisc show`: so never to read
         # with), and one per switch namespace to read the queues with.
-        self._shells: dict[int, kernel.BatchShell] = {}
-        self._reader_shells: dict[int, kernel.BatchShell] = {}
-        self._link_shells: dict[int, kernel.BatchShell] = {}  # `ip link show`: bytes received
+        self._shells: dict[int, linux.BatchShell] = {}
+        self._reader_shells: dict[int, linux.BatchShell] = {}
+        self._link_shells: dict[int, linux.BatchShell] = {}  # `ip link show`: bytes received
         # Every switch port, then every NIC's port: the NIC side is what PFC pauses at the
         # edge. A NIC port's bytes are what its leaf received; its queue is not sampled
         # (the replay's socket buffers stand in for a NIC's queues).
@@ -104,13 +104,13 @@ class Monitor(Worker):
         f, p = self.fabric, self.plan
         for v, ns in self._ns.items():
             if ns not in self._shells:
-                self._shells[ns] = kernel.BatchShell(self.net.pid[v])
+                self._shells[ns] = linux.BatchShell(self.net.pid[v])
         for s in self._readers:
-            self._reader_shells[s] = kernel.BatchShell(self.net.pid[s])
-            self._link_shells[s] = kernel.BatchShell(self.net.pid[s], "ip")
+            self._reader_shells[s] = linux.BatchShell(self.net.pid[s])
+            self._link_shells[s] = linux.BatchShell(self.net.pid[s], "ip")
         for port in range(f.n_ports):
             node = int(f.port_node[port])
-            with kernel.netns_of(self.net.pid[node]):
+            with linux.netns_of(self.net.pid[node]):
                 s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
                 s.bind((p.port_iface[port], 0))
                 self._raw[port] = s

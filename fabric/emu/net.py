@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from fabric.emu import kernel
+from fabric.emu import linux
 from fabric.emu.plan import NodeConfig, Plan, ecn_object_key, fault_lines, route_get_line
 from fabric.errors import AifabricError
 from fabric.model import Fabric, Role
@@ -50,7 +50,7 @@ class Network:
         from mininet.node import Host
 
         setLogLevel("error")
-        os.environ[kernel.ENV_MARK] = str(os.getpid())
+        os.environ[linux.ENV_MARK] = str(os.getpid())
         t0 = time.perf_counter()
         net = Mininet(
             topo=None, build=False, controller=None, host=Host, link=Link, waitConnected=False
@@ -87,7 +87,7 @@ class Network:
             rate = int(p.port_rate_bps[port])
             key = ecn_object_key(rate, e.kmin_bytes, e.kmax_bytes, e.pmax)
             if key not in out:
-                obj = kernel.compile_marker(
+                obj = linux.compile_marker(
                     self.workdir, key, rate, e.kmin_bytes, e.kmax_bytes, e.pmax
                 )
                 out[key] = str(obj)
@@ -115,7 +115,7 @@ class Network:
 
         def run(item):
             cfg, script = item
-            r = kernel.in_netns(self.pid[cfg.node], ["sh", "-c", script])
+            r = linux.in_netns(self.pid[cfg.node], ["sh", "-c", script])
             return cfg, r
 
         with ThreadPoolExecutor(max_workers=8) as pool:
@@ -127,10 +127,10 @@ class Network:
 
     # use --------------------------------------------------------------------------------
     def run(self, node: int, argv: list[str], **kw) -> subprocess.CompletedProcess:
-        return kernel.in_netns(self.pid[node], argv, **kw)
+        return linux.in_netns(self.pid[node], argv, **kw)
 
     def popen(self, node: int, argv: list[str], **kw) -> subprocess.Popen:
-        proc = kernel.popen_in_netns(self.pid[node], argv, **kw)
+        proc = linux.popen_in_netns(self.pid[node], argv, **kw)
         self.processes.append(proc)
         return proc
 
@@ -171,7 +171,7 @@ class Network:
     # teardown -------------------------------------------------------------------------------
     def close(self) -> None:
         t0 = time.perf_counter()
-        kernel.stop_processes(self.processes)
+        linux.stop_processes(self.processes)
         self.processes.clear()
         if self.net is not None:
             from mininet.log import setLogLevel
@@ -188,7 +188,7 @@ class Network:
                     os.waitpid(host.pid, os.WNOHANG)
         if self._own_dir:
             shutil.rmtree(self.workdir, ignore_errors=True)
-        os.environ.pop(kernel.ENV_MARK, None)
+        os.environ.pop(linux.ENV_MARK, None)
         self.timings["teardown_s"] = time.perf_counter() - t0
 
     def __enter__(self):

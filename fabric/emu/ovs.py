@@ -49,10 +49,11 @@ from functools import partial
 from pathlib import Path
 
 from fabric.addressing import ROCE_UDP_PORT, format_ipv4
-from fabric.emu import kernel
+from fabric.emu import linux
 from fabric.emu.net import Network
-from fabric.emu.plan import MTU_BYTES, PREFIX, NodeConfig, Plan, down_lines, routing_after
+from fabric.emu.plan import MTU_BYTES, PREFIX, NodeConfig, Plan, down_lines
 from fabric.errors import AifabricError
+from fabric.faults import routing_after, routing_at_start
 from fabric.model import Fabric, Role
 from fabric.routing import Routing
 
@@ -89,9 +90,7 @@ def ofport(fabric: Fabric, port: int) -> int:
 
 def initial_routing(scenario) -> Routing:
     """The routing the fabric is built with: the plan's, faults at time 0 applied."""
-    down = [f.target for f in scenario.faults if f.kind == "link" and f.at_ns == 0]
-    nodes = [f.target for f in scenario.faults if f.kind == "node" and f.at_ns == 0]
-    return Routing(scenario.fabric, "5tuple", scenario.seed).without(down, nodes)
+    return routing_at_start(scenario.fabric, scenario.faults, seed=scenario.seed)
 
 
 def bridge_rules(plan: Plan, fabric: Fabric, routing: Routing, switch: int):
@@ -251,7 +250,7 @@ class Daemons:
             self.appctl("exit", "--cleanup", timeout=10)
         elif running:
             self.procs[-1].kill()
-        kernel.stop_processes(self.procs[::-1])
+        linux.stop_processes(self.procs[::-1])
         self.procs.clear()
 
     def vswitchd_pid(self) -> int | None:

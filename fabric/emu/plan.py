@@ -26,25 +26,22 @@ they join the queue; without netem (`delay="none"`) links have no delay.
 from __future__ import annotations
 
 import ipaddress
-import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from fabric.addressing import ROCE_UDP_PORT, format_ipv4, nic_ipv4
 from fabric.errors import AifabricError
+from fabric.faults import fault_ports, routing_after, routing_at_start
+from fabric.frames import DSCP_CNP
 from fabric.model import Fabric, Role
-from fabric.routing import Routing
+from fabric.routing import Routing, routing_seeds
 
 PREFIX = "af"
 P2P_BASE = int(ipaddress.IPv4Address("100.64.0.0"))
 MTU_BYTES = 9000
 HOST_BUFFER_BYTES = 64 * 2**20  # a sender's NIC queue: large, senders block on their socket
 MAX_PACKET_BYTES = 9100  # the pause burst: at most one frame leaves after PAUSE
-DSCP_DATA = 26  # priority 3, the lossless class
-DSCP_CNP = 48  # priority 6, the control class
-TOS_DATA_ECT0 = (DSCP_DATA << 2) | 0x2
-TOS_CNP = DSCP_CNP << 2
 HASH_POLICY = {"5tuple": 1, "eecmp": 1, "pinned": 0, "spray": 1, "adaptive": 1}
 ECN_MECHANISMS = ("red", "ebpf", "none")
 DELAY_MECHANISMS = ("netem", "none")
@@ -82,9 +79,6 @@ class Plan:
     notes: dict = field(default_factory=dict)
     routing: Routing | None = None  # what the routes were made from (faults at time 0 applied)
 
-    def node_of(self, short: str) -> int:
-        return self.node_short.index(short)
-
     def table(self) -> dict[str, str]:
         """Short Linux name -> fabric name, for nodes and interfaces alike."""
         return {c.name: c.fabric_name for c in self.nodes}
@@ -112,15 +106,8 @@ def p2p_ip(port: int) -> int:
 
 
 def switch_seeds(fabric: Fabric, seed: int, same_seed: bool) -> np.ndarray:
-    """Per-switch multipath hash seeds as fabric.routing derives them; never 0 (random)."""
-    n = fabric.n_nodes
-    if same_seed:
-        seeds = np.full(n, seed & 0xFFFFFFFF, dtype=np.uint32)
-    else:
-        seeds = np.array(
-            [zlib.crc32(v.to_bytes(4, "big"), seed & 0xFFFFFFFF) for v in range(n)],
-            dtype=np.uint32,
-        )
+    """Per-switch multipath hash seeds, fabric.routing's; never 0 (to Linux: pick at random)."""
+    seeds = routing_seeds(fabric.n_nodes, seed, same_seed)
     seeds[seeds == 0] = 1
     return seeds
 
@@ -283,9 +270,7 @@ def plan(
         notes["ecmp"] = "Linux hashes the 5-tuple; the QPN-derived UDP source port carries the QP"
     elif scenario.ecmp == "pinned":
         notes["ecmp"] = "Linux hashes source and destination address (L3) for pinned"
-    down = [f.target for f in scenario.faults if f.kind == "link" and f.at_ns == 0]
-    down_nodes = [f.target for f in scenario.faults if f.kind == "node" and f.at_ns == 0]
-    routing = Routing(fabric, "5tuple", scenario.seed).without(down, down_nodes)
+    routing = routing_at_start(fabric, scenario.faults, seed=scenario.seed)
 
     configs = []
     for v in range(fabric.n_nodes):
@@ -419,19 +404,9 @@ def down_lines(pl: Plan, fabric: Fabric, fault) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     if fault.action != "down":
         return out
-    if fault.kind == "link":
-        ports = [2 * fault.target, 2 * fault.target + 1]
-    else:
-        ports = [int(q) for p in fabric.ports_of(fault.target) for q in (int(p), int(p) ^ 1)]
-    for p in ports:
+    for p in fault_ports(fabric, fault):
         out.setdefault(int(fabric.port_node[p]), []).append(f"link set dev {pl.port_iface[p]} down")
     return out
-
-
-def routing_after(fault, before: Routing) -> Routing:
-    links = [fault.target] if fault.kind == "link" else []
-    nodes = [fault.target] if fault.kind == "node" else []
-    return before.without(links=links, nodes=nodes)
 
 
 def fault_lines(pl: Plan, fabric: Fabric, fault, before: Routing) -> tuple[Routing, dict]:

@@ -35,10 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabric.addressing import ROCE_UDP_PORT, format_ipv4
-from fabric.emu import kernel
+from fabric.emu import linux
 from fabric.emu.packets import (
     OP_ACK,
-    OP_CNP,
     OP_WRITE_ONLY,
     Batch,
     cnp,
@@ -47,7 +46,8 @@ from fabric.emu.packets import (
     parse_nak,
     parse_write,
 )
-from fabric.emu.plan import TOS_CNP, TOS_DATA_ECT0
+from fabric.frames import CNP_OPCODE as OP_CNP
+from fabric.frames import TOS_CNP, TOS_DATA_ECT0
 from fabric.model import Role
 
 IP_RECVTOS = 13
@@ -104,7 +104,7 @@ class Replay:
         ips = self.net.plan.nic_ip
         hosts = sorted(set(ft.src.tolist()) | set(ft.dst.tolist()))
         for h in hosts:
-            with kernel.netns_of(self.net.pid[h]):
+            with linux.netns_of(self.net.pid[h]):
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 s.setsockopt(socket.SOL_IP, IP_RECVTOS, 1)
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 2**20)
@@ -117,7 +117,7 @@ class Replay:
             if key in self._send:
                 continue
             src, sport, dst = key
-            with kernel.netns_of(self.net.pid[src]):
+            with linux.netns_of(self.net.pid[src]):
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.setsockopt(socket.SOL_IP, IP_TOS, TOS_DATA_ECT0)

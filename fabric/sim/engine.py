@@ -17,6 +17,7 @@ import numpy as np
 
 from fabric.cc import cc_parameters, check_kind
 from fabric.errors import AifabricError
+from fabric.faults import check_fault, fault_ports, routing_after
 from fabric.model import Fabric, Role
 from fabric.routing import CRC_TABLE, Routing
 from fabric.scenario import Fault
@@ -325,12 +326,10 @@ class Simulation:
 
     def _apply(self, fault: Fault) -> None:
         """Take a link or switch down (or drain it) now and re-route what it concerns."""
-        links = [fault.target] if fault.kind == "link" else []
-        nodes = [fault.target] if fault.kind == "node" else []
-        self.routing = self.routing.without(links=links, nodes=nodes)
+        self.routing = routing_after(fault, self.routing)
         self.applied_faults.append(fault)
         now = int(self.g[L.G_NOW])
-        ports = self._fault_ports(fault)
+        ports = fault_ports(self.fabric, fault)
         state = self.fl[:, L.FL_STATE]
         if fault.action == "down":
             for p in ports:
@@ -526,14 +525,4 @@ class Simulation:
 
 
 def _check_fault(fabric: Fabric, fault: Fault) -> None:
-    if fault.kind not in ("link", "node"):
-        raise AifabricError(f"a fault is on a link or a node, not a {fault.kind!r}")
-    if fault.action not in ("down", "drain"):
-        raise AifabricError(f"a fault takes a link or node down or drains it, not {fault.action!r}")
-    limit = fabric.n_links if fault.kind == "link" else fabric.n_nodes
-    if not 0 <= fault.target < limit:
-        raise AifabricError(f"fabric {fabric.name} has no {fault.kind} {fault.target}")
-    if fault.kind == "node" and fabric.node_role[fault.target] == Role.NIC:
-        raise AifabricError(f"{fabric.node_name[fault.target]} is a NIC; faults take down switches")
-    if fault.at_ns < 0:
-        raise AifabricError("a fault's time must not be negative")
+    check_fault(fabric, fault)

@@ -96,20 +96,3 @@ def write_pcap(path: str | Path, frames, snaplen: int = 65535) -> None:
         for t_ns, frame in frames:
             cut = frame[:snaplen]
             fh.write(struct.pack("<IIII", t_ns // 10**9, t_ns % 10**9, len(cut), len(frame)) + cut)
-
-
-def port_label(fabric, port: int) -> str:
-    return f"{fabric.node_name[fabric.port_node[port]]}-p{int(fabric.port_number[port])}"
-
-
-def write_captures(folder: str | Path, fabric, builder: FrameBuilder, records, ports, snaplen):
-    """One pcap per captured port; returns the paths written."""
-    folder = Path(folder)
-    paths = []
-    for port in ports:
-        sel = records[records[:, L.CP_PORT] == port]
-        path = folder / f"{port_label(fabric, int(port))}.pcap"
-        frames = ((int(r[L.CP_TIME]) // L.PS_PER_NS, builder.frame(r)) for r in sel)
-        write_pcap(path, frames, snaplen)
-        paths.append(path)
-    return paths

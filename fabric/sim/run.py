@@ -1,4 +1,10 @@
-"""Run a `Scenario` on the simulator into a run directory (fabric.rundir)."""
+"""The simulator as an engine (`fabric.engines`): a `Scenario` into a run directory.
+
+`ENGINE` is what `fabric.engines` registers as "sim". Its session builds a
+`Simulation` (routes, state, the faults at time 0), runs it in slices of
+events (stopping between two slices when asked), then writes topology,
+flows, ports, collectives, captures and the summary into the run directory.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +12,19 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fabric.rundir import RunWriter
+from fabric.engines import Support, approximated, implemented, scenario_features
+from fabric.faults import applied
+from fabric.files import replace_atomic
+from fabric.results import collective_records, collective_rows, completion_ns
 from fabric.scenario import Scenario
 from fabric.sim.engine import Progress, Simulation
-from fabric.sim.pcap import FrameBuilder, write_captures
-from fabric.sim.scenario_spec import resolve_port
+from fabric.sim.layout import CP_PORT, CP_TIME, PS_PER_NS
+from fabric.sim.pcap import FrameBuilder, write_pcap
 
 CAPTURE_SNAPLEN = 256
 
 
-def simulation_for(scenario: Scenario, capture_ports=()) -> Simulation:
+def simulation_for(scenario: Scenario) -> Simulation:
     return Simulation(
         scenario.fabric,
         scenario.flows,
@@ -26,109 +35,140 @@ def simulation_for(scenario: Scenario, capture_ports=()) -> Simulation:
         cc_params=scenario.cc_params,
         faults=scenario.faults,
         sample_interval_ns=scenario.sample_interval_ns,
-        capture_ports=capture_ports,
+        capture_ports=scenario.capture_ports(),
     )
 
 
-def run_scenario(
-    scenario: Scenario,
-    writer: RunWriter,
-    progress: Callable[[Progress], None] | None = None,
-) -> dict:
-    """Simulate; write topology, flows, ports, collectives, captures and run.json.
-
-    Ctrl-C (KeyboardInterrupt) ends the run as "partial" with everything
-    simulated so far written; returns the summary also recorded in run.json.
-    """
-    fabric = scenario.fabric
-    writer.topology(fabric)
-    ports = [resolve_port(fabric, name) for name in scenario.captures]
-    sim = simulation_for(scenario, ports)
-    status, message = "complete", ""
-    try:
-        sim.run(progress=progress)
-    except KeyboardInterrupt:
-        status, message = "partial", "interrupted; results cover the time simulated so far"
-    except BaseException as e:
-        write_results(sim, writer, ports)
-        writer.finish("failed", f"{type(e).__name__}: {e}")
-        raise
-    summary = write_results(sim, writer, ports)
-    unfinished = len(scenario.flows) - summary["flows_done"]
-    if status == "complete" and unfinished:
-        message = f"{unfinished} flows did not complete (no path, or waiting on ones that did not)"
-    writer.finish(status, message)
-    summary["status"] = status
-    return summary
+def features(scenario: Scenario) -> dict[str, Support]:
+    """What the simulator does with each feature `scenario` uses: all of them."""
+    out = {k: implemented() for k in scenario_features(scenario)}
+    if "queues.pfc" in out:
+        out["queues.buffer"] = approximated(
+            "with PFC on, the lossless class is bounded per ingress port (XOFF plus headroom), "
+            "not by the buffer: there is no shared-buffer model"
+        )
+    out["links.rate"] = implemented("serialization at each link's rate, 82 bytes of overhead")
+    out["ecmp.policy"] = implemented("the hash of fabric.routing at every switch")
+    if "captures" in out:
+        out["captures"] = implemented(
+            f"frames rebuilt from the simulated packets, cut at {CAPTURE_SNAPLEN} bytes"
+        )
+    return out
 
 
-def write_results(sim: Simulation, writer: RunWriter, ports) -> dict:
-    sim.close()
+class _Stopped(Exception):
+    """Asked to stop: raised from the progress hook, between two slices of events."""
+
+
+class SimSession:
+    build_abortable = False  # routing compiles with numba: let it finish
+
+    def __init__(self, scenario: Scenario):
+        self.sc = scenario
+        self.features = features(scenario)
+        self.sim: Simulation | None = None
+        self.ran = False
+
+    def build(self, writer, stop) -> None:
+        self.sim = simulation_for(self.sc)
+
+    def run(self, stop, progress: Callable[..., None] | None) -> bool:
+        sim = self.sim
+        self.ran = True
+
+        def hook(p: Progress) -> None:
+            if progress is not None:
+                progress(p)
+            if stop.is_set():
+                raise _Stopped
+
+        try:
+            done = sim.run(progress=hook)
+        except _Stopped:
+            done = False
+        if progress is not None:
+            progress(sim.progress(), final=True)
+        return done
+
+    def write(self, writer) -> dict:
+        return write_results(self.sim, writer, self.sc.capture_ports(), ran=self.ran)
+
+    def close(self) -> None:
+        pass
+
+
+class SimEngine:
+    name = "sim"
+    options: dict[str, str] = {}
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def session(self, scenario: Scenario) -> SimSession:
+        return SimSession(scenario)
+
+
+ENGINE = SimEngine()
+
+
+def write_results(sim: Simulation, writer, ports, *, ran: bool = True) -> dict:
+    """Flows, ports, collectives, captures and the summary (of a simulation that never ran:
+    every flow unstarted, no samples)."""
+    if ran:
+        sim.close()
     flows = sim.flow_records()
     writer.flows(**flows)
     series = sim.port_series()
     writer.ports(**series)
-    coll = sim.collective_records()
+    coll = collective_records(sim.flows, flows["start_ns"], flows["end_ns"])
     writer.collectives(**coll)
-    if len(ports):
-        builder = FrameBuilder(sim.fabric, sim.flows, sim.routing.ip, sim.mtu)
-        write_captures(
-            writer.path / "captures",
-            sim.fabric,
-            builder,
-            sim.captures(),
-            sorted(set(ports)),
-            CAPTURE_SNAPLEN,
-        )
+    captured = write_captures(sim, writer, ports) if len(ports) else {}
     summary = summarize(sim, flows, series, coll)
+    summary["captures"] = captured
+    summary["faults"] = [applied(sim.fabric, f) for f in sim.applied_faults]
     writer.note(
         engine="sim",
         counters=sim.counters(),
         summary=summary,
-        faults_applied=[f.__dict__ for f in sim.applied_faults],
         simulator_wall_s=round(sim.wall_s, 3),
     )
     return summary
 
 
+def write_captures(sim: Simulation, writer, ports) -> dict[str, int]:
+    """captures/<port name>.pcap for every captured port, each written whole or not at all;
+    returns the frames each holds."""
+    builder = FrameBuilder(sim.fabric, sim.flows, sim.routing.ip, sim.mtu)
+    records = sim.captures()
+    out = {}
+    for port in sorted(set(int(p) for p in ports)):
+        sel = records[records[:, CP_PORT] == port]
+        frames = ((int(r[CP_TIME]) // PS_PER_NS, builder.frame(r)) for r in sel)
+        name = sim.fabric.port_name(port)
+        replace_atomic(
+            writer.capture_path(name),
+            lambda tmp, frames=frames: write_pcap(tmp, frames, CAPTURE_SNAPLEN),
+        )
+        out[name] = len(sel)
+    return out
+
+
 def summarize(sim: Simulation, flows: dict, series: dict, coll: dict) -> dict:
     """The figures `aifabric run` prints: completion, bandwidth, queues, ECN, PFC, drops."""
     c = sim.counters()
-    start, end = flows["start_ns"], flows["end_ns"]
-    started = start[start >= 0]
-    done = end[end >= 0]
-    completion = int(done.max() - started.min()) if len(done) and len(started) else None
     q = series["qdepth_max_bytes"]
     max_queue, where = 0, None
     if q.size:
         idx = np.unravel_index(int(np.argmax(q)), q.shape)
         max_queue = int(q[idx])
         if max_queue:
-            from fabric.sim.pcap import port_label
-
-            where = port_label(sim.fabric, int(series["port"][idx[1]]))
-    ops = []
-    for j in range(len(coll["op"])):
-        ops.append(
-            {
-                "op": int(coll["op"][j]),
-                "kind": str(coll["kind"][j]),
-                "algorithm": str(coll["algorithm"][j]),
-                "bytes": int(coll["bytes"][j]),
-                "ranks": int(coll["ranks"][j]),
-                "time_ns": int(coll["end_ns"][j] - coll["start_ns"][j])
-                if coll["end_ns"][j] >= 0
-                else None,
-                "algbw_bps": float(coll["algbw_bps"][j]),
-                "busbw_bps": float(coll["busbw_bps"][j]),
-            }
-        )
+            where = sim.fabric.port_name(int(series["port"][idx[1]]))
     return {
         "flows": len(sim.flows),
         "flows_done": c["flows_done"],
-        "completion_ns": completion,
+        "completion_ns": completion_ns(flows["start_ns"], flows["end_ns"]),
         "simulated_ns": c["simulated_ns"],
-        "collectives": ops,
+        "collectives": collective_rows(coll),
         "max_queue_bytes": max_queue,
         "max_queue_port": where,
         "ecn_marked": c["ecn_marked"],

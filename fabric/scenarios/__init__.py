@@ -1,7 +1,11 @@
-"""Scenarios from TOML files and presets (fabric/sim/scenarios/*.toml).
+"""Scenarios loaded and validated in one place, for every engine: TOML files and presets.
 
-A scenario file names a topology and a workload and sets what differs from
-their defaults, every key checked (an unknown key is an error, not silence):
+This sits beside the engines, above the topologies and the workloads it
+builds a scenario from (`fabric.scenario` is the shape it returns).
+
+The presets are `fabric/scenarios/presets/*.toml`. A scenario file names a
+topology and a workload and sets what differs from their defaults, every key
+checked (an unknown key is an error, not silence):
 
     [scenario]
     name = "demo"                    # default: the file's stem
@@ -10,7 +14,7 @@ their defaults, every key checked (an unknown key is an error, not silence):
     workload = "preset-or-file"      # or an inline [workload] table instead
     seed = 1
     sample_interval = "10us"
-    captures = ["z0-r0-rtsw:z0-ctsw0"]   # node:peer, node:local-port-number, or a NIC
+    captures = ["z0-r0-rtsw--z0-ctsw0"]  # port names (Fabric.port_name), or a NIC
 
     [workload]                       # traffic.workload_from_dict keys
     [ecmp]            policy = "5tuple" | "eecmp" | "pinned" | "spray" | "adaptive"
@@ -30,6 +34,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import topologies
+import traffic
 from fabric.cc import DEFAULT_KIND, cc_parameters
 from fabric.cc import DEFAULTS as CC_DEFAULTS
 from fabric.cc import KINDS as CONGESTION_CONTROLS
@@ -39,6 +45,7 @@ from fabric.routing import POLICIES
 from fabric.scenario import Fault, Scenario
 from fabric.specfile import Presets
 from fabric.units import parse_time
+from topologies.spec import QUEUE_ROLES, queue_profiles
 
 TABLES = ("scenario", "workload", "ecmp", "queue", "congestion_control", "faults")
 SCENARIO_KEYS = (
@@ -47,7 +54,7 @@ SCENARIO_KEYS = (
 FAULT_KEYS = ("link", "node", "at", "action")
 
 
-PRESETS = Presets("fabric.sim", "scenarios", "scenario")
+PRESETS = Presets("fabric.scenarios", "presets", "scenario")
 
 
 def scenario_presets() -> list[str]:
@@ -76,7 +83,7 @@ def _check_keys(name: str, table: str, body: Any, keys) -> dict:
 
 
 def _relative(value: str, folder: Path | None) -> str:
-    if folder is not None and (value.endswith(".toml") or "/" in value):
+    if folder is not None and (Path(value).suffix or "/" in value):
         path = Path(value)
         if not path.is_absolute():
             return str(folder / path)
@@ -86,9 +93,6 @@ def _relative(value: str, folder: Path | None) -> str:
 def scenario_from_dict(
     raw: dict, stem: str, *, folder: Path | None = None, seed: int | None = None
 ) -> Scenario:
-    import topologies
-    import traffic
-
     for table in raw:
         if table not in TABLES:
             raise SpecError(
@@ -126,6 +130,7 @@ def scenario_from_dict(
     captures = head.get("captures", [])
     if not isinstance(captures, list) or not all(isinstance(c, str) for c in captures):
         raise SpecError(f"scenario {name}: scenario.captures must be a list of port names")
+    captures = port_names(fabric, captures, f"scenario {name}: scenario.captures: ")
 
     ecmp = _check_keys(name, "ecmp", raw.get("ecmp", {}), ("policy", "same_seed"))
     policy = ecmp.get("policy", "5tuple")
@@ -174,8 +179,6 @@ def scenario_from_dict(
 
 def with_queues(fabric: Fabric, queue: dict, name: str) -> Fabric:
     """The fabric with the scenario's [queue] keys laid over its topology's."""
-    from topologies.spec import QUEUE_ROLES, queue_profiles
-
     if not isinstance(queue, dict):
         raise SpecError(f"scenario {name}: [queue] must be a table")
     merged = copy.deepcopy(fabric.spec.get("queue", {}))
@@ -249,30 +252,19 @@ def resolve_link(fabric: Fabric, value, name: str) -> int:
     return int(links[k - 1])
 
 
-def resolve_port(fabric: Fabric, value: str) -> int:
-    """'node:peer', 'node:N' (local port number) or a NIC's name -> a port id."""
-    node_name, sep, rest = value.partition(":")
-    try:
-        node = fabric.node_id(node_name)
-    except AifabricError:
-        raise AifabricError(f"cannot capture {value!r}: no node named {node_name!r}") from None
-    ports = fabric.ports_of(node)
-    if not sep:
-        if fabric.node_role[node] != Role.NIC:
-            raise AifabricError(
-                f"cannot capture {value!r}: name a switch port as node:peer or node:number"
-            )
-        return int(fabric.nic_port[node])
-    if rest.isdigit():
-        n = int(rest)
-        if n >= len(ports):
-            raise AifabricError(f"cannot capture {value!r}: {node_name} has {len(ports)} ports")
-        return int(ports[n])
-    try:
-        peer = fabric.node_id(rest)
-    except AifabricError:
-        raise AifabricError(f"cannot capture {value!r}: no node named {rest!r}") from None
-    for p in ports:
-        if fabric.port_peer[p] == peer:
-            return int(p)
-    raise AifabricError(f"cannot capture {value!r}: {node_name} has no link to {rest}")
+def port_names(fabric: Fabric, names, context: str = "") -> tuple[str, ...]:
+    """Each port's one printed name (`Fabric.port_name`), each once, in the order given;
+    a port that does not exist is one sentence (starting with `context`)."""
+    out = []
+    for name in names:
+        try:
+            out.append(fabric.port_name(fabric.port_id(name)))
+        except AifabricError as e:
+            raise SpecError(f"{context}{e}") from None
+    return tuple(dict.fromkeys(out))
+
+
+def with_captures(scenario: Scenario, names) -> Scenario:
+    """The scenario capturing `names` (port names or NICs) as well as its own captures."""
+    more = port_names(scenario.fabric, names, "cannot capture: ")
+    return dataclasses.replace(scenario, captures=tuple(dict.fromkeys((*scenario.captures, *more))))

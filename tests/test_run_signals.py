@@ -1,0 +1,261 @@
+"""Every exit path of `aifabric run` is honest: a signal at any point, a kill, a bad output path.
+
+In-process, a signal is sent from inside the step it should interrupt (the
+handler runs right after `os.kill` returns), so each point is hit exactly;
+in a subprocess, signals land at wall-clock times, including while Python
+starts and while numba compiles. Either way: no traceback, run.json not
+left "running", every file in the run directory loadable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from aifabric.cli import main
+from fabric.rundir import LOCK, Run, RunWriter, effective_status
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SMALL = """
+[scenario]
+topology = "lab-small"
+seed = 2
+sample_interval = "5us"
+captures = ["z0-r0-h0-nic0"]
+
+[workload]
+collective = "allreduce"
+algorithm = "ring"
+size = "2MiB"
+
+[congestion_control]
+kind = "dcqcn"
+"""
+
+
+@pytest.fixture
+def small(tmp_path):
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL)
+    return path
+
+
+def loadable(run_dir: Path) -> list[str]:
+    """Every file of the run directory read back as its kind; returns their names."""
+    names = []
+    for p in sorted(run_dir.rglob("*")):
+        if p.is_dir():
+            continue
+        assert not p.name.endswith(".tmp"), f"a temporary file was left: {p}"
+        if p.suffix == ".json":
+            json.loads(p.read_text())
+        elif p.suffix == ".npz":
+            with np.load(p, allow_pickle=False) as z:
+                for k in z.files:
+                    z[k]
+        elif p.suffix == ".pcap":
+            from analysis.capture import read_capture
+
+            assert read_capture(p).problem in (None, ""), p
+        else:
+            assert p.name == LOCK, f"unexpected file {p}"
+        names.append(p.name)
+    return names
+
+
+def signal_inside(monkeypatch, owner, name, sig=signal.SIGTERM, times=1, calls=1):
+    """Patch `owner.name` to send `sig` to this process (`times` times) on its `calls`-th call,
+    then do what it did."""
+    original = getattr(owner, name)
+    seen = []
+
+    def wrapper(*args, **kw):
+        seen.append(1)
+        if len(seen) == calls:
+            for _ in range(times):
+                os.kill(os.getpid(), sig)
+        return original(*args, **kw)
+
+    monkeypatch.setattr(owner, name, wrapper)
+
+
+def _points():
+    import aifabric.cli_run
+    import fabric.scenarios
+    import fabric.sim.run
+    from fabric.rundir import RunWriter
+
+    return {
+        "topology": (RunWriter, "topology", 1, "partial", "setting up"),
+        "build": (fabric.sim.run, "simulation_for", 1, "partial", "building"),
+        "run": (aifabric.cli_run._ProgressPrinter, "__call__", 1, "partial", "cover what ran"),
+        "flows": (RunWriter, "flows", 1, "partial", "writing the results"),
+        "ports": (RunWriter, "ports", 1, "partial", "writing the results"),
+        "collectives": (RunWriter, "collectives", 1, "partial", "writing the results"),
+        "captures": (fabric.sim.run, "write_pcap", 1, "partial", "writing the results"),
+        "summary": (RunWriter, "note", 1, "partial", "writing the results"),
+        "finish": (RunWriter, "finish", 1, "complete", ""),
+        "load": (fabric.scenarios, "load_scenario", 1, None, None),
+    }
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("point", list(_points()))
+def test_a_signal_at_any_point_leaves_an_honest_run(small, tmp_path, monkeypatch, point, sig):
+    owner, name, calls, status, says = _points()[point]
+    signal_inside(monkeypatch, owner, name, sig, calls=calls)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", str(small), "-o", str(out)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output
+    if status is None:  # before the run directory: nothing written
+        assert result.exit_code == 130 and "nothing was written" in result.output
+        assert not out.exists()
+        return
+    run = Run(out)
+    assert run.status == status, run.meta["message"]
+    assert says in run.meta["message"]
+    assert result.exit_code == (0 if status == "complete" else 130), result.output
+    names = loadable(out)
+    assert LOCK not in names
+    if point in ("run", "captures", "summary"):
+        assert "flows.npz" in names and "ports.npz" in names
+    if point == "build":  # built, never run: every flow recorded as unstarted
+        assert "nothing ran" in run.meta["message"]
+        assert (run.flows()["start_ns"] == -1).all()
+
+
+def test_a_second_signal_stops_at_once_with_what_was_written(small, tmp_path, monkeypatch):
+    import aifabric.cli_run
+
+    signal_inside(monkeypatch, aifabric.cli_run._ProgressPrinter, "__call__", times=2)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", str(small), "-o", str(out)])
+    assert result.exit_code == 130 and "Traceback" not in result.output
+    run = Run(out)
+    assert run.status == "partial" and "interrupted while running" in run.meta["message"]
+    assert sorted(loadable(out)) == ["run.json", "topology.json"]
+
+
+def _aifabric(*args, env=None, **kw) -> subprocess.Popen:
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "aifabric", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+        **kw,
+    )
+
+
+def _wait_for(path: Path, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("after_s", [0.1, 0.2, 0.3, 0.6, 1.0])
+def test_a_signal_while_the_command_starts_is_quiet(small, tmp_path, after_s):
+    out = tmp_path / "run"
+    proc = _aifabric("run", small, "-o", out)
+    time.sleep(after_s)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    if "init_import_site" in err:
+        pytest.skip("the signal came while CPython itself started, before any of aifabric")
+    assert "Traceback" not in err, err
+    if out.exists() and (out / "run.json").exists():
+        status = Run(out).status
+        assert status in ("partial", "complete"), err
+        loadable(out)
+        # a signal after a complete run was written may end the process as the signal does
+        assert proc.returncode in ((0, 130, -signal.SIGINT) if status == "complete" else (130,))
+    else:
+        assert proc.returncode in (1, 130), err
+
+
+def test_sigterm_while_numba_compiles_ends_partial_without_a_traceback(small, tmp_path):
+    """A cold compile of the simulator's kernel (an empty cache, the run phase): one SIGTERM
+    lets the compile finish and stops after the first slice of events, with results; a
+    second stops it at once. The routes are compiled (and cached) in the build, before it."""
+    for signals in (2, 1):
+        out = tmp_path / f"run{signals}"
+        cache = tmp_path / f"numba{signals}"
+        proc = _aifabric("run", small, "-o", out, env={"NUMBA_CACHE_DIR": str(cache)})
+        deadline = time.monotonic() + 300
+        while not list(cache.glob("fabric_*/routing._walk_many-*.nbi")):
+            assert time.monotonic() < deadline and proc.poll() is None, "no routes compiled"
+            time.sleep(0.05)
+        time.sleep(2.0)  # the kernel's compile takes tens of seconds from here
+        assert proc.poll() is None, "the run ended before its kernel compiled"
+        for _ in range(signals):
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+        _, err = proc.communicate(timeout=900)
+        assert "Traceback" not in err and "RuntimeError" not in err, err
+        assert proc.returncode == 130, err
+        run = Run(out)
+        assert run.status == "partial", run.meta["message"]
+        names = loadable(out)
+        if signals == 2:
+            assert run.meta["message"].startswith("interrupted while running; written:")
+            assert "flows.npz" not in names
+        else:
+            assert run.meta["message"] == "interrupted while running; the results cover what ran"
+            assert "flows.npz" in names and "ports.npz" in names
+
+
+def test_a_killed_run_reads_as_killed(small, tmp_path):
+    out = tmp_path / "run"
+    proc = _aifabric("run", small, "-o", out)
+    _wait_for(out / "topology.json")
+    assert effective_status(out) == "running"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert json.loads((out / "run.json").read_text())["status"] == "running"
+    assert effective_status(out) == "killed"
+    run = Run(out)
+    assert run.status == "killed" and f"pid {proc.pid}" in run.meta["message"]
+    result = CliRunner().invoke(main, ["analyze", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "killed" in result.output
+
+
+def test_a_run_in_progress_reads_as_running(tmp_path):
+    writer = RunWriter(tmp_path / "r", "sim", {})
+    assert Run(tmp_path / "r").status == "running"
+    writer.finish("complete")
+    assert Run(tmp_path / "r").status == "complete"
+    assert not (tmp_path / "r" / LOCK).exists()
+
+
+@pytest.mark.parametrize(
+    "where, says, code",
+    [
+        ("file/sub", "is not a directory", 1),
+        ("file", "is a file", 2),  # click's own check of -o
+        ("full", "already exists and is not empty", 1),
+        ("/proc/aifabric-run", "cannot write run directory", 1),
+    ],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, where, says, code):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    target = where if where.startswith("/") else str(tmp_path / where)
+    result = CliRunner().invoke(main, ["run", "no-such-scenario", "-o", target])
+    assert result.exit_code == code, result.output
+    assert says in result.output and "unknown scenario" not in result.output
+    assert "Traceback" not in result.output
