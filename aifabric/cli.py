@@ -14,15 +14,29 @@ import click
 from aifabric import __version__
 from aifabric.params import choice
 from aifabric.table import render
-from fabric.errors import AifabricError
-from fabric.export import FORMATS
-from fabric.routing import POLICIES
+
+# The library is imported by the commands that use it: `aifabric --version` and
+# `--help` stay free of numpy and numba, and a command pays only for its own.
+
+
+def _export_formats():
+    from fabric.export import FORMATS
+
+    return FORMATS
+
+
+def _policies():
+    from fabric.routing import POLICIES
+
+    return POLICIES
 
 
 class Group(click.Group):
     """A click group that turns library errors into one clear sentence."""
 
     def invoke(self, ctx):
+        from fabric.errors import AifabricError
+
         try:
             return super().invoke(ctx)
         except AifabricError as e:
@@ -118,7 +132,7 @@ def topo_show(source, as_json):
 @click.option(
     "--format",
     "fmt",
-    type=choice(FORMATS),
+    type=choice(_export_formats),
     default="json",
     show_default=True,
 )
@@ -158,7 +172,12 @@ def topo_export(source, fmt, output):
     show_default=True,
     help="Flows between random NICs in different racks.",
 )
-@click.option("--policy", type=choice(POLICIES), default=POLICIES[0], show_default=True)
+@click.option(
+    "--policy",
+    type=choice(_policies),
+    default=None,
+    help="ECMP policy [default: the first one listed].",
+)
 @click.option(
     "--qps",
     type=click.IntRange(1, 1024),
@@ -184,7 +203,13 @@ def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
     from topologies import load_fabric
 
     result = random_spread(
-        load_fabric(source), flows, policy, qps=qps, seed=seed, same_seed=same_seed, trials=trials
+        load_fabric(source),
+        flows,
+        policy or _policies()[0],
+        qps=qps,
+        seed=seed,
+        same_seed=same_seed,
+        trials=trials,
     )
     if as_json:
         emit_json(result)
