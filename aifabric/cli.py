@@ -217,6 +217,14 @@ def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
         click.echo(_spread_text(result))
 
 
+@main.command("warmup")
+def warmup():
+    """Compile the simulator's kernels now (scripts/install does it; once per version)."""
+    from fabric.warmup import run
+
+    run()
+
+
 def _spread_text(r: dict) -> str:
     head = (
         f"{r['fabric']}: {r['flows']:,} flows x {r['qps']} QP, policy {r['policy']}, "

@@ -82,6 +82,10 @@ def run(scenario, output, engine, captures, switch, scale, seed, as_json):
         raise click.UsageError("--switch applies to --engine mininet only")
     if scale is not None and engine != "mininet":
         raise click.UsageError("--scale applies to --engine mininet only")
+    from fabric.warmup import compile_notice, ensure_warm
+
+    ensure_warm()  # a new version's empty kernel cache: compile it all now, saying so
+    click.get_current_context().with_resource(compile_notice())  # and any compile after
     if engine == "mininet":
         try:
             from fabric.emu import run_scenario as run_engine
