@@ -135,10 +135,20 @@ def scenarios(policies) -> list[dict]:
 
 
 def ensure_warm(stream: TextIO | None = None) -> bool:
-    """Warm up if the cache directory has no marker, saying so first; True if it did."""
-    if is_warm():
+    """Warm up if the cache directory has no marker, saying so first; True if it did.
+
+    Without a cache directory of our own (an unwritable home) there is nothing to
+    mark, so nothing is done ahead. A warm-up that fails is reported in one line
+    and the caller goes on: its own kernels compile when called (and are announced).
+    """
+    stream = stream or sys.stderr
+    if cache_dir() is None or is_warm():
         return False
-    run(stream or sys.stderr, note="once per version; scripts/install does it ahead")
+    try:
+        run(stream, note="once per version; scripts/install does it ahead")
+    except Exception as e:  # the run itself decides whether it can go on
+        stream.write(f"aifabric: the warm-up failed ({type(e).__name__}: {e}); going on\n")
+        return False
     return True
 
 

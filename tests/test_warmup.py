@@ -107,3 +107,20 @@ def test_a_run_on_a_cache_without_the_marker_warms_up_first_and_says_so(tmp_path
     again = CliRunner().invoke(main, ["run", str(scenario), "-o", str(tmp_path / "b"), "--json"])
     assert again.exit_code == 0, again.output
     assert "compiling" not in again.stderr
+
+
+def test_a_failed_warm_up_is_one_line_and_the_run_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
+
+    def broken():
+        raise OSError("disk full")
+
+    monkeypatch.setattr(warmup, "warm_up", broken)
+    scenario = tmp_path / "one.toml"
+    scenario.write_text(ONE_FLOW)
+    r = CliRunner().invoke(main, ["run", str(scenario), "-o", str(tmp_path / "a"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert "aifabric: the warm-up failed (OSError: disk full); going on\n" in r.stderr
+    assert json.loads(r.stdout)["flows_done"] == 1
+    assert not warmup.is_warm()
