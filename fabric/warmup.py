@@ -179,12 +179,16 @@ def _write(path: Path, text: str) -> None:
 
 class CompileNotice:
     """Listens to numba's compile events: a line when compiling starts (if `announce`),
-    then, on a terminal, a counter of the seconds redrawn every `tick_s`."""
+    then the seconds so far: redrawn every second on a terminal, a line every
+    `LOG_TICK_S` elsewhere (a log file)."""
 
-    def __init__(self, stream: TextIO, announce: bool, tick_s: float = 1.0):
+    LOG_TICK_S = 10.0
+
+    def __init__(self, stream: TextIO, announce: bool):
         self.stream = stream
         self.announce = announce
-        self.tick_s = tick_s
+        self.tty = stream.isatty()
+        self.tick_s = 1.0 if self.tty else self.LOG_TICK_S
         self.depth = 0  # numba compiles callees inside their caller's event
         self.started = 0.0
         self.compiled_s = 0.0
@@ -205,7 +209,7 @@ class CompileNotice:
                     f"({_about(estimate_s())} for all of them)\n"
                 )
                 self.stream.flush()
-            if not self.ticking and self.stream.isatty():
+            if not self.ticking:
                 self.ticking = True
                 threading.Thread(target=self._tick, daemon=True).start()
 
@@ -228,9 +232,11 @@ class CompileNotice:
                     return
                 if self.depth:
                     s = self.compiled_s + time.perf_counter() - self.started
-                    self.stream.write(f"\r  compiling: {s:.0f} s ")
+                    self.stream.write(
+                        f"\r  compiling: {s:.0f} s " if self.tty else f"  compiling: {s:.0f} s\n"
+                    )
                     self.stream.flush()
-                    self.drawn = True
+                    self.drawn = self.tty
 
     def stop(self) -> None:
         with self.lock:

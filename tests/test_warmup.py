@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 from click.testing import CliRunner
 from numba import njit
@@ -88,6 +89,23 @@ def test_a_compile_is_announced_when_it_starts():
     assert out.getvalue() == said and notice.compiled_s > 0
     fresh(2.5)  # a new signature outside the block: the listener is gone
     assert out.getvalue() == said
+
+
+def test_while_numba_compiles_the_seconds_so_far_are_reported(monkeypatch):
+    monkeypatch.setattr(warmup.CompileNotice, "LOG_TICK_S", 0.05)
+    out = io.StringIO()
+    notice = warmup.CompileNotice(out, announce=True)
+    notice.on_start()
+    notice.on_start()  # a callee compiled inside its caller
+    time.sleep(0.5)
+    notice.on_end()
+    assert notice.compiled_s == 0  # the caller is still compiling
+    notice.on_end()
+    notice.stop()
+    head, *ticks = out.getvalue().splitlines()
+    assert head.startswith("aifabric: compiling kernels the cache does not hold")
+    assert ticks and all(t.startswith("  compiling: ") and t.endswith(" s") for t in ticks)
+    assert notice.compiled_s >= 0.5
 
 
 def test_a_run_on_a_cache_without_the_marker_warms_up_first_and_says_so(tmp_path, monkeypatch):
