@@ -6,6 +6,8 @@ misuse of the command line is click's usage error, exit 2.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import json
 import sys
 
@@ -17,6 +19,11 @@ from aifabric.table import render
 
 # The library is imported by the commands that use it: `aifabric --version` and
 # `--help` stay free of numpy and numba, and a command pays only for its own.
+
+# At exit, Python's last garbage collections walk every object numba and numpy
+# made (about 0.15 s of CPU, a third of a small run); frozen objects are skipped
+# and the operating system frees the memory. Finalizers and module teardown run.
+atexit.register(gc.freeze)
 
 
 def _export_formats():

@@ -10,6 +10,10 @@ seconds of N runs:
   run       `aifabric run` of a scenario with one 4 KiB flow on lab-small, warm
             (after one untimed run that fills the numba cache if it is cold)
 
+The children may write bytecode (__pycache__), as an installed aifabric does,
+whatever PYTHONDONTWRITEBYTECODE says here: without it every module of the
+project is compiled from source on each start (about 0.1 s of CPU).
+
 `--cold` (slow: about a minute of CPU) adds, once each, in a fresh empty numba
 cache directory deleted afterwards:
 
@@ -96,6 +100,7 @@ def main() -> None:
     args = ap.parse_args()
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         work = Path(tmp)
         scenario = work / "one-flow.toml"
