@@ -155,10 +155,16 @@ def ensure_warm(stream: TextIO | None = None) -> bool:
 def run(stream: TextIO | None = None, *, note: str = "once") -> float:
     """Warm up, with a line first and the time it took after on `stream`; its wall seconds."""
     stream = stream or sys.stderr
-    stream.write(f"aifabric: compiling the simulator's kernels ({_about(estimate_s())}, {note})\n")
+    warm = is_warm()
+    if warm:
+        stream.write("aifabric: checking the simulator's kernels (compiled already)\n")
+    else:
+        stream.write(
+            f"aifabric: compiling the simulator's kernels ({_about(estimate_s())}, {note})\n"
+        )
     stream.flush()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    with compile_notice(stream, announce=False) as notice:
+    with compile_notice(stream, announce=warm) as notice:
         warm_up()
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if notice.compiled_s > wall / 2:  # a full compile, not a cache mostly warm
