@@ -82,10 +82,6 @@ def run(scenario, output, engine, captures, switch, scale, seed, as_json):
         raise click.UsageError("--switch applies to --engine mininet only")
     if scale is not None and engine != "mininet":
         raise click.UsageError("--scale applies to --engine mininet only")
-    from fabric.warmup import compile_notice, ensure_warm
-
-    ensure_warm()  # a new version's empty kernel cache: compile it all now, saying so
-    click.get_current_context().with_resource(compile_notice())  # and any compile after
     if engine == "mininet":
         try:
             from fabric.emu import run_scenario as run_engine
@@ -102,6 +98,10 @@ def run(scenario, output, engine, captures, switch, scale, seed, as_json):
         sc = replace(sc, captures=tuple(dict.fromkeys((*sc.captures, *names))))
     for name in sc.captures:
         resolve_port(sc.fabric, name)
+    from fabric.warmup import compile_notice, ensure_warm
+
+    ensure_warm()  # a new version's empty kernel cache: compile it all now, saying so
+    click.get_current_context().with_resource(compile_notice())  # and any compile after
     path = Path(output or f"runs/{sc.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     writer = RunWriter(path, engine, sc.to_dict())
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` ends the run like Ctrl-C

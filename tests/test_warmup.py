@@ -142,3 +142,10 @@ def test_a_failed_warm_up_is_one_line_and_the_run_goes_on(tmp_path, monkeypatch)
     assert "aifabric: the warm-up failed (OSError: disk full); going on\n" in r.stderr
     assert json.loads(r.stdout)["flows_done"] == 1
     assert not warmup.is_warm()
+
+
+def test_a_mistake_in_the_command_is_reported_before_any_warm_up(tmp_path, monkeypatch):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    r = CliRunner().invoke(main, ["run", "no-such-scenario"])
+    assert r.exit_code == 1 and "unknown scenario" in r.output
+    assert "compiling" not in r.stderr and not warmup.is_warm()
