@@ -53,6 +53,13 @@ class Group(click.Group):
             ctx.exit(0)
 
 
+def notice_compiles() -> None:
+    """Until the command ends, say on stderr when numba compiles (a cache a new version emptied)."""
+    from fabric.warmup import compile_notice
+
+    click.get_current_context().with_resource(compile_notice())
+
+
 def emit_json(data) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 
@@ -209,6 +216,7 @@ def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
     from fabric.spread import random_spread
     from topologies import load_fabric
 
+    notice_compiles()
     result = random_spread(
         load_fabric(source),
         flows,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from aifabric.cli import Group, emit_json, json_option, main
+from aifabric.cli import Group, emit_json, json_option, main, notice_compiles
 from aifabric.table import render
 from fabric.errors import AifabricError
 
@@ -324,6 +324,7 @@ def _print_run(m: dict, top: int) -> None:
 @json_option
 def analyze(target, rate, top, series, as_json):
     """Congestion, ECMP imbalance and completion times of a run directory or a capture."""
+    notice_compiles()
     m = _load(target, rate, top, series and as_json)
     if as_json:
         emit_json(m)
@@ -348,6 +349,8 @@ def report(run, output):
     from analysis.report import build_capture_report, build_report
     from fabric.files import write_atomic
     from fabric.rundir import Run
+
+    notice_compiles()
 
     path = Path(run)
     if path.is_dir():
@@ -376,6 +379,8 @@ def compare(targets, rate, as_json):
     from analysis.metrics import summary
     from analysis.report import SUMMARY_ROWS, _fmt
 
+    notice_compiles()
+
     rows = [summary(_load(t, rate, 10)) for t in targets]
     if as_json:
         emit_json(rows)
@@ -401,6 +406,8 @@ def pcap_show(file, index, count):
     """Dissect packets of FILE with scapy (RoCEv2 BTH, CNP, PFC, PAUSE layers)."""
     from analysis.capture import read_capture
     from analysis.dissect import show
+
+    notice_compiles()
 
     if not Path(file).exists():
         raise AifabricError(f"{file} does not exist")

@@ -8,7 +8,7 @@ import time
 
 import click
 
-from aifabric.cli import emit_json, json_option, main
+from aifabric.cli import emit_json, json_option, main, notice_compiles
 
 
 def _interrupt(signum, frame):
@@ -98,10 +98,10 @@ def run(scenario, output, engine, captures, switch, scale, seed, as_json):
         sc = replace(sc, captures=tuple(dict.fromkeys((*sc.captures, *names))))
     for name in sc.captures:
         resolve_port(sc.fabric, name)
-    from fabric.warmup import compile_notice, ensure_warm
+    from fabric.warmup import ensure_warm
 
     ensure_warm()  # a new version's empty kernel cache: compile it all now, saying so
-    click.get_current_context().with_resource(compile_notice())  # and any compile after
+    notice_compiles()  # and any compile after
     path = Path(output or f"runs/{sc.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     writer = RunWriter(path, engine, sc.to_dict())
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` ends the run like Ctrl-C
