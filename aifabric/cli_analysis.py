@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from aifabric.cli import Group, emit_json, json_option, main
+from aifabric.cli import Group, emit_json, json_option, main, notice_compiles
 from fabric.errors import AifabricError
 
 
@@ -49,6 +49,7 @@ def _warn(warnings: list[str]) -> None:
 @json_option
 def analyze(target, rate, top, series, as_json):
     """Congestion, ECMP imbalance and completion times of a run directory or a capture."""
+    notice_compiles()
     from analysis import render, targets
 
     m, warnings = targets.analyze(target, rate_bps=rate, top=top, series=series and as_json)
@@ -75,6 +76,7 @@ def report(run, output):
     from analysis import targets
     from fabric.files import write_atomic
 
+    notice_compiles()
     html, warnings = targets.report(run)
     _warn(warnings)
     write_atomic(output, html)
@@ -91,6 +93,7 @@ def compare(targets, rate, as_json):
     from analysis import render
     from analysis import targets as lib
 
+    notice_compiles()
     rows, warnings = lib.compare(targets, rate_bps=rate)
     _warn(warnings)
     if as_json:
@@ -113,6 +116,7 @@ def pcap_show(file, index, count, as_json):
     """Dissect packets of FILE with scapy (RoCEv2 BTH, CNP, PFC, PAUSE layers)."""
     from analysis import targets
 
+    notice_compiles()
     rows, text, warnings = targets.packets(file, index, count)
     _warn(warnings)
     if as_json:

@@ -12,10 +12,16 @@ import time
 
 import click
 
-from aifabric.cli import emit_json, json_option, main
-from fabric.engines import ENGINES
+from aifabric.cli import emit_json, json_option, main, notice_compiles
+from aifabric.params import choice
 
 EXIT_INTERRUPTED = 130
+
+
+def _engine_names():
+    from fabric.engines import ENGINES
+
+    return ENGINES
 
 
 class RunCommand(click.Command):
@@ -79,7 +85,7 @@ def _engine_options(name: str, given: dict) -> dict:
 @click.option(
     "--engine",
     "engine_name",
-    type=click.Choice(list(ENGINES)),
+    type=choice(_engine_names),
     default="sim",
     show_default=True,
     help="The packet simulator, or the Mininet emulator (root).",
@@ -116,6 +122,7 @@ def run(ctx, scenario, output, engine_name, captures, switch, scale, seed, as_js
     from fabric.engines import Interrupted, Stop, run_scenario
     from fabric.rundir import check_run_dir
     from fabric.scenarios import load_scenario, with_captures
+    from fabric.warmup import ensure_warm
 
     options = _engine_options(engine_name, {"switch": switch, "scale": scale})
     if output:
@@ -128,6 +135,9 @@ def run(ctx, scenario, output, engine_name, captures, switch, scale, seed, as_js
             names = [c for item in captures for c in item.split(",") if c]
             if names:
                 sc = with_captures(sc, names)
+            stop.enter("compile", "abortable")
+            ensure_warm()  # a new version's empty kernel cache: compile it all now, saying so
+            notice_compiles()  # and any compile after
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             path = Path(output or f"runs/{sc.name}-{stamp}")
             summary = run_scenario(

@@ -7,19 +7,35 @@ import click
 from aifabric.cli import Group, emit_json, json_option, main
 from aifabric.params import GPUS, SIZE, choice
 from aifabric.table import render
-from traffic.collectives import KINDS
-from traffic.spec import DISTRIBUTIONS, PLACEMENTS, QP_MODES, named_job, workload_of
+
+
+def _spec(name: str):
+    """A table of traffic.spec, read when a command line is parsed (not at startup)."""
+
+    def names():
+        import traffic.spec
+
+        return getattr(traffic.spec, name)
+
+    return names
+
+
+def _algorithms():
+    from traffic.collectives import KINDS
+
+    return dict.fromkeys(a for c in KINDS.values() for a in c.algorithms)
+
 
 # Options that turn a bare collective or pattern name into a one-job workload.
 _SPEC_OPTIONS = (
-    ("algorithm", choice(dict.fromkeys(a for c in KINDS.values() for a in c.algorithms)),
+    ("algorithm", choice(_algorithms),
      "Collective algorithm (the kind's first by default)."),
     ("size", SIZE, "Bytes of the op, or per flow for patterns (e.g. 64MiB)."),
     ("gpus", GPUS, 'GPUs of the job, or "all".'),
-    ("placement", choice(PLACEMENTS), "Job placement."),
+    ("placement", choice(_spec("PLACEMENTS")), "Job placement."),
     ("channels", int, "Parallel rings or trees."),
     ("qps", int, "QPs per connection."),
-    ("qp-mode", choice(QP_MODES), "QP scaling mode."),
+    ("qp-mode", choice(_spec("QP_MODES")), "QP scaling mode."),
     ("chunk", SIZE, "Chunk (message) size."),
     ("window", int, "Clear-to-send: outstanding chunks per channel."),
     ("segments", int, "Pipelined flows per connection (0: one per step)."),
@@ -28,7 +44,7 @@ _SPEC_OPTIONS = (
     ("iterations", int, "Times the op runs."),
     ("senders", int, "Incast senders."),
     ("flows", int, "Uniform: number of flows."),
-    ("distribution", choice(DISTRIBUTIONS), "Uniform: sizes."),
+    ("distribution", choice(_spec("DISTRIBUTIONS")), "Uniform: sizes."),
     ("load", float, "Uniform: offered load per NIC (0..1)."),
 )  # fmt: skip
 
@@ -72,6 +88,8 @@ def traffic():
 
 def _workload(source: str, options: dict):
     """WORKLOAD and its options as the library's workload (options only for bare names)."""
+    from traffic.spec import named_job, workload_of
+
     given = {k.replace("-", "_"): v for k, v in options.items() if v is not None}
     if given and not named_job(source):
         flags = ", ".join("--" + k.replace("_", "-") for k in given)

@@ -8,7 +8,9 @@ the unit the name says (bytes, bit/s, ns).
 
 `choice(names)` is a click.Choice over one of the library's own tables (routing
 policies, collective kinds, congestion-control kinds), so a new entry there is
-a new choice here without editing the command.
+a new choice here without editing the command. `names` may be a function that
+returns the table: it is called when a command line is parsed or help shown, so
+a command module need not import the library (and numba) to declare options.
 """
 
 from __future__ import annotations
@@ -58,6 +60,23 @@ class GpuCount(click.ParamType):
 GPUS = GpuCount()
 
 
-def choice(names: Iterable[str]) -> click.Choice:
-    """A choice among the names of one of the library's tables."""
+class TableChoice(click.Choice):
+    """A click.Choice whose names are read from a library table on first use."""
+
+    def __init__(self, names: Callable[[], Iterable[str]]):
+        self._names = names
+        self._choices: tuple[str, ...] | None = None
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        if self._choices is None:
+            self._choices = tuple(self._names())
+        return self._choices
+
+
+def choice(names: Iterable[str] | Callable[[], Iterable[str]]) -> click.Choice:
+    """A choice among the names of one of the library's tables (or a function returning them)."""
+    if callable(names):
+        return TableChoice(names)
     return click.Choice(list(names))

@@ -5,29 +5,19 @@ import fabric._numba_cache  # noqa: F401  (before anything imports numba)
 __version__ = "0.1.0"
 
 from fabric.errors import AifabricError, SpecError
-from fabric.model import (
-    ROLES,
-    EcnProfile,
-    Fabric,
-    Link,
-    Node,
-    PfcProfile,
-    Port,
-    QueueProfile,
-    Role,
-)
 
-__all__ = [
-    "__version__",
-    "ROLES",
-    "AifabricError",
-    "EcnProfile",
-    "Fabric",
-    "Link",
-    "Node",
-    "PfcProfile",
-    "Port",
-    "QueueProfile",
-    "Role",
-    "SpecError",
-]
+_MODEL = (
+    "ROLES", "EcnProfile", "Fabric", "Link", "Node", "PfcProfile", "Port", "QueueProfile", "Role",
+)  # fmt: skip
+
+__all__ = ["__version__", "AifabricError", "SpecError", *_MODEL]
+
+
+def __getattr__(name: str):
+    # The model (and numpy) loads on first use, so that `import fabric.errors`
+    # or `fabric.units` (the command line's startup) stays cheap.
+    if name in _MODEL:
+        from fabric import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module 'fabric' has no attribute {name!r}")

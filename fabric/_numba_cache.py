@@ -1,12 +1,24 @@
-"""Where numba keeps compiled kernels: a directory named by a hash of the sources.
+"""Where numba keeps compiled kernels: a directory named by a hash of the sources kernels use.
 
 numba's own cache checks only the timestamp of the file a kernel lives in.
 Kernels read constants from other modules (the simulator's column layout,
 for one) and freeze them at compile time, so after an update that changes
 such a module, a cache beside the sources would serve kernels compiled for
 the old layout: wrong results, or memory overruns. Keying the cache
-directory on the content of every source file of the project rules that
-out. An explicit NUMBA_CACHE_DIR is respected.
+directory on the content of those modules rules that out. An explicit
+NUMBA_CACHE_DIR is respected.
+
+Which modules: the kernel modules (those that import numba at their top
+level) and every project module they import, transitively: for `import a.b`
+the packages a and a.b and their imports; for `from a.b import c` the module
+a.b.c when it is one (and a.b's file), else a.b and its imports. Imports
+inside functions count too. A kernel sees only names bound in its module, and
+those come through these imports, so an edit elsewhere (the command line,
+reports, workload generation, the engine's Python layer) keeps the cache.
+(The hole: a package's `__init__` that reassigns another module's constant
+when imported. Do not do that.) The imports are found with a regular
+expression, not `ast`, so that every command's startup stays cheap; a test
+checks it against `ast` on every source file.
 
 This must run before numba is imported; every package of the project
 imports `fabric` first for that reason.
@@ -16,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -24,12 +37,80 @@ PACKAGES = ("fabric", "traffic", "analysis", "topologies", "aifabric")
 KEEP_OLD_DAYS = 7
 
 
-def source_digest(root: Path) -> str:
-    h = hashlib.sha256()
+_IMPORT = re.compile(
+    rb"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]*(\([^)]*\)|(?:[^\n#;\\]|\\\r?\n)*)"
+    rb"|import[ \t]+((?:[^\n#;\\]|\\\r?\n)*))",
+    re.M,
+)
+_NUMBA = re.compile(rb"^(?:from[ \t]+numba[ \t.]|import[ \t]+numba\b)", re.M)
+
+
+def modules(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every source file of the project's packages."""
+    out = {}
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
+            parts = path.relative_to(root).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports(name: str, path: Path, text: bytes) -> list[tuple[str, tuple[str, ...] | None]]:
+    """The imports of a module: (module, None) for `import module`, (module, names) for
+    `from module import names`, relative ones made absolute."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for base, names, plain in _IMPORT.findall(text):
+        if plain:
+            for item in plain.decode().replace("\\", " ").split(","):
+                if item.split():
+                    out.append((item.split()[0], None))
+            continue
+        module = base.decode()
+        level = len(module) - len(module.lstrip("."))
+        if level:
+            head = package.split(".")[: len(package.split(".")) - (level - 1)]
+            module = ".".join([*head, module[level:]] if module[level:] else head)
+        listed = re.sub(r"#[^\n]*|[()\\]", " ", names.decode()).split(",")
+        out.append((module, tuple(n.split()[0] for n in listed if n.split())))
+    return out
+
+
+def kernel_sources(root: Path) -> list[Path]:
+    """The kernel modules and every project module they import (see the docstring)."""
+    mods = modules(root)
+    texts = {name: path.read_bytes() for name, path in mods.items()}
+    todo = [name for name, text in texts.items() if _NUMBA.search(text)]
+    followed: set[str] = set()
+    hashed: set[str] = set()
+
+    def parents(name: str) -> list[str]:
+        parts = name.split(".")
+        return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+    while todo:
+        name = todo.pop()
+        if name in followed or name not in mods:
+            continue
+        followed.add(name)
+        hashed.update([name, *parents(name)])
+        for module, names in imports(name, mods[name], texts[name]):
+            if names is None:
+                todo += [module, *parents(module)]
+                continue
+            subs = [f"{module}.{n}" for n in names if f"{module}.{n}" in mods]
+            todo += subs
+            if len(subs) < len(names):
+                todo.append(module)
+            hashed.update([module, *parents(module)])
+    return sorted(mods[name] for name in hashed if name in mods)
+
+
+def source_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in kernel_sources(root):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -1,23 +1,95 @@
+import ast
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from fabric import _numba_cache
 
+ROOT = Path(__file__).resolve().parent.parent
 
-def _tree(root, body):
+
+def _tree(root, layout="PK_N = 11\n", report="TITLE = 'a'\n"):
+    files = {
+        "fabric/__init__.py": "",
+        "fabric/sim/__init__.py": "from fabric.sim.engine import Simulation\n",
+        "fabric/sim/engine.py": "from fabric.sim.kernel import run\nSimulation = object\n",
+        "fabric/sim/kernel.py": (
+            "from numba import njit\n\nfrom fabric.sim import (\n    heap,  # a comment\n"
+            "    layout as L,\n)\nfrom fabric.units import ns, \\\n    us\n"
+        ),
+        "fabric/sim/layout.py": layout,
+        "fabric/sim/heap.py": "",
+        "fabric/units.py": "ns, us = 1, 1000\n",
+        "analysis/__init__.py": "",
+        "analysis/report.py": "import fabric.sim.kernel\n" + report,
+    }
     for package in _numba_cache.PACKAGES:
         (root / package).mkdir(parents=True, exist_ok=True)
-    (root / "fabric" / "layout.py").write_text(body)
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
 
 
-def test_the_cache_directory_follows_the_content_of_the_sources(tmp_path):
-    _tree(tmp_path, "PK_N = 11\n")
+def test_the_cache_directory_follows_the_content_of_the_sources_kernels_import(tmp_path):
+    _tree(tmp_path)
     first = _numba_cache.source_digest(tmp_path)
-    os.utime(tmp_path / "fabric" / "layout.py", (0, 0))
+    os.utime(tmp_path / "fabric" / "sim" / "layout.py", (0, 0))
     assert _numba_cache.source_digest(tmp_path) == first  # timestamps do not matter
-    _tree(tmp_path, "PK_N = 16\n")
+    _tree(tmp_path, report="TITLE = 'b'\n")
+    assert _numba_cache.source_digest(tmp_path) == first  # nor what no kernel imports
+    _tree(tmp_path, layout="PK_N = 16\n")
     assert _numba_cache.source_digest(tmp_path) != first  # a changed constant does
+    _tree(tmp_path)
+    (tmp_path / "fabric" / "units.py").write_text("ns, us = 1, 1024\n")  # a name after a
+    assert _numba_cache.source_digest(tmp_path) != first  # line continuation counts too
+
+
+def test_the_project_keys_the_cache_on_kernel_modules_and_their_imports(tmp_path):
+    for package in _numba_cache.PACKAGES:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__py*"))
+    used = {str(p.relative_to(tmp_path)) for p in _numba_cache.kernel_sources(tmp_path)}
+    assert {"fabric/sim/kernel.py", "fabric/sim/layout.py", "fabric/routing.py"} <= used
+    assert {"analysis/capture.py", "traffic/flow_packets.py", "fabric/frames.py"} <= used
+    assert not {"analysis/report.py", "aifabric/cli.py", "fabric/warmup.py"} & used
+    first = _numba_cache.source_digest(tmp_path)
+    with open(tmp_path / "analysis" / "report.py", "a") as f:
+        f.write("\nEDITED = True\n")
+    assert _numba_cache.source_digest(tmp_path) == first
+    layout = tmp_path / "fabric" / "sim" / "layout.py"
+    layout.write_text(layout.read_text() + "\nEDITED = True\n")
+    assert _numba_cache.source_digest(tmp_path) != first
+
+
+def _ast_imports(name: str, path: Path):
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        if isinstance(node, ast.Import):
+            yield from ((a.name, None) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                head = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join([*head, module] if module else head)
+            yield module, tuple(a.name for a in node.names)
+
+
+def test_the_import_scan_finds_what_the_python_parser_finds_in_every_source_file():
+    for name, path in _numba_cache.modules(ROOT).items():
+        text = path.read_bytes()
+        found = set(_numba_cache.imports(name, path, text))
+        assert set(_ast_imports(name, path)) <= found, path
+        top = any(
+            isinstance(node, (ast.Import, ast.ImportFrom))
+            and any(
+                m.split(".")[0] == "numba"
+                for m in ([a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                + ([node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            )
+            for node in ast.parse(text).body
+        )
+        assert bool(_numba_cache._NUMBA.search(text)) == top, path
 
 
 def test_kernels_compile_into_the_keyed_directory(tmp_path):
