@@ -469,7 +469,7 @@ def _routing(run, fabric):
         return Routing(
             fabric,
             ecmp.get("policy", "5tuple"),
-            int(scenario.get("seed", 0)),
+            int(scenario.get("hash_seed", scenario.get("seed", 0))),
             same_seed=bool(ecmp.get("same_seed", False)),
         )
     except (AifabricError, TypeError, ValueError):

@@ -1,4 +1,4 @@
-"""A scenario: fabric + workload + ECMP policy + queues + congestion control + faults + seed.
+"""A scenario: fabric + workload + ECMP policy + queues + congestion control + faults + seeds.
 
 This is what every engine runs. `to_dict()` is what run.json records under
 "scenario". Scenarios are loaded and validated in one place,
@@ -38,13 +38,21 @@ class Scenario:
     workload: dict[str, Any]  # the workload spec as given
     ecmp: str = "5tuple"
     same_seed: bool = False
-    seed: int = 0
+    seed: int = 0  # the base seed: each seed below that is not given is this one
+    placement_seed: int | None = None  # placement and random patterns (traffic.generate)
+    qpn_seed: int | None = None  # QPNs; None: drawn after placement, from its generator
+    hash_seed: int | None = None  # the switches: ECMP hash seeds, the simulator's ECN draws
     cc: str = DEFAULT_KIND
     cc_params: dict[str, Any] = field(default_factory=dict)
     faults: tuple[Fault, ...] = ()
     sample_interval_ns: int = 10_000
     captures: tuple[str, ...] = ()  # ports to capture, by `Fabric.port_name`
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("placement_seed", "hash_seed"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, self.seed)
 
     def capture_ports(self) -> list[int]:
         """The captured ports' ids, each once, in order."""
@@ -62,6 +70,9 @@ class Scenario:
             "congestion_control": {"kind": self.cc, **self.cc_params},
             "faults": [f.__dict__ for f in self.faults],
             "seed": self.seed,
+            "placement_seed": self.placement_seed,
+            "qpn_seed": self.qpn_seed,
+            "hash_seed": self.hash_seed,
             "sample_interval_ns": self.sample_interval_ns,
             "captures": list(self.captures),
             "flows": len(self.flows),

@@ -18,6 +18,11 @@ QP scaling turns each transfer into `qps` flows on the same NIC pair:
 A flow waits for every QP's flow of each transfer its transfer waits for.
 QPNs are 24-bit, allocated per NIC from a seeded base in connection order;
 a connection (job, src, dst, channel, QP) keeps its QPs across operations.
+
+Two seeds: `seed` draws placement and the random patterns (partners, sizes,
+arrival times); `qpn_seed` draws the QPN bases from a generator of its own.
+Without `qpn_seed` the bases are drawn from the placement generator once the
+jobs are placed (so they follow `seed`, as before the seeds were separated).
 """
 
 from __future__ import annotations
@@ -160,9 +165,10 @@ class _Table:
 
 
 class _Builder:
-    def __init__(self, fabric: Fabric, seed: int):
+    def __init__(self, fabric: Fabric, seed: int, qpn_seed: int | None = None):
         self.fabric = fabric
         self.rng = np.random.default_rng(seed)
+        self.qpn_rng = self.rng if qpn_seed is None else np.random.default_rng(qpn_seed)
         self.table = _Table()
         self.taken = np.zeros(fabric.n_nodes, dtype=bool)
         self.n_ops = 0
@@ -293,14 +299,17 @@ class _Builder:
         first = np.searchsorted(sorted_nic, sorted_nic, "left")
         local = np.empty(2 * nc, dtype=_I64)
         local[order] = np.arange(2 * nc) - first
-        base = self.rng.integers(0x100, 1 << 24, size=self.fabric.n_nodes, dtype=_I64)
+        base = self.qpn_rng.integers(0x100, 1 << 24, size=self.fabric.n_nodes, dtype=_I64)
         span = (1 << 24) - 0x100
         qpn = (base[nic] - 0x100 + local) % span + 0x100
         return qpn[:nc][conn_of].astype(_I32), qpn[nc:][conn_of].astype(_I32)
 
 
-def generate(fabric: Fabric, workload: Workload, seed: int = 0) -> FlowTable:
-    """The flows of `workload` on `fabric`: place every job, issue its operations."""
+def generate(
+    fabric: Fabric, workload: Workload, seed: int = 0, *, qpn_seed: int | None = None
+) -> FlowTable:
+    """The flows of `workload` on `fabric`: place every job (drawing from `seed`), issue its
+    operations, number the QPs (drawing from `qpn_seed`; by default after placement)."""
     if len(workload.jobs) > 127:
         raise SpecError(f"workload {workload.name} has {len(workload.jobs)} jobs; at most 127")
     if fabric.n_nodes >= 1 << 21:
@@ -308,7 +317,7 @@ def generate(fabric: Fabric, workload: Workload, seed: int = 0) -> FlowTable:
     table = _flow_table_file(fabric, workload)
     if table is not None:
         return table
-    b = _Builder(fabric, seed)
+    b = _Builder(fabric, seed, qpn_seed)
     # matrix jobs hold the NICs their files name; the other jobs are placed around them
     ops: dict[int, list[Op]] = {}
     for j, job in enumerate(workload.jobs):

@@ -3,9 +3,9 @@
 - `packed`: topology-aware, as Meta's scheduler does: the smallest server,
   rack, zone (or the whole fabric) that still has enough free NICs, best fit
   first; a job that fits in a rack stays in one rack.
-- `fragmented`: whole servers drawn at random (seeded) over the fabric, so
-  the job holds partial racks scattered across zones: the case where path
-  pinning fails.
+- `fragmented`: whole servers drawn at random (with the placement seed) over
+  the fabric, so the job holds partial racks scattered across zones: the case
+  where path pinning fails.
 - `rail-aligned`: whole servers only (or the first rails of one server for a
   job smaller than a server), ranks numbered rail-major, so consecutive ranks
   share a rail and inter-server traffic stays on rails.

@@ -90,7 +90,7 @@ def ofport(fabric: Fabric, port: int) -> int:
 
 def initial_routing(scenario) -> Routing:
     """The routing the fabric is built with: the plan's, faults at time 0 applied."""
-    return routing_at_start(scenario.fabric, scenario.faults, seed=scenario.seed)
+    return routing_at_start(scenario.fabric, scenario.faults, seed=scenario.hash_seed)
 
 
 def bridge_rules(plan: Plan, fabric: Fabric, routing: Routing, switch: int):

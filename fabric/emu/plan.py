@@ -258,7 +258,7 @@ def plan(
     macs = tuple(port_mac(p) for p in range(n_ports))
     rates = np.maximum(fabric.port_rate_bps // scale, 8).astype(np.int64)
     delays = fabric.port_delay_ns * scale if delay == "netem" else np.zeros(n_ports, np.int64)
-    seeds = switch_seeds(fabric, scenario.seed, scenario.same_seed)
+    seeds = switch_seeds(fabric, scenario.hash_seed, scenario.same_seed)
     policy = HASH_POLICY[scenario.ecmp]
     notes = {}
     if scenario.ecmp in ("spray", "adaptive"):
@@ -270,7 +270,7 @@ def plan(
         notes["ecmp"] = "Linux hashes the 5-tuple; the QPN-derived UDP source port carries the QP"
     elif scenario.ecmp == "pinned":
         notes["ecmp"] = "Linux hashes source and destination address (L3) for pinned"
-    routing = routing_at_start(fabric, scenario.faults, seed=scenario.seed)
+    routing = routing_at_start(fabric, scenario.faults, seed=scenario.hash_seed)
 
     configs = []
     for v in range(fabric.n_nodes):

@@ -12,7 +12,10 @@ checked (an unknown key is an error, not silence):
     description = "..."
     topology = "lab-medium"          # a topology preset or a TOML path
     workload = "preset-or-file"      # or an inline [workload] table instead
-    seed = 1
+    seed = 1                         # the base seed; each seed below defaults to it
+    placement_seed = 1               # fragmented placement, random patterns' draws
+    qpn_seed = 1                     # QPNs (so UDP source ports); default: after placement
+    hash_seed = 1                    # switches' ECMP hash seeds (both engines), ECN draws
     sample_interval = "10us"
     captures = ["z0-r0-rtsw--z0-ctsw0"]  # port names (Fabric.port_name), or a NIC
 
@@ -48,8 +51,10 @@ from fabric.units import parse_time
 from topologies.spec import QUEUE_ROLES, queue_profiles
 
 TABLES = ("scenario", "workload", "ecmp", "queue", "congestion_control", "faults")
+SEED_KEYS = ("placement_seed", "qpn_seed", "hash_seed")
 SCENARIO_KEYS = (
-    "name", "description", "topology", "workload", "seed", "sample_interval", "captures",
+    "name", "description", "topology", "workload", "seed", *SEED_KEYS, "sample_interval",
+    "captures",
 )  # fmt: skip
 FAULT_KEYS = ("link", "node", "at", "action")
 
@@ -118,9 +123,9 @@ def scenario_from_dict(
     else:
         workload = traffic.workload_from_dict(raw["workload"], name)
 
-    run_seed = head.get("seed", 0) if seed is None else seed
-    if isinstance(run_seed, bool) or not isinstance(run_seed, int):
-        raise SpecError(f"scenario {name}: scenario.seed = {run_seed!r} must be a whole number")
+    run_seed = _seed(name, "seed", head.get("seed", 0) if seed is None else seed)
+    seeds = {key: _seed(name, key, head[key]) for key in SEED_KEYS if key in head}
+    placement_seed = seeds.get("placement_seed", run_seed)
     try:
         interval = parse_time(head.get("sample_interval", "10us"))
     except UnitError as e:
@@ -158,7 +163,7 @@ def scenario_from_dict(
         raise SpecError(f"scenario {name}: {e}") from None
 
     faults = tuple(_fault(fabric, name, body) for body in _fault_list(raw.get("faults", []), name))
-    flows = traffic.generate(fabric, workload, run_seed)
+    flows = traffic.generate(fabric, workload, placement_seed, qpn_seed=seeds.get("qpn_seed"))
     return Scenario(
         name=name,
         fabric=fabric,
@@ -168,6 +173,9 @@ def scenario_from_dict(
         ecmp=policy,
         same_seed=same_seed,
         seed=run_seed,
+        placement_seed=placement_seed,
+        qpn_seed=seeds.get("qpn_seed"),
+        hash_seed=seeds.get("hash_seed", run_seed),
         cc=cc,
         cc_params=cc_table,
         faults=faults,
@@ -175,6 +183,14 @@ def scenario_from_dict(
         captures=tuple(captures),
         extra={"description": head.get("description", "")},
     )
+
+
+def _seed(name: str, key: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SpecError(
+            f"scenario {name}: scenario.{key} = {value!r} must be a whole number, 0 or more"
+        )
+    return value
 
 
 def with_queues(fabric: Fabric, queue: dict, name: str) -> Fabric:

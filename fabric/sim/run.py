@@ -30,7 +30,7 @@ def simulation_for(scenario: Scenario) -> Simulation:
         scenario.flows,
         ecmp=scenario.ecmp,
         same_seed=scenario.same_seed,
-        seed=scenario.seed,
+        seed=scenario.hash_seed,
         cc=scenario.cc,
         cc_params=scenario.cc_params,
         faults=scenario.faults,
