@@ -141,16 +141,26 @@ class QueueProfile:
     control_priority: int = 6
 
     def __post_init__(self):
+        # The checks follow the per-port model the simulator runs (fabric/sim/pfc.py).
+        # `buffer` is a port's buffer: it bounds the control class, and the lossless
+        # class when PFC is off. With PFC on, lossless bytes are counted per ingress
+        # port: past XOFF the port pauses its peer, the headroom above XOFF takes what
+        # is still on the wire, and a frame past XOFF + headroom is dropped. Headroom
+        # is reserved apart from the buffer, as switches carve PFC headroom from a pool
+        # of its own rather than from the memory pause thresholds count against: so
+        # XOFF must fit in the buffer and XOFF + headroom need not (a 60,000-byte
+        # buffer with a 60,000-byte XOFF is a lossless setup other simulators use).
+        # A threshold is checked against the buffer only while its feature is on.
         if self.buffer_bytes <= 0:
             raise SpecError(f"queue buffer must be positive, got {self.buffer_bytes} B")
-        if self.ecn.kmax_bytes > self.buffer_bytes:
+        if self.ecn.enabled and self.ecn.kmax_bytes > self.buffer_bytes:
             raise SpecError(
                 f"ECN kmax ({self.ecn.kmax_bytes} B) exceeds the buffer ({self.buffer_bytes} B)"
             )
-        if self.pfc.xoff_bytes + self.pfc.headroom_bytes > self.buffer_bytes:
+        if self.pfc.enabled and self.pfc.xoff_bytes > self.buffer_bytes:
             raise SpecError(
-                f"PFC xoff + headroom ({self.pfc.xoff_bytes + self.pfc.headroom_bytes} B) "
-                f"exceeds the buffer ({self.buffer_bytes} B)"
+                f"PFC xoff ({self.pfc.xoff_bytes} B) exceeds the buffer "
+                f"({self.buffer_bytes} B); the headroom is reserved apart from it"
             )
         for name in ("lossless_priority", "control_priority"):
             value = getattr(self, name)
@@ -162,13 +172,17 @@ class QueueProfile:
             )
 
 
+FRAME_EXTRA_BYTES = 100
+"""What a frame adds to its MTU on the wire, at most: headers, FCS, preamble and gap."""
+
+
 def required_headroom_bytes(rate_bps: int, delay_ns: int, mtu_bytes: int) -> int:
     """PFC headroom that keeps a port lossless: the bytes still arriving after XOFF.
 
     One round trip of the cable at line rate, plus a maximum frame the sender
     may have started and one the receiver may be sending its PAUSE behind.
     """
-    return (2 * delay_ns * rate_bps) // (8 * 10**9) + 2 * (mtu_bytes + 100)
+    return (2 * delay_ns * rate_bps) // (8 * 10**9) + 2 * (mtu_bytes + FRAME_EXTRA_BYTES)
 
 
 DEFAULT_QUEUE = QueueProfile(
@@ -219,10 +233,29 @@ class Fabric:
             raise ValueError("a link names a node that does not exist")
         if np.any(self.link_a == self.link_b):
             raise ValueError("a link connects a node to itself")
+        self._check_headroom()
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             if isinstance(value, np.ndarray):
                 value.setflags(write=False)
+
+    def _check_headroom(self) -> None:
+        """With PFC on, a switch's headroom must hold one whole frame of its links: the frame
+        that crosses XOFF is counted before the pause goes out, and a frame that would pass
+        XOFF + headroom is dropped, so a smaller headroom drops that frame and never pauses."""
+        if not len(self.link_a):
+            return
+        ends = self.node_role[np.concatenate([self.link_a, self.link_b])]
+        mtu = np.concatenate([self.link_mtu_bytes, self.link_mtu_bytes])
+        for role in sorted(set(ends.tolist()) - {Role.NIC}):
+            pfc = self.queue(role).pfc
+            frame = int(mtu[ends == role].max()) + FRAME_EXTRA_BYTES
+            if pfc.enabled and pfc.headroom_bytes < frame:
+                raise SpecError(
+                    f"fabric {self.name}: the {Role(role).label} queues' PFC headroom "
+                    f"({pfc.headroom_bytes} B) is less than one frame of their links "
+                    f"({frame} B): the frame crossing XOFF would be dropped and no pause sent"
+                )
 
     # sizes -----------------------------------------------------------------
     @property

@@ -79,14 +79,31 @@ def test_queue_profiles_check_their_thresholds():
     ecn = EcnProfile(100, 200, 0.1)
     pfc = PfcProfile(xoff_bytes=1000, xon_bytes=500, headroom_bytes=200)
     assert QueueProfile(2000, ecn, pfc).lossless_priority == 3
-    with pytest.raises(SpecError, match="exceeds the buffer"):
-        QueueProfile(1100, ecn, pfc)
     with pytest.raises(SpecError, match="must differ"):
         QueueProfile(2000, ecn, pfc, lossless_priority=6)
     with pytest.raises(SpecError, match="xon < xoff"):
         PfcProfile(xoff_bytes=10, xon_bytes=10, headroom_bytes=0)
     with pytest.raises(SpecError, match="pmax"):
         EcnProfile(1, 2, 1.5)
+
+
+def test_xoff_fits_the_buffer_and_headroom_is_reserved_apart():
+    ecn = EcnProfile(10_000, 50_000, 0.1)
+    pfc = PfcProfile(xoff_bytes=60_000, xon_bytes=50_000, headroom_bytes=20_000)
+    assert QueueProfile(60_000, ecn, pfc).pfc.xoff_bytes == 60_000  # other simulators' setup
+    with pytest.raises(SpecError, match=r"PFC xoff \(60000 B\) exceeds the buffer \(59999 B\)"):
+        QueueProfile(59_999, ecn, pfc)
+    off = PfcProfile(xoff_bytes=60_000, xon_bytes=50_000, headroom_bytes=20_000, enabled=False)
+    assert QueueProfile(59_999, ecn, off).buffer_bytes == 59_999  # unused with PFC off
+
+
+def test_ecn_thresholds_meet_the_buffer_only_with_ecn_on():
+    pfc = PfcProfile(xoff_bytes=1000, xon_bytes=500, headroom_bytes=200)
+    with pytest.raises(SpecError, match=r"ECN kmax \(5000 B\) exceeds the buffer \(2000 B\)"):
+        QueueProfile(2000, EcnProfile(100, 5000, 0.1), pfc)
+    assert not QueueProfile(2000, EcnProfile(100, 5000, 0.1, enabled=False), pfc).ecn.enabled
+    with pytest.raises(SpecError, match="kmin <= kmax"):
+        EcnProfile(300, 200, 0.1, enabled=False)  # still a pair of thresholds
 
 
 def test_pfc_headroom_covers_a_round_trip_at_line_rate():

@@ -163,6 +163,11 @@ def test_the_base_spec_of_the_error_cases_builds():
         ({"queue__ecn_kmin": '"2MiB"', "queue__ecn_kmax": '"1MiB"'}, ["kmin", "kmax"]),
         ({"queue__pfc_xon": '"2MiB"'}, ["xon", "xoff"]),
         ({"queue__ctsw": "{ buffer = '1KiB' }"}, ["queue.ctsw", "exceeds the buffer"]),
+        ({"queue__buffer": '"512KiB"'}, ["queue.rtsw", "PFC xoff (1048576 B)", "(524288 B)"]),
+        (
+            {"queue__pfc_headroom": '"4195B"'},
+            ["fabric bad", "rtsw queues' PFC headroom (4195 B)", "one frame", "(4196 B)"],
+        ),
     ],
 )
 def test_invalid_specs_fail_with_one_sentence_naming_key_and_value(overrides, fragments):
@@ -172,6 +177,22 @@ def test_invalid_specs_fail_with_one_sentence_naming_key_and_value(overrides, fr
     assert "\n" not in message
     for fragment in fragments:
         assert fragment in message
+
+
+def test_buffer_checks_follow_the_features_that_are_on():
+    lossless = spec_text(
+        queue__buffer='"60000B"', queue__pfc_xoff='"60000B"', queue__pfc_xon='"30000B"',
+        queue__ecn_kmin='"10000B"', queue__ecn_kmax='"50000B"',
+    )  # fmt: skip
+    q = build(parse(lossless, "lossless")).queue(Role.RTSW)
+    assert (q.buffer_bytes, q.pfc.xoff_bytes, q.pfc.headroom_bytes) == (60_000, 60_000, 256 * 1024)
+    off = spec_text(queue__buffer='"64KiB"', queue__ecn="false", queue__pfc="false")
+    q = build(parse(off, "off")).queue(Role.CTSW)
+    assert q.buffer_bytes < min(q.ecn.kmax_bytes, q.pfc.xoff_bytes)
+    small = spec_text(queue__pfc_headroom='"4196B"')
+    assert build(parse(small, "small")).queue(Role.RTSW).pfc.headroom_bytes == 4096 + 100
+    tiny = spec_text(queue__pfc_headroom='"1KiB"', queue__pfc="false")
+    assert build(parse(tiny, "tiny")).queue(Role.RTSW).pfc.headroom_bytes == 1024
 
 
 @pytest.mark.parametrize(
@@ -222,3 +243,18 @@ oversubscription = 3
     assert ctsw["down_bps"] / ctsw["up_bps"] == pytest.approx(14 / 6)
     assert f.count(Role.ATSW) == 2 * 2
     assert degrees(f, Role.ATSW) == {3 * 3}
+
+
+def test_a_scenario_queue_the_model_cannot_honour_is_refused_naming_the_scenario():
+    from fabric.scenarios import scenario_from_dict
+
+    raw = {
+        "scenario": {"topology": "lab-small"},
+        "workload": {"pattern": "incast", "senders": 3, "size": "1MB", "gpus": 4},
+        "queue": {"rtsw": {"pfc_headroom": "2KiB"}},
+    }
+    with pytest.raises(SpecError, match="^scenario tight: fabric lab-small: the rtsw queues'"):
+        scenario_from_dict(raw, "tight")
+    raw["queue"] = {"buffer": "60000B", "pfc_xoff": "60000B", "pfc_xon": "30000B",
+                    "ecn_kmin": "10000B", "ecn_kmax": "50000B"}  # fmt: skip
+    assert scenario_from_dict(raw, "lossless").fabric.queue(Role.RTSW).pfc.xoff_bytes == 60_000

@@ -168,7 +168,8 @@ def queue_profiles(name: str, body: dict) -> dict[Role, QueueProfile]:
         raise SpecError(f"topology {name}: queue must be a table")
     base = {k: v for k, v in body.items() if k not in QUEUE_ROLES}
     out = {}
-    for role_name in QUEUE_ROLES:
+    # switches first: a threshold at odds with its buffer is named where it takes effect
+    for role_name in sorted(QUEUE_ROLES, key=lambda r: r == "nic"):
         override = body.get(role_name, {})
         if not isinstance(override, dict):
             raise SpecError(f"topology {name}: queue.{role_name} must be a table")

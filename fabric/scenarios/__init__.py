@@ -206,7 +206,10 @@ def with_queues(fabric: Fabric, queue: dict, name: str) -> Fabric:
         else:
             merged[key] = value
     queues = queue_profiles(f"{fabric.name} (scenario {name})", merged)
-    return dataclasses.replace(fabric, queues=queues)
+    try:
+        return dataclasses.replace(fabric, queues=queues)
+    except SpecError as e:
+        raise SpecError(f"scenario {name}: {e}") from None
 
 
 def _fault_list(body, name: str) -> list:
