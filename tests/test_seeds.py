@@ -149,3 +149,17 @@ def test_the_run_seed_sets_the_base_seed_only():
 def test_a_seed_must_be_a_whole_number(key, value):
     with pytest.raises(SpecError, match=rf"scenario seeds: scenario\.{key} = .* whole number"):
         scenario(**{"seed": 5, key: value})
+
+
+def test_analysis_rebuilds_routes_with_the_recorded_hash_seed(get_fabric):
+    from types import SimpleNamespace
+
+    from analysis.metrics import _routing
+
+    fabric = get_fabric("lab-small")
+    recorded = {"seed": 5, "hash_seed": 11, "ecmp": {"policy": "5tuple", "same_seed": False}}
+    routing = _routing(SimpleNamespace(meta={"scenario": recorded}), fabric)
+    assert np.array_equal(routing.seeds, routing_seeds(fabric.n_nodes, 11))
+    del recorded["hash_seed"]  # a run from before the seeds were separated
+    routing = _routing(SimpleNamespace(meta={"scenario": recorded}), fabric)
+    assert np.array_equal(routing.seeds, routing_seeds(fabric.n_nodes, 5))
