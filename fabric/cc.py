@@ -23,6 +23,10 @@ from fabric.units import parse_rate, parse_size, parse_time
 
 KINDS = ("none", "dcqcn", "cts")
 DEFAULT_KIND = "dcqcn"
+SIM_COMPONENTS = {"none": None, "dcqcn": "fabric.sim.dcqcn", "cts": "fabric.sim.cts"}
+"""The simulator's module implementing each kind's hooks (fabric.sim.congestion); None: no
+hooks (the defaults). A new kind: its name here, its parameters below, its module, and
+its branch in each hook of fabric.sim.congestion."""
 
 
 @dataclass(frozen=True)

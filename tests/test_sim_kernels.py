@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import heapq
+import importlib
+import inspect
+import re
 from collections import deque
 
 import numpy as np
 import pytest
 from numba import njit
 
+from fabric import cc, routing
 from fabric.model import EcnProfile
-from fabric.sim import dcqcn, ecn, pfc
+from fabric.sim import congestion, dcqcn, ecn, pfc
 from fabric.sim import layout as L
 from fabric.sim.engine import CACHE_LINE, zeros_aligned
 from fabric.sim.heap import pop, schedule
@@ -76,7 +80,28 @@ def test_a_packet_row_is_one_cache_line_holding_its_fields_and_route():
     fields = (L.PK_KIND, L.PK_WIRE, L.PK_HOP, L.PK_NHOPS, L.PK_NEXT, L.PK_CE, L.PK_FLOW, L.PK_BYTES)
     assert sorted(fields) == list(range(L.PK_ROUTE))
     assert L.PK_ROUTE + L.MAX_HOPS == L.PK_N
+    assert L.MAX_HOPS is routing.MAX_HOPS  # one hop limit, routing's
     assert L.MAX_HOPS >= 6  # NIC, rack, spine, zone, spine, rack: the longest Clos route
+
+
+def test_every_congestion_control_kind_is_registered_with_the_kernel_hooks():
+    hooks = set(re.findall(r"^def (\w+)\(S", inspect.getsource(congestion), re.M))
+    assert {"on_flow_start", "on_data", "on_cnp", "on_timer", "on_grant"} <= hooks
+    dispatch = inspect.getsource(congestion)
+    assert set(cc.SIM_COMPONENTS) == set(cc.KINDS)
+    for kind, module in cc.SIM_COMPONENTS.items():
+        if module is None:
+            continue
+        component = importlib.import_module(module)
+        short = module.rsplit(".", 1)[1]
+        defined = {
+            name for name, fn in vars(component).items()
+            if name.startswith(("on_", "may_", "send_", "next_", "timer_")) and callable(fn)
+        }  # fmt: skip
+        assert defined, kind
+        assert defined <= hooks, f"{kind}: {defined - hooks} are not hooks"
+        for name in defined:
+            assert f"{short}.{name}(" in dispatch, f"{kind}: congestion.{name} never calls it"
 
 
 @pytest.mark.parametrize("depth", [0, 100, 101, 150, 399, 400, 401, 10_000])
@@ -166,11 +191,11 @@ def test_dcqcn_cut_and_increase_match_the_equations():
     for _ in range(300):
         r = rng.random()
         if r < 0.2:
-            dcqcn.on_cnp(fl, fr, 0, prm, fprm)
+            dcqcn.cut(fl, fr, 0, prm, fprm)
             rt, rc, alpha = rc, max(rc * (1 - alpha / 2), 1e8), (1 - g) * alpha + g
             t = b = 0
         elif r < 0.4:
-            dcqcn.on_alpha_timer(fr, 0, fprm)
+            dcqcn.decay_alpha(fr, 0, fprm)
             alpha *= 1 - g
         else:
             stage = L.FL_T_STAGE if r < 0.7 else L.FL_B_STAGE

@@ -18,7 +18,7 @@ import numpy as np
 from fabric.cc import cc_parameters, check_kind
 from fabric.errors import AifabricError
 from fabric.model import Fabric, Role
-from fabric.routing import CRC_TABLE, Routing
+from fabric.routing import Routing
 from fabric.scenario import Fault
 from fabric.sim import kernel
 from fabric.sim import layout as L
@@ -103,7 +103,6 @@ class Simulation:
         self.capture_chunks: list[np.ndarray] = []
         self.sample_chunks: list[np.ndarray] = []
         self.wall_s = 0.0
-        self.finished = False
 
     # set-up -----------------------------------------------------------------------------
     def _validate_flows(self) -> None:
@@ -127,7 +126,7 @@ class Simulation:
         paths = routing.paths(
             t.src[which], t.dst[which], t.sport[which], t.dqpn[which], 0, t.bytes[which]
         )
-        longest = int(np.diff(paths.ptr).max()) if len(which) else 0
+        longest = routing.hop_diameter()
         if longest > L.MAX_HOPS:
             raise AifabricError(
                 f"a route on fabric {self.fabric.name} crosses {longest} links; "
@@ -231,18 +230,18 @@ class Simulation:
         pk[-1, L.PK_NEXT] = -1
         pk[:, L.PK_KIND] = -1
         pc = np.zeros((n_pk, L.PC_N), dtype=np.int64)
-        ev = zeros_aligned((max(4096, 4 * n + 64), 5), np.int64)
+        ev = zeros_aligned((max(4096, 4 * n + 64), L.E_N), np.int64)
         g = np.zeros(L.G_NG, dtype=np.int64)
         g[L.G_FREE] = 0
         g[L.G_NFREE] = n_pk
         g[L.G_RNG] = rng_state(self.seed)
-        rows = int(max(4, min(256, 16_000_000 // (7 * 8 * max(f.n_ports, 1)))))
-        smp = np.zeros((7, rows, f.n_ports), dtype=np.int64)
+        rows = int(max(4, min(256, 16_000_000 // (L.SM_N * 8 * max(f.n_ports, 1)))))
+        smp = np.zeros((L.SM_N, rows, f.n_ports), dtype=np.int64)
         cap = np.zeros((65536 if len(self.capture_ports) else 32, L.CP_N), dtype=np.int64)
 
         self.g, self.prm, self.fprm, self.pt, self.pmax = g, prm, fprm, pt, pmax
         self.fl, self.fr, self.nd, self.act, self.pk, self.pc = fl, fr, nd, act, pk, pc
-        self.ev, self.rdep_ptr, self.rdep, self.smp, self.cap = ev, rdep_ptr, rdep, smp, cap
+        self.ev, self.dep_ptr, self.dep, self.smp, self.cap = ev, rdep_ptr, rdep, smp, cap
         self._load = np.zeros(f.n_ports, dtype=np.float64)
         self._rnd = np.zeros(L.MAX_HOPS, dtype=np.uint32)
 
@@ -272,15 +271,14 @@ class Simulation:
         window[own] = w[own]
         return chunk, window
 
-    def _state(self) -> tuple:
-        f, r = self.fabric, self.routing
-        net = (f.nic_port, f.nic_switch, f.port_peer, f.adj_ptr, f.adj_port, r.sw_ord, r.leaf_ord)
-        live = (r.port_alive, r.dist, r.dist0, r.seeds, CRC_TABLE)
-        return (
-            self.g, self.prm, self.fprm, self.pt, self.pmax, self.fl, self.fr, self.nd,
-            self.act, self.pk, self.pc, self.ev, self.path_ptr, self.path_port,
-            self.rdep_ptr, self.rdep, self.smp, self.cap, net, live, r.ip, self._load,
-            self._rnd,
+    def _state(self) -> L.State:
+        r = self.routing
+        return L.State(
+            g=self.g, prm=self.prm, fprm=self.fprm, pt=self.pt, pmax=self.pmax, fl=self.fl,
+            fr=self.fr, nd=self.nd, act=self.act, pk=self.pk, pc=self.pc, ev=self.ev,
+            path_ptr=self.path_ptr, path_port=self.path_port, dep_ptr=self.dep_ptr,
+            dep=self.dep, smp=self.smp, cap=self.cap, net=r.net(), live=r.live(), nic_ip=r.ip,
+            load=self._load, rnd=self._rnd,
         )  # fmt: skip
 
     # buffers ----------------------------------------------------------------------------
@@ -299,7 +297,7 @@ class Simulation:
         self.pk, self.pc = pk, pc
 
     def _grow_events(self) -> None:
-        ev = zeros_aligned((len(self.ev) * 2, 5), np.int64)
+        ev = zeros_aligned((len(self.ev) * 2, L.E_N), np.int64)
         ev[: len(self.ev)] = self.ev
         self.ev = ev
 
@@ -387,7 +385,6 @@ class Simulation:
                     t_stop = min(t_stop, self.pending_faults[0].at_ns * PS - 1)
                 code = kernel.run(self._state(), t_stop, slice_events)
                 if code == L.R_DONE:
-                    self.finished = True
                     return True
                 if code == L.R_GROW_EVENTS:
                     self._grow_events()
@@ -484,7 +481,7 @@ class Simulation:
         arr = (
             np.concatenate(chunks, axis=1)
             if chunks
-            else np.zeros((7, 0, f.n_ports), dtype=np.int64)
+            else np.zeros((L.SM_N, 0, f.n_ports), dtype=np.int64)
         )
         rows = arr.shape[1]
         out = {name: arr[i] for i, name in enumerate(L.SERIES)}

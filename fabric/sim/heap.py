@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from fabric.sim.layout import E_A, E_B, E_KIND, E_SEQ, E_TIME, G_HEAP, G_SEQ
+from fabric.sim.layout import E_A, E_B, E_KIND, E_N, E_SEQ, E_TIME, G_HEAP, G_SEQ
 
 
 @njit(cache=True, inline="always")
@@ -21,7 +21,7 @@ def _less(ev, i, j):
 
 @njit(cache=True, inline="always")
 def _swap(ev, i, j):
-    for c in range(5):
+    for c in range(E_N):
         x = ev[i, c]
         ev[i, c] = ev[j, c]
         ev[j, c] = x
@@ -49,14 +49,14 @@ def schedule(ev, g, t, kind, a, b):
 
 @njit(cache=True)
 def pop(ev, g, out):
-    """Remove the earliest event into out[0:5]."""
-    for c in range(5):
+    """Remove the earliest event into out[0:E_N]."""
+    for c in range(E_N):
         out[c] = ev[0, c]
     n = g[G_HEAP] - 1
     g[G_HEAP] = n
     if n == 0:
         return
-    for c in range(5):
+    for c in range(E_N):
         ev[0, c] = ev[n, c]
     i = 0
     while True:

@@ -1,18 +1,8 @@
 """The event loop and the components it drives: pipes (serialization, propagation),
 switch egress ports (queues + ECN + PFC), NIC senders and receivers.
 
-State is one tuple `S` of flat arrays (see `layout` for the columns):
-
-    g prm fprm   global scalars, int and float parameters
-    pt pmax      ports (one row per directed link) and their ECN Pmax
-    fl fr        flows: counters and times; DCQCN rates
-    nd act       NICs: each NIC's list of flows with data to send (act[off:off + cnt])
-    pk pc        packets: what a hop reads, their route included; the rest
-    ev           the event heap
-    path_ptr path_port   each flow's route (CSR of ports)
-    rdep_ptr rdep        the flows waiting on each flow
-    smp cap      sample rows of the port time series; capture records
-    net live ip  the routing tables (fabric.routing) for per-packet spraying
+State is one `layout.State` named tuple `S` of flat arrays (`layout` names their
+columns); congestion control is a component behind the hooks of `congestion`.
 
 `run` processes events until the flows are done, a time or event budget is
 reached, or a buffer needs room; the Python layer then grows or drains it
@@ -27,13 +17,11 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from fabric.routing import route_packet
-from fabric.sim import dcqcn, ecn, pfc
+from fabric.routing import MODE_SPRAY, Live, Net, route_packet
+from fabric.sim import congestion, ecn, pfc
 from fabric.sim.heap import pop, schedule
 from fabric.sim.layout import (
     ACK_WIRE,
-    CC_CTS,
-    CC_DCQCN,
     CNP_WIRE,
     CP_ARG,
     CP_BYTES,
@@ -45,31 +33,32 @@ from fabric.sim.layout import (
     CP_TIME,
     CTS_WIRE,
     DATA_OVERHEAD,
+    DO_CNP,
+    DO_GRANT,
+    DO_KICK,
+    DO_REARM,
+    DO_REPACE,
+    DO_REQUEST,
     E_A,
     E_B,
     E_KIND,
+    E_N,
+    E_TIME,
     EV_ARRIVE,
-    EV_DC_ALPHA,
-    EV_DC_RATE,
+    EV_CC_TIMER,
     EV_FLOW_START,
     EV_PFC,
     EV_PFC_REFRESH,
     EV_RETX,
     EV_SAMPLE,
     EV_TX,
-    FL_ALLOW,
-    FL_B_STAGE,
-    FL_BC,
     FL_BYTES,
-    FL_CHUNK,
     FL_DELIV,
     FL_DEPS,
     FL_DQPN,
     FL_DST,
     FL_EARLIEST,
     FL_GEN,
-    FL_GRANTED,
-    FL_LAST_CNP,
     FL_LAST_TX,
     FL_LAST_WIRE,
     FL_NEXT_SEND,
@@ -79,11 +68,8 @@ from fabric.sim.layout import (
     FL_SRC,
     FL_STATE,
     FL_T_END,
-    FL_T_STAGE,
     FL_T_START,
     FL_UNSENT,
-    FL_WINDOW,
-    FR_ALPHA,
     FR_LINE,
     FR_RC,
     FR_RT,
@@ -112,12 +98,7 @@ from fabric.sim.layout import (
     ND_CNT,
     ND_OFF,
     ND_RR,
-    P_ALPHA_TIMER_PS,
-    P_BYTE_COUNTER,
-    P_CC,
-    P_CNP_INTERVAL_PS,
     P_MTU,
-    P_RATE_TIMER_PS,
     P_RTO_PS,
     P_SAMPLE_PS,
     P_SPRAY,
@@ -133,6 +114,7 @@ from fabric.sim.layout import (
     PK_NHOPS,
     PK_ROUTE,
     PK_WIRE,
+    PS_PER_NS,
     PT_ALIVE,
     PT_BUF,
     PT_CAPTURE,
@@ -171,10 +153,18 @@ from fabric.sim.layout import (
     R_GROW_PACKETS,
     R_LIMIT,
     R_STOP,
+    SM_DROPS,
+    SM_ECN_MARKED,
+    SM_PAUSED_NS,
+    SM_PFC_SENT,
+    SM_QDEPTH_MAX_BYTES,
+    SM_QDEPTH_MEAN_BYTES,
+    SM_TX_BYTES,
     ST_ACTIVE,
     ST_DONE,
     ST_NOPATH,
     ST_SENT,
+    State,
 )
 from fabric.sim.queue import depth_bytes, dequeue, enqueue, settle
 
@@ -230,18 +220,22 @@ def prefetch(typingctx, arr, i, j):
 @njit(cache=True)
 def borrowed(S):
     """`S` with every array borrowed (see `_borrow`)."""
-    net, live = S[18], S[19]
-    return (
-        _borrow(S[0]), _borrow(S[1]), _borrow(S[2]), _borrow(S[3]), _borrow(S[4]),
-        _borrow(S[5]), _borrow(S[6]), _borrow(S[7]), _borrow(S[8]), _borrow(S[9]),
-        _borrow(S[10]), _borrow(S[11]), _borrow(S[12]), _borrow(S[13]), _borrow(S[14]),
-        _borrow(S[15]), _borrow(S[16]), _borrow(S[17]),
-        (
-            _borrow(net[0]), _borrow(net[1]), _borrow(net[2]), _borrow(net[3]),
-            _borrow(net[4]), _borrow(net[5]), _borrow(net[6]),
+    net, live = S.net, S.live
+    return State(
+        _borrow(S.g), _borrow(S.prm), _borrow(S.fprm), _borrow(S.pt), _borrow(S.pmax),
+        _borrow(S.fl), _borrow(S.fr), _borrow(S.nd), _borrow(S.act), _borrow(S.pk),
+        _borrow(S.pc), _borrow(S.ev), _borrow(S.path_ptr), _borrow(S.path_port),
+        _borrow(S.dep_ptr), _borrow(S.dep), _borrow(S.smp), _borrow(S.cap),
+        Net(
+            _borrow(net.nic_port), _borrow(net.nic_switch), _borrow(net.port_peer),
+            _borrow(net.adj_ptr), _borrow(net.adj_port), _borrow(net.sw_ord),
+            _borrow(net.leaf_ord),
         ),
-        (_borrow(live[0]), _borrow(live[1]), _borrow(live[2]), _borrow(live[3]), _borrow(live[4])),
-        _borrow(S[20]), _borrow(S[21]), _borrow(S[22]),
+        Live(
+            _borrow(live.port_alive), _borrow(live.dist), _borrow(live.dist0),
+            _borrow(live.seeds), _borrow(live.crc_table),
+        ),
+        _borrow(S.nic_ip), _borrow(S.load), _borrow(S.rnd),
     )  # fmt: skip
 
 
@@ -260,7 +254,7 @@ def serialization_ps(wire_bytes, rate_bps):
 @njit(cache=True, inline="always")
 def want_tx(S, p, t):
     """Make sure port p looks for work again at time t."""
-    pt, ev, g = S[3], S[11], S[0]
+    pt, ev, g = S.pt, S.ev, S.g
     if pt[p, PT_TXEV] != t:
         pt[p, PT_TXEV] = t
         schedule(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
@@ -275,7 +269,7 @@ def arrive_hint(p, q):
 @njit(cache=True, inline="always")
 def prefetch_next(S, ev):
     """Start loading the rows the earliest event will touch (see `prefetch`)."""
-    pt, pk = S[3], S[9]
+    pt, pk = S.pt, S.pk
     kind = ev[0, E_KIND]
     a = ev[0, E_A]
     b = ev[0, E_B]
@@ -300,7 +294,7 @@ def prefetch_next(S, ev):
 
 @njit(cache=True)
 def record(S, p, kind, f, psn, nbytes, ce, arg, now):
-    g, cap = S[0], S[17]
+    g, cap = S.g, S.cap
     c = g[G_CAPS]
     cap[c, CP_TIME] = now
     cap[c, CP_PORT] = p
@@ -316,7 +310,7 @@ def record(S, p, kind, f, psn, nbytes, ce, arg, now):
 @njit(cache=True, inline="always")
 def put_on_wire(S, p, i, now):
     """Port p starts sending packet i: it arrives at the far end after serialization and delay."""
-    g, pt, pk, pc, ev = S[0], S[3], S[9], S[10], S[11]
+    g, pt, pk, pc, ev = S.g, S.pt, S.pk, S.pc, S.ev
     ser = serialization_ps(pk[i, PK_WIRE], pt[p, PT_RATE])
     pt[p, PT_FREE_AT] = now + ser
     h = pk[i, PK_HOP] + 1
@@ -334,7 +328,7 @@ def put_on_wire(S, p, i, now):
 @njit(cache=True, inline="always")
 def put_pfc_on_wire(S, p, quanta, now):
     """Port p sends a PFC frame; its peer's port towards us is paused when it arrives."""
-    g, pt, ev = S[0], S[3], S[11]
+    g, pt, ev = S.g, S.pt, S.ev
     ser = serialization_ps(PFC_WIRE, pt[p, PT_RATE])
     pt[p, PT_FREE_AT] = now + ser
     schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_PFC, p ^ 1, quanta)
@@ -350,7 +344,7 @@ def put_pfc_on_wire(S, p, quanta, now):
 
 @njit(cache=True, inline="always")
 def alloc(S):
-    g, pk = S[0], S[9]
+    g, pk = S.g, S.pk
     i = g[G_FREE]
     g[G_FREE] = pk[i, PK_NEXT]
     g[G_NFREE] -= 1
@@ -362,7 +356,7 @@ def alloc(S):
 
 @njit(cache=True, inline="always")
 def release_packet(S, i):
-    g, pk = S[0], S[9]
+    g, pk = S.g, S.pk
     pk[i, PK_NEXT] = g[G_FREE]
     pk[i, PK_KIND] = -1
     g[G_FREE] = i
@@ -372,7 +366,7 @@ def release_packet(S, i):
 @njit(cache=True)
 def drop(S, i, p, now):
     """Packet i is lost at port p; the sender finds out after the retransmission timeout."""
-    g, prm, pt, pk, pc, ev = S[0], S[1], S[3], S[9], S[10], S[11]
+    g, prm, pt, pk, pc, ev = S.g, S.prm, S.pt, S.pk, S.pc, S.ev
     pt[p, PT_S_DROPS] += 1
     g[G_DROPS] += 1
     kind = pk[i, PK_KIND]
@@ -389,7 +383,7 @@ def drop(S, i, p, now):
 @njit(cache=True)
 def send_control(S, f, kind, arg, now):
     """The receiver of flow f (or, for REQ, its sender) sends a control packet."""
-    pt, fl, pk, pc, path_ptr, path_port = S[3], S[5], S[9], S[10], S[12], S[13]
+    pt, fl, pk, pc, path_ptr, path_port = S.pt, S.fl, S.pk, S.pc, S.path_ptr, S.path_port
     a = path_ptr[f]
     n = path_ptr[f + 1] - a
     if n == 0:
@@ -426,7 +420,7 @@ def send_control(S, f, kind, arg, now):
 
 @njit(cache=True, inline="always")
 def list_add(S, f):
-    fl, nd, act = S[5], S[7], S[8]
+    fl, nd, act = S.fl, S.nd, S.act
     v = fl[f, FL_SRC]
     c = nd[v, ND_CNT]
     act[nd[v, ND_OFF] + c] = f
@@ -436,7 +430,7 @@ def list_add(S, f):
 
 @njit(cache=True, inline="always")
 def list_remove(S, f):
-    fl, nd, act = S[5], S[7], S[8]
+    fl, nd, act = S.fl, S.nd, S.act
     v = fl[f, FL_SRC]
     off = nd[v, ND_OFF]
     c = nd[v, ND_CNT] - 1
@@ -451,13 +445,9 @@ def list_remove(S, f):
 @njit(cache=True)
 def send_data(S, f, p, now):
     """Flow f puts its next data packet on its NIC's port p."""
-    prm, fl, fr, pk, pc = S[1], S[5], S[6], S[9], S[10]
-    path_ptr, path_port = S[12], S[13]
-    size = min(prm[P_MTU], fl[f, FL_UNSENT])
-    cc = prm[P_CC]
-    if cc == CC_CTS:
-        size = min(size, fl[f, FL_ALLOW])
-        fl[f, FL_ALLOW] -= size
+    prm, fl, fr, pk, pc = S.prm, S.fl, S.fr, S.pk, S.pc
+    path_ptr, path_port = S.path_ptr, S.path_port
+    size = congestion.send_allowance(S, f, min(prm[P_MTU], fl[f, FL_UNSENT]))
     fl[f, FL_UNSENT] -= size
     i = alloc(S)
     pk[i, PK_FLOW] = f
@@ -471,12 +461,12 @@ def send_data(S, f, p, now):
     fl[f, FL_PSN] = psn + 1
     n = -1
     if prm[P_SPRAY]:
-        net, live, ip = S[18], S[19], S[20]
+        ip = S.nic_ip
         src = fl[f, FL_SRC]
         dst = fl[f, FL_DST]
         n = route_packet(
             src, dst, ip[src], ip[dst], fl[f, FL_SPORT], fl[f, FL_DQPN], psn & 0xFFFFFF,
-            S[22], 3, net, live, S[21], 0.0, pk[i, PK_ROUTE:],
+            S.rnd, MODE_SPRAY, S.net, S.live, S.load, 0.0, pk[i, PK_ROUTE:],
         )  # fmt: skip
     if n <= 0:
         a = path_ptr[f]
@@ -488,12 +478,7 @@ def send_data(S, f, p, now):
     fl[f, FL_LAST_TX] = now
     fl[f, FL_LAST_WIRE] = wire
     fl[f, FL_NEXT_SEND] = now + np.int64(np.ceil(wire * PS_PER_S_BITS / rc))
-    if cc == CC_DCQCN and rc < fr[f, FR_LINE]:
-        fl[f, FL_BC] += wire
-        if fl[f, FL_BC] >= prm[P_BYTE_COUNTER]:
-            fl[f, FL_BC] -= prm[P_BYTE_COUNTER]
-            fl[f, FL_B_STAGE] += 1
-            dcqcn.increase(fl, fr, f, prm)
+    congestion.on_sent(S, f, wire)
     if fl[f, FL_UNSENT] == 0:
         list_remove(S, f)
         fl[f, FL_STATE] = ST_SENT
@@ -503,21 +488,20 @@ def send_data(S, f, p, now):
 @njit(cache=True)
 def nic_pick(S, p, now):
     """Round robin over the NIC's flows that may send now; -1 and a wake-up if none may."""
-    prm, fl, nd, act = S[1], S[5], S[7], S[8]
-    v = S[3][p, PT_NODE]
+    fl, nd, act = S.fl, S.nd, S.act
+    v = S.pt[p, PT_NODE]
     cnt = nd[v, ND_CNT]
     if cnt == 0:
         return -1
     off = nd[v, ND_OFF]
     rr = nd[v, ND_RR] % cnt
-    cts = prm[P_CC] == CC_CTS
     soonest = NEVER
     for j in range(cnt):
         idx = rr + j
         if idx >= cnt:
             idx -= cnt
         f = act[off + idx]
-        if cts and fl[f, FL_ALLOW] <= 0:
+        if not congestion.may_send(S, f):
             continue
         t = fl[f, FL_NEXT_SEND]
         if t <= now:
@@ -536,7 +520,7 @@ def nic_pick(S, p, now):
 @njit(cache=True)
 def kick(S, p, now):
     """Port p starts its next frame if it is free: PFC first, then control, then data."""
-    g, pt, pmax, pk = S[0], S[3], S[4], S[9]
+    g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
     if pt[p, PT_FREE_AT] > now:
         want_tx(S, p, pt[p, PT_FREE_AT])
         return
@@ -552,7 +536,7 @@ def kick(S, p, now):
         return
     paused = pt[p, PT_PAUSE_UNTIL] > now
     if pt[p, PT_IS_NIC]:
-        if S[7][pt[p, PT_NODE], ND_CNT] == 0:
+        if S.nd[pt[p, PT_NODE], ND_CNT] == 0:
             return
         if paused:
             want_tx(S, p, pt[p, PT_PAUSE_UNTIL])
@@ -584,7 +568,7 @@ def kick(S, p, now):
 @njit(cache=True)
 def send_pfc(S, k, quanta, now):
     """Switch port k asks its peer to pause for `quanta` (0: resume) as soon as it can."""
-    g, pt, ev = S[0], S[3], S[11]
+    g, pt, ev = S.g, S.pt, S.ev
     if not pt[k, PT_ALIVE]:
         return
     pt[k, PT_PFC_PENDING] = quanta
@@ -598,7 +582,7 @@ def send_pfc(S, k, quanta, now):
 @njit(cache=True)
 def arrive_at_switch(S, i, p_in, q, now):
     """Packet i came over port p_in into a switch and goes out of its port q."""
-    pt, pk = S[3], S[9]
+    pt, pk = S.pt, S.pk
     if not pt[q, PT_ALIVE]:
         drop(S, i, q, now)
         return
@@ -629,87 +613,68 @@ def arrive_at_switch(S, i, p_in, q, now):
 
 @njit(cache=True)
 def grant(S, f, now):
-    """cts: the receiver keeps up to `window` chunks of flow f granted and not yet received."""
-    fl = S[5]
-    chunk = fl[f, FL_CHUNK]
-    limit = fl[f, FL_WINDOW] * chunk
-    while fl[f, FL_GRANTED] < fl[f, FL_BYTES]:
-        n = min(chunk, fl[f, FL_BYTES] - fl[f, FL_GRANTED])
-        if fl[f, FL_GRANTED] + n - fl[f, FL_DELIV] > limit:
-            break
-        fl[f, FL_GRANTED] += n
+    """The receiver of flow f sends the grants that are due (congestion.next_grant)."""
+    while True:
+        n = congestion.next_grant(S, f)
+        if n <= 0:
+            return
         send_control(S, f, K_CTS, n, now)
 
 
 @njit(cache=True)
 def complete(S, f, now):
-    g, fl, ev, rdep_ptr, rdep = S[0], S[5], S[11], S[14], S[15]
+    g, fl, ev, dep_ptr, dep = S.g, S.fl, S.ev, S.dep_ptr, S.dep
     fl[f, FL_STATE] = ST_DONE
     fl[f, FL_T_END] = now
     g[G_DONE] += 1
     send_control(S, f, K_ACK, 0, now)
-    for j in range(rdep_ptr[f], rdep_ptr[f + 1]):
-        h = rdep[j]
+    for j in range(dep_ptr[f], dep_ptr[f + 1]):
+        h = dep[j]
         fl[h, FL_DEPS] -= 1
         if fl[h, FL_DEPS] == 0:
             schedule(ev, g, max(now, fl[h, FL_EARLIEST]), EV_FLOW_START, h, 0)
 
 
 @njit(cache=True)
-def dcqcn_timers(S, f, now):
-    g, prm, fl, ev = S[0], S[1], S[5], S[11]
-    fl[f, FL_GEN] += 1
-    gen = fl[f, FL_GEN]
-    schedule(ev, g, now + prm[P_ALPHA_TIMER_PS], EV_DC_ALPHA, f, gen)
-    schedule(ev, g, now + prm[P_RATE_TIMER_PS], EV_DC_RATE, f, gen)
-
-
-@njit(cache=True)
 def repace(S, f, now):
     """Flow f changed rate: its next frame is due one gap (at the new rate) after its last."""
-    fl, fr = S[5], S[6]
+    fl, fr = S.fl, S.fr
     gap = np.int64(np.ceil(fl[f, FL_LAST_WIRE] * PS_PER_S_BITS / fr[f, FR_RC]))
     fl[f, FL_NEXT_SEND] = fl[f, FL_LAST_TX] + gap
     if fl[f, FL_SLOT] >= 0:
-        kick(S, S[18][0][fl[f, FL_SRC]], now)
+        kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
 
 
 @njit(cache=True)
 def deliver(S, i, now):
     """Packet i reached the NIC at the end of its route."""
-    g, prm, fprm, fl, fr, pk = S[0], S[1], S[2], S[5], S[6], S[9]
+    g, fl, pk = S.g, S.fl, S.pk
     f = pk[i, PK_FLOW]
     kind = pk[i, PK_KIND]
-    cc = prm[P_CC]
     if kind == K_DATA:
         fl[f, FL_DELIV] += pk[i, PK_BYTES]
-        if cc == CC_DCQCN and pk[i, PK_CE]:
-            last = fl[f, FL_LAST_CNP]
-            if last < 0 or now - last >= prm[P_CNP_INTERVAL_PS]:
-                fl[f, FL_LAST_CNP] = now
-                g[G_CNP] += 1
-                send_control(S, f, K_CNP, 0, now)
-        if cc == CC_CTS:
+        todo = congestion.on_data(S, f, pk[i, PK_CE], now)
+        if todo & DO_CNP:
+            g[G_CNP] += 1
+            send_control(S, f, K_CNP, 0, now)
+        if todo & DO_GRANT:
             grant(S, f, now)
         if fl[f, FL_DELIV] >= fl[f, FL_BYTES] and fl[f, FL_STATE] != ST_DONE:
             complete(S, f, now)
     elif kind == K_CNP:
-        if fl[f, FL_STATE] == ST_ACTIVE:
-            dcqcn.on_cnp(fl, fr, f, prm, fprm)
-            dcqcn_timers(S, f, now)
+        if fl[f, FL_STATE] == ST_ACTIVE and congestion.on_cnp(S, f, now) & DO_REPACE:
             repace(S, f, now)
     elif kind == K_CTS:
-        fl[f, FL_ALLOW] += S[10][i, PC_ARG]
-        if fl[f, FL_SLOT] >= 0:
-            kick(S, S[18][0][fl[f, FL_SRC]], now)
-    elif kind == K_REQ:
+        if congestion.on_grant(S, f, S.pc[i, PC_ARG]) & DO_KICK and fl[f, FL_SLOT] >= 0:
+            kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+    elif kind == K_REQ and congestion.on_grant_request(S, f) & DO_GRANT:
         grant(S, f, now)
     release_packet(S, i)
 
 
 @njit(cache=True)
 def start_flow(S, f, now):
-    g, prm, fl, fr, path_ptr = S[0], S[1], S[5], S[6], S[12]
+    g, fl, fr, path_ptr = S.g, S.fl, S.fr, S.path_ptr
     if path_ptr[f + 1] == path_ptr[f]:
         fl[f, FL_STATE] = ST_NOPATH
         g[G_STUCK] += 1
@@ -722,37 +687,36 @@ def start_flow(S, f, now):
         return
     fr[f, FR_RC] = fr[f, FR_LINE]
     fr[f, FR_RT] = fr[f, FR_LINE]
-    fr[f, FR_ALPHA] = 1.0
     fl[f, FL_NEXT_SEND] = now
     list_add(S, f)
-    if prm[P_CC] == CC_CTS:
+    todo = congestion.on_flow_start(S, f)
+    if todo & DO_REQUEST:
         send_control(S, f, K_REQ, 0, now)
-    else:
-        kick(S, S[18][0][fl[f, FL_SRC]], now)
+    if todo & DO_KICK:
+        kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
 
 
 @njit(cache=True)
 def retransmit(S, f, nbytes, now):
     """The sender learned of a loss: nbytes > 0 of data to send again; a lost grant
-    (-nbytes) or request (0) is repeated."""
-    g, prm, fl = S[0], S[1], S[5]
+    (-nbytes) counts as received, a lost request (0) is repeated."""
+    g, fl = S.g, S.fl
     if nbytes == 0:
         send_control(S, f, K_REQ, 0, now)
         return
     if nbytes < 0:
-        fl[f, FL_ALLOW] += -nbytes
+        congestion.on_grant(S, f, -nbytes)
     else:
         fl[f, FL_UNSENT] += nbytes
         g[G_RETX_BYTES] += nbytes
-        if prm[P_CC] == CC_CTS:
-            fl[f, FL_ALLOW] += nbytes
+        congestion.on_resend(S, f, nbytes)
         if fl[f, FL_SLOT] < 0:
             fl[f, FL_STATE] = ST_ACTIVE
             if fl[f, FL_NEXT_SEND] < now:
                 fl[f, FL_NEXT_SEND] = now
             list_add(S, f)
     if fl[f, FL_SLOT] >= 0:
-        kick(S, S[18][0][fl[f, FL_SRC]], now)
+        kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
 
 
 # samples ----------------------------------------------------------------------------------
@@ -761,19 +725,19 @@ def retransmit(S, f, nbytes, now):
 @njit(cache=True)
 def close_sample(S, now):
     """Write one row of every port series for [G_SAMPLE_T, now) and open the next."""
-    g, pt, smp = S[0], S[3], S[16]
+    g, pt, smp = S.g, S.pt, S.smp
     row = g[G_SAMPLES]
     span = max(now - g[G_SAMPLE_T], 1)
     for p in range(pt.shape[0]):
         settle(pt, p, now)
         pfc.account_pause(pt, p, now)
-        smp[0, row, p] = pt[p, PT_S_TX]
-        smp[1, row, p] = pt[p, PT_S_QMAX]
-        smp[2, row, p] = pt[p, PT_S_QINT] // span
-        smp[3, row, p] = pt[p, PT_S_ECN]
-        smp[4, row, p] = pt[p, PT_S_PAUSED] // 1000
-        smp[5, row, p] = pt[p, PT_S_PFC]
-        smp[6, row, p] = pt[p, PT_S_DROPS]
+        smp[SM_TX_BYTES, row, p] = pt[p, PT_S_TX]
+        smp[SM_QDEPTH_MAX_BYTES, row, p] = pt[p, PT_S_QMAX]
+        smp[SM_QDEPTH_MEAN_BYTES, row, p] = pt[p, PT_S_QINT] // span
+        smp[SM_ECN_MARKED, row, p] = pt[p, PT_S_ECN]
+        smp[SM_PAUSED_NS, row, p] = pt[p, PT_S_PAUSED] // PS_PER_NS
+        smp[SM_PFC_SENT, row, p] = pt[p, PT_S_PFC]
+        smp[SM_DROPS, row, p] = pt[p, PT_S_DROPS]
         pt[p, PT_S_TX] = 0
         pt[p, PT_S_QMAX] = depth_bytes(pt, p)
         pt[p, PT_S_QINT] = 0
@@ -792,7 +756,7 @@ def close_sample(S, now):
 @njit(cache=True)
 def purge(S, p, now):
     """Port p went down: what waits in its queues is lost."""
-    pt, pk = S[3], S[9]
+    pt, pk = S.pt, S.pk
     for cls in range(2):
         while pt[p, PT_HEAD0 + 2 * cls] >= 0:
             i = dequeue(pt, pk, p, cls, now)
@@ -812,9 +776,9 @@ def purge(S, p, now):
 def run(S_counted, t_stop, max_events):
     """Process events in time order; returns why it stopped (see layout.R_*)."""
     S = borrowed(S_counted)
-    g, prm, pt, fl, pk, ev, smp, cap = S[0], S[1], S[3], S[5], S[9], S[11], S[16], S[17]
+    g, prm, pt, fl, pk, ev, smp, cap = S.g, S.prm, S.pt, S.fl, S.pk, S.ev, S.smp, S.cap
     n_flows = fl.shape[0]
-    e = np.empty(5, dtype=np.int64)
+    e = np.empty(E_N, dtype=np.int64)
     done_events = 0
     while True:
         if g[G_DONE] + g[G_STUCK] >= n_flows or g[G_HEAP] == 0:
@@ -827,17 +791,17 @@ def run(S_counted, t_stop, max_events):
             return R_DRAIN_CAPTURE
         if g[G_SAMPLES] >= smp.shape[1]:
             return R_DRAIN_SAMPLES
-        if ev[0, 0] > t_stop:
+        if ev[0, E_TIME] > t_stop:
             return R_STOP
         if done_events >= max_events:
             return R_LIMIT
         pop(ev, g, e)
         if g[G_HEAP] > 0:
             prefetch_next(S, ev)
-        now = e[0]
-        kind = e[2]
-        a = e[3]
-        b = e[4]
+        now = e[E_TIME]
+        kind = e[E_KIND]
+        a = e[E_A]
+        b = e[E_B]
         g[G_NOW] = now
         g[G_EVENTS] += 1
         done_events += 1
@@ -866,18 +830,14 @@ def run(S_counted, t_stop, max_events):
             pt[a, PT_REFRESH] = 0
             if pt[a, PT_XOFF] == 1:
                 send_pfc(S, a, pt[a, PT_QUANTA], now)
-        elif kind == EV_DC_ALPHA:
-            if b == fl[a, FL_GEN] and fl[a, FL_STATE] == ST_ACTIVE:
-                dcqcn.on_alpha_timer(S[6], a, S[2])
-                schedule(ev, g, now + prm[P_ALPHA_TIMER_PS], EV_DC_ALPHA, a, b)
-        elif kind == EV_DC_RATE:
-            fr = S[6]
-            if b == fl[a, FL_GEN] and fl[a, FL_STATE] == ST_ACTIVE:
-                fl[a, FL_T_STAGE] += 1
-                dcqcn.increase(fl, fr, a, prm)
-                repace(S, a, now)
-                if fr[a, FR_RC] < fr[a, FR_LINE]:
-                    schedule(ev, g, now + prm[P_RATE_TIMER_PS], EV_DC_RATE, a, b)
+        elif kind == EV_CC_TIMER:
+            gen, timer = congestion.timer_of(b)
+            if gen == fl[a, FL_GEN] and fl[a, FL_STATE] == ST_ACTIVE:
+                todo = congestion.on_timer(S, a, timer)
+                if todo & DO_REPACE:
+                    repace(S, a, now)
+                if todo & DO_REARM:
+                    schedule(ev, g, now + congestion.timer_period_ps(S, timer), EV_CC_TIMER, a, b)
         elif kind == EV_RETX:
             retransmit(S, a, b, now)
         elif kind == EV_SAMPLE:

@@ -5,10 +5,34 @@ The kernel keeps its state in a few 2-D int64 arrays, one row per entity
 Times inside the engine are integer picoseconds (`_ps`), sizes bytes.
 """
 
+from collections import namedtuple
+
 from fabric import cc
+from fabric.routing import MAX_HOPS
+
+State = namedtuple(
+    "State",
+    "g prm fprm pt pmax fl fr nd act pk pc ev path_ptr path_port dep_ptr dep "
+    "smp cap net live nic_ip load rnd",
+)
+"""Everything the kernel reads and writes, by name (the columns of each array below):
+
+    g prm fprm           global scalars (G_*), int parameters (P_*), float parameters (FP_*)
+    pt pmax              ports, one row per directed link (PT_*), and their ECN Pmax
+    fl fr                flows: counters and times (FL_*); rates in bit/s (FR_*)
+    nd act               NICs (ND_*): each NIC's flows with data to send, act[off:off + cnt]
+    pk pc                packets: what a hop reads, the route included (PK_*); the rest (PC_*)
+    ev                   the event heap (E_*)
+    path_ptr path_port   each flow's route (CSR of ports)
+    dep_ptr dep          the flows waiting on each flow (CSR of flows)
+    smp cap              sample rows of the port series (SM_*); capture records (CP_*)
+    net live nic_ip      the routing tables (fabric.routing.Net, Live) and the NICs' IPv4
+                         addresses, for routing every packet anew (policy spray)
+    load rnd             scratch for fabric.routing.route_packet
+"""
 
 # event rows (ev[i, :])
-E_TIME, E_SEQ, E_KIND, E_A, E_B = range(5)
+E_TIME, E_SEQ, E_KIND, E_A, E_B, E_N = range(6)
 
 # event kinds
 EV_ARRIVE = 0  # a = packet: its last bit reached the far end of its current hop
@@ -16,10 +40,9 @@ EV_TX = 1  # a = port: the port may start its next frame (free, resumed, paced)
 EV_FLOW_START = 2  # a = flow: dependencies met, earliest start reached
 EV_PFC = 3  # a = port being paused, b = quanta (0: resume)
 EV_PFC_REFRESH = 4  # a = port that sent an XOFF: send it again if still congested
-EV_DC_ALPHA = 5  # a = flow, b = generation: DCQCN alpha timer
-EV_DC_RATE = 6  # a = flow, b = generation: DCQCN rate-increase timer
-EV_RETX = 7  # a = flow, b = bytes: a drop noticed by the sender, to send again
-EV_SAMPLE = 8  # close one sample interval of the port time series
+EV_CC_TIMER = 5  # a = flow, b = cc_timer_arg(generation, timer): a congestion-control timer
+EV_RETX = 6  # a = flow, b = bytes: a drop noticed by the sender, to send again
+EV_SAMPLE = 7  # close one sample interval of the port time series
 
 # global scalars (g[...])
 (
@@ -46,7 +69,7 @@ EV_SAMPLE = 8  # close one sample interval of the port time series
 
 # parameters (prm[...], int64; rates bit/s, times ps)
 (
-    P_CC,  # 0 none, 1 dcqcn, 2 cts
+    P_CC,  # CC_NONE, CC_DCQCN, CC_CTS
     P_SPRAY,  # 1: route every data packet anew (policy spray)
     P_MTU,
     P_SAMPLE_PS,
@@ -69,6 +92,14 @@ FP_G, FP_NFPRM = range(2)
 # congestion-control kinds by their index in fabric.cc.KINDS
 CC_NONE, CC_DCQCN, CC_CTS = (cc.KINDS.index(k) for k in ("none", "dcqcn", "cts"))
 CC_KINDS = {k: i for i, k in enumerate(cc.KINDS)}
+CC_TIMER_SLOTS = 4  # an EV_CC_TIMER's b is generation * CC_TIMER_SLOTS + the component's timer
+# what a congestion-control hook asks the kernel to do next (bit flags; see `congestion`)
+DO_KICK = 1  # the sender's NIC port looks for a frame to send (if the flow has data)
+DO_REQUEST = 2  # the sender asks its receiver for grants
+DO_REPACE = 4  # the flow's rate changed: its next frame is due one gap at the new rate
+DO_REARM = 8  # the timer that fired runs again after its period
+DO_CNP = 16  # the receiver sends a CNP
+DO_GRANT = 32  # the receiver sends the grants that are due
 
 # ports (pt[p, ...]); class 0 is control (strict priority), class 1 lossless data.
 # Columns are ordered by use: what every hop reads comes first (one cache line).
@@ -134,7 +165,7 @@ CC_KINDS = {k: i for i, k in enumerate(cc.KINDS)}
     FL_ALLOW,  # cts: granted bytes not yet sent
     FL_GRANTED,  # cts: bytes the receiver granted so far
     FL_LAST_CNP,  # receiver: when it last sent a CNP for this flow
-    FL_GEN,  # DCQCN timer generation
+    FL_GEN,  # congestion-control timer generation: a timer of an older one is void
     FL_T_STAGE,
     FL_B_STAGE,
     FL_BC,  # bytes since the last byte-counter event
@@ -169,8 +200,7 @@ ND_OFF, ND_CNT, ND_RR, ND_N = range(4)
     PK_BYTES,  # payload
     PK_ROUTE,
 ) = range(9)
-PK_N = 16
-MAX_HOPS = PK_N - PK_ROUTE  # the longest route a packet can carry
+PK_N = PK_ROUTE + MAX_HOPS  # 16 int32: one cache line
 PC_PSN, PC_ARG, PC_N = range(3)  # PC_ARG: cts grant bytes
 K_DATA, K_CNP, K_ACK, K_CTS, K_REQ, K_PFC = range(6)
 
@@ -186,7 +216,7 @@ PFC_WIRE = 64 + PREAMBLE_GAP
 # capture records (cap[i, ...])
 CP_TIME, CP_PORT, CP_KIND, CP_FLOW, CP_PSN, CP_BYTES, CP_CE, CP_ARG, CP_N = range(9)
 
-# sample series (smp[series, row, port])
+# sample series (smp[series, row, port]), named as the run directory names them
 SERIES = (
     "tx_bytes",
     "qdepth_max_bytes",
@@ -196,6 +226,16 @@ SERIES = (
     "pfc_sent",
     "drops",
 )
+(
+    SM_TX_BYTES,
+    SM_QDEPTH_MAX_BYTES,
+    SM_QDEPTH_MEAN_BYTES,
+    SM_ECN_MARKED,
+    SM_PAUSED_NS,
+    SM_PFC_SENT,
+    SM_DROPS,
+    SM_N,
+) = range(len(SERIES) + 1)
 
 # why a kernel call returned
 R_DONE, R_LIMIT, R_GROW_EVENTS, R_GROW_PACKETS, R_DRAIN_CAPTURE, R_DRAIN_SAMPLES, R_STOP = range(7)
