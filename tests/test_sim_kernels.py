@@ -14,7 +14,7 @@ from numba import njit
 
 from fabric import cc, routing
 from fabric.model import EcnProfile
-from fabric.sim import congestion, dcqcn, ecn, pfc
+from fabric.sim import Simulation, congestion, dcqcn, ecn, kernel, pfc
 from fabric.sim import layout as L
 from fabric.sim.engine import CACHE_LINE, zeros_aligned
 from fabric.sim.heap import pop, schedule
@@ -242,3 +242,147 @@ def test_event_loop_matches_a_store_and_forward_reference_to_the_picosecond():
         [int(fab.port_delay_ns[p]) * 1000 for p in ports],
     )
     assert sim.fl[0, L.FL_T_END] == end_ps
+
+
+# purge, grant and complete against slow models ---------------------------------------------
+
+
+def fifo(sim, p, cls):
+    """The packets queued in class cls of port p, head first."""
+    out = []
+    i = int(sim.pt[p, L.PT_HEAD0 + 2 * cls])
+    while i >= 0:
+        out.append(i)
+        i = int(sim.pk[i, L.PK_NEXT])
+    return out
+
+
+def new_events(sim, after_seq, kind):
+    """(a, b) of the events of `kind` scheduled after sequence number after_seq, in order."""
+    ev = sim.ev[: int(sim.g[L.G_HEAP])]
+    rows = ev[(ev[:, L.E_SEQ] >= after_seq) & (ev[:, L.E_KIND] == kind)]
+    rows = rows[np.argsort(rows[:, L.E_SEQ])]
+    return [(int(r[L.E_A]), int(r[L.E_B])) for r in rows]
+
+
+def reference_purge(sim, p):
+    """What losing port p's queues does: every packet dropped in queue order, data sent
+    again after the timeout (grants: -bytes, requests: 0), a switch's lossless bytes
+    released from the ingress they came over, a resume where that ends a pause."""
+    pt, pk, pc = sim.pt, sim.pk, sim.pc
+    ing = {int(k): int(pt[k, L.PT_ING]) for k in range(len(pt))}
+    xoff = {int(k): int(pt[k, L.PT_XOFF]) for k in range(len(pt))}
+    resends, resumes = [], []
+    packets = fifo(sim, p, 0) + fifo(sim, p, 1)
+    for cls, queue in ((0, fifo(sim, p, 0)), (1, fifo(sim, p, 1))):
+        for i in queue:
+            if cls == 1 and not pt[p, L.PT_IS_NIC]:
+                k = int(pk[i, L.PK_ROUTE + pk[i, L.PK_HOP] - 1]) ^ 1
+                if pt[k, L.PT_PFC_ON]:
+                    ing[k] -= int(pk[i, L.PK_WIRE])
+                    if xoff[k] and ing[k] <= pt[k, L.PT_XON_B]:
+                        xoff[k] = 0
+                        resumes.append(k)
+            kind, f = int(pk[i, L.PK_KIND]), int(pk[i, L.PK_FLOW])
+            if kind == L.K_DATA:
+                resends.append((f, int(pk[i, L.PK_BYTES])))
+            elif kind == L.K_CTS:
+                resends.append((f, -int(pc[i, L.PC_ARG])))
+            elif kind == L.K_REQ:
+                resends.append((f, 0))
+    return packets, resends, ing, resumes
+
+
+@pytest.mark.parametrize("room", ["ample", "short"])
+def test_purge_drops_a_ports_queues_as_the_reference_does(room):
+    fab = preset("lab-medium")
+    nics = fab.nic_ids
+    sim = Simulation(fab, flows(nics[1:16], [nics[0]] * 15, 2_000_000), cc="none")
+    sim.run(until_ns=40_000)
+    p = int(fab.nic_port[nics[0]]) ^ 1  # the switch's port towards the receiver
+    packets, resends, ing, resumes = reference_purge(sim, p)
+    assert len(packets) > 1000 and len(resumes) == 15  # a deep queue; its loss ends 15 pauses
+    drops, nfree, seq = int(sim.g[L.G_DROPS]), int(sim.g[L.G_NFREE]), int(sim.g[L.G_SEQ])
+    now = int(sim.g[L.G_NOW])
+    sim.pt[p, L.PT_ALIVE] = sim.pt[p ^ 1, L.PT_ALIVE] = 0
+    if room == "short":  # room for a few packets' events: the rest waits for a larger list
+        heap = int(sim.g[L.G_HEAP])
+        sim.ev = sim.ev[: heap + 10].copy()
+        assert not kernel.purge(sim._state(), p, now)
+        assert sim.pt[p, L.PT_PURGE] == 1 and sim.g[L.G_PURGING] == 1
+        sim._grow_events()
+        assert kernel.finish_purges(sim._state(), now)
+    else:
+        sim.ev = np.concatenate([sim.ev, np.zeros((4 * len(packets), L.E_N), np.int64)])
+        assert kernel.purge(sim._state(), p, now)
+    assert sim.pt[p, L.PT_PURGE] == 0 and sim.g[L.G_PURGING] == 0
+    assert fifo(sim, p, 0) == fifo(sim, p, 1) == []
+    assert sim.pt[p, L.PT_QB0] == sim.pt[p, L.PT_QB1] == 0
+    assert sim.g[L.G_DROPS] - drops == len(packets)
+    assert sim.g[L.G_NFREE] - nfree == len(packets)
+    assert new_events(sim, seq, L.EV_RETX) == resends
+    assert {k: int(sim.pt[k, L.PT_ING]) for k in ing} == ing
+    assert [a for a, _ in new_events(sim, seq, L.EV_TX)] == resumes
+    assert [int(sim.pt[k, L.PT_PFC_PENDING]) for k in resumes] == [0] * len(resumes)
+
+
+def reference_grants(nbytes, chunk, window, delivered, granted):
+    """The grants a clear-to-send receiver sends now: whole chunks (the last one short)
+    while at most `window` chunks are granted and not yet received."""
+    out = []
+    while granted < nbytes:
+        n = min(chunk, nbytes - granted)
+        if granted + n - delivered > window * chunk:
+            break
+        granted += n
+        out.append(n)
+    return out, granted
+
+
+def test_grant_sends_the_grants_the_reference_does():
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        nbytes = int(rng.integers(1, 3_000_000))
+        sim = Simulation(fab, flows([nics[1]], [nics[0]], nbytes), cc="cts")
+        chunk = int(rng.integers(1, 300_000))
+        window = int(rng.integers(1, 12))
+        granted = int(rng.integers(0, nbytes + 1))
+        delivered = int(rng.integers(0, granted + 1))
+        fl = sim.fl
+        fl[0, L.FL_CHUNK], fl[0, L.FL_WINDOW] = chunk, window
+        fl[0, L.FL_GRANTED], fl[0, L.FL_DELIV] = granted, delivered
+        want, total = reference_grants(nbytes, chunk, window, delivered, granted)
+        kernel.grant(sim._state(), 0, 0)
+        sent = np.flatnonzero(sim.pk[:-1, L.PK_KIND] == L.K_CTS)  # allocated in index order
+        assert [int(sim.pc[i, L.PC_ARG]) for i in sent] == want
+        assert fl[0, L.FL_GRANTED] == total
+        assert all(sim.pk[i, L.PK_FLOW] == 0 for i in sent)
+
+
+def test_complete_finishes_a_flow_and_starts_its_dependents_as_the_reference_does():
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    deps = [[], [0], [0], [0, 1], [2], [0]]
+    start = [0, 0, 500, 0, 0, 2_000]
+    table = flows(nics[1:7], nics[7:13], 10_000, deps=deps, start_ns=start)
+    sim = Simulation(fab, table, cc="none")
+    seq, now = int(sim.g[L.G_SEQ]), 1_000 * L.PS_PER_NS
+    waiting = [len(d) for d in deps]
+    want = []
+    for h, d in enumerate(deps):  # the flows waiting on flow 0, in the order they are listed
+        if 0 in d:
+            waiting[h] -= 1
+            if waiting[h] == 0:
+                want.append((h, max(now, start[h] * L.PS_PER_NS)))
+    kernel.complete(sim._state(), 0, now)
+    fl = sim.fl
+    assert fl[0, L.FL_STATE] == L.ST_DONE and fl[0, L.FL_T_END] == now
+    assert sim.g[L.G_DONE] == 1
+    assert list(fl[:, L.FL_DEPS]) == waiting
+    starts = [row for row in sim.ev[: int(sim.g[L.G_HEAP])] if row[L.E_SEQ] >= seq]
+    starts = sorted((r for r in starts if r[L.E_KIND] == L.EV_FLOW_START), key=lambda r: r[1])
+    assert [(int(r[L.E_A]), int(r[L.E_TIME])) for r in starts] == want
+    acks = np.flatnonzero(sim.pk[:-1, L.PK_KIND] == L.K_ACK)
+    assert len(acks) == 1 and sim.pk[acks[0], L.PK_FLOW] == 0

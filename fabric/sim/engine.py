@@ -29,6 +29,15 @@ PS = L.PS_PER_NS
 CACHE_LINE = 64
 
 
+def packet_rows(n: int) -> np.ndarray:
+    """A pool of n free packets, rows 0..n-1 in one free list, and a last, scratch row."""
+    pk = zeros_aligned((n + 1, L.PK_N), np.int32)
+    pk[:, L.PK_NEXT] = np.arange(1, n + 2)
+    pk[n - 1 :, L.PK_NEXT] = -1
+    pk[:, L.PK_KIND] = -1
+    return pk
+
+
 def zeros_aligned(shape, dtype) -> np.ndarray:
     """`np.zeros` whose first byte starts a cache line, so that a row laid out to fit
     one line (the hot columns of `layout`) is read with one memory access."""
@@ -37,6 +46,10 @@ def zeros_aligned(shape, dtype) -> np.ndarray:
     raw = np.zeros(n * dtype.itemsize + CACHE_LINE, dtype=np.uint8)
     skip = -raw.ctypes.data % CACHE_LINE
     return raw[skip : skip + n * dtype.itemsize].view(dtype).reshape(shape)
+
+
+class Stalled(AifabricError):
+    """The run cannot finish: flows are underway but nothing more will deliver their data."""
 
 
 @dataclass
@@ -225,11 +238,8 @@ class Simulation:
             np.cumsum(np.bincount(t.dep, minlength=n), out=rdep_ptr[1:])
 
         n_pk = 4096
-        pk = zeros_aligned((n_pk, L.PK_N), np.int32)
-        pk[:, L.PK_NEXT] = np.arange(1, n_pk + 1)
-        pk[-1, L.PK_NEXT] = -1
-        pk[:, L.PK_KIND] = -1
-        pc = np.zeros((n_pk, L.PC_N), dtype=np.int64)
+        pk = packet_rows(n_pk)
+        pc = np.zeros((n_pk + 1, L.PC_N), dtype=np.int64)
         ev = zeros_aligned((max(4096, 4 * n + 64), L.E_N), np.int64)
         g = np.zeros(L.G_NG, dtype=np.int64)
         g[L.G_FREE] = 0
@@ -242,6 +252,8 @@ class Simulation:
         self.g, self.prm, self.fprm, self.pt, self.pmax = g, prm, fprm, pt, pmax
         self.fl, self.fr, self.nd, self.act, self.pk, self.pc = fl, fr, nd, act, pk, pc
         self.ev, self.dep_ptr, self.dep, self.smp, self.cap = ev, rdep_ptr, rdep, smp, cap
+        prm[L.P_EVENT_RESERVE], prm[L.P_PACKET_RESERVE] = self._reserves()
+        prm[L.P_STALL_PS] = self._stall_ns() * PS
         self._load = np.zeros(f.n_ports, dtype=np.float64)
         self._rnd = np.zeros(L.MAX_HOPS, dtype=np.uint32)
 
@@ -250,6 +262,27 @@ class Simulation:
         for i in np.flatnonzero(fl[:, L.FL_DEPS] == 0):
             schedule(ev, g, int(fl[i, L.FL_EARLIEST]), L.EV_FLOW_START, int(i), 0)
         schedule(ev, g, int(prm[L.P_SAMPLE_PS]), L.EV_SAMPLE, 0, 0)
+
+    def _reserves(self) -> tuple[int, int]:
+        """Free event rows and packets the loop keeps before each event: more than one
+        event can schedule and allocate. A clear-to-send receiver may send a window of
+        grants at once (each one packet, at most two events); a completing flow starts
+        every flow waiting on it; the rest is a handful."""
+        window = int(self.fl[:, L.FL_WINDOW].max()) if self.cc == "cts" and len(self.fl) else 0
+        fanout = int(np.diff(self.dep_ptr).max()) if len(self.dep_ptr) > 1 else 0
+        return 64 + 2 * window + fanout, 16 + window
+
+    def _stall_ns(self) -> int:
+        """How long no data may arrive while flows are underway before the run is
+        stalled: 100 times the longest time any port's buffer takes to drain, and at
+        least 10 retransmission timeouts and 10 sample intervals."""
+        f = self.fabric
+        drain = 0
+        if f.n_ports:
+            pt = self.pt
+            buffer_bytes = np.maximum(pt[:, L.PT_BUF], pt[:, L.PT_XOFF_B] + pt[:, L.PT_HEADROOM])
+            drain = int((buffer_bytes * 8 * 10**9 // f.port_rate_bps).max())
+        return max(100 * drain, 10 * self.params["rto"], 10 * self.sample_interval_ns)
 
     def _cts_grants(self) -> tuple[np.ndarray, np.ndarray]:
         """Clear-to-send chunk and window per flow: its operation's (the workload's
@@ -283,21 +316,31 @@ class Simulation:
 
     # buffers ----------------------------------------------------------------------------
     def _grow_packets(self) -> None:
-        old = len(self.pk)
-        new = old * 2
-        pk = zeros_aligned((new, L.PK_N), np.int32)
-        pk[:old] = self.pk
-        pk[old:, L.PK_KIND] = -1
-        pk[old:, L.PK_NEXT] = np.arange(old + 1, new + 1)
-        pk[-1, L.PK_NEXT] = self.g[L.G_FREE]
-        pc = np.zeros((new, L.PC_N), dtype=np.int64)
-        pc[:old] = self.pc
+        """Double the packet pool until the loop's reserve is free. The last row is
+        scratch (see kernel.alloc), never in the free list."""
+        old = len(self.pk) - 1
+        new = old
+        while self.g[L.G_NFREE] + new - old < self.prm[L.P_PACKET_RESERVE]:
+            new *= 2
+        new = max(new, 2 * old)
+        pk = packet_rows(new)
+        pk[:old] = self.pk[:old]
+        pk[new - 1, L.PK_NEXT] = self.g[L.G_FREE]
+        pc = np.zeros((new + 1, L.PC_N), dtype=np.int64)
+        pc[:old] = self.pc[:old]
         self.g[L.G_FREE] = old
         self.g[L.G_NFREE] += new - old
         self.pk, self.pc = pk, pc
 
     def _grow_events(self) -> None:
-        ev = zeros_aligned((len(self.ev) * 2, L.E_N), np.int64)
+        """Double the event list until the loop's reserve (or a purge's) fits."""
+        rows = 2 * len(self.ev)
+        need = int(self.g[L.G_HEAP] + self.prm[L.P_EVENT_RESERVE])
+        if self.g[L.G_PURGING]:
+            need += kernel.PURGE_ROOM * (len(self.pk) - int(self.g[L.G_NFREE]))
+        while rows < need:
+            rows *= 2
+        ev = zeros_aligned((rows, L.E_N), np.int64)
         ev[: len(self.ev)] = self.ev
         self.ev = ev
 
@@ -394,6 +437,13 @@ class Simulation:
                     self._drain_captures()
                 elif code == L.R_DRAIN_SAMPLES:
                     self._drain_samples()
+                elif code == L.R_STALLED:
+                    raise Stalled(self.stall_report())
+                elif code == L.R_OVERFLOW:
+                    raise RuntimeError(
+                        "the simulator's event list or packet pool ran out of room; "
+                        "the run cannot go on (a bug in the kernel's reserves)"
+                    )
                 elif code == L.R_STOP:
                     if self.pending_faults and self.pending_faults[0].at_ns * PS - 1 < stop_ps:
                         fault = self.pending_faults.pop(0)
@@ -408,6 +458,36 @@ class Simulation:
                     progress(self.progress())
         finally:
             self.wall_s += time.perf_counter() - started
+
+    def stall_report(self) -> str:
+        """One sentence: when the run stalled, which flows were stuck, where their packets were."""
+        f, fl = self.fabric, self.fl
+        state = fl[:, L.FL_STATE]
+        stuck = np.flatnonzero((state == L.ST_ACTIVE) | (state == L.ST_SENT))
+        live = self.pk[:-1, L.PK_KIND] >= 0
+        rows = np.flatnonzero(live)
+        port = self.pk[rows, L.PK_ROUTE + self.pk[rows, L.PK_HOP]]
+        owner = self.pk[rows, L.PK_FLOW]
+        shown = []
+        for i in stuck[:3]:
+            mine = port[owner == i]
+            at, count = np.unique(mine, return_counts=True)
+            where = ", ".join(
+                f"{n} at {f.port_name(int(q))}" for q, n in zip(at, count, strict=True)
+            )
+            shown.append(
+                f"flow {i} ({f.node_name[fl[i, L.FL_SRC]]} to {f.node_name[fl[i, L.FL_DST]]}, "
+                f"{fl[i, L.FL_DELIV]:,} of {fl[i, L.FL_BYTES]:,} bytes delivered, "
+                + (f"packets: {where}" if len(mine) else "no packets in the fabric")
+                + ")"
+            )
+        since = int(self.g[L.G_PROGRESS_T]) // PS
+        more = f" and {len(stuck) - 3} more" if len(stuck) > 3 else ""
+        return (
+            f"the simulation stalled at {self.now_ns / 1000:,.1f} us: no data delivered since "
+            f"{since / 1000:,.1f} us while {len(stuck)} flows were unfinished: "
+            f"{'; '.join(shown)}{more}"
+        )
 
     def progress(self) -> Progress:
         return Progress(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from fabric.sim.layout import E_A, E_B, E_KIND, E_N, E_SEQ, E_TIME, G_HEAP, G_SEQ
+from fabric.sim.layout import E_A, E_B, E_KIND, E_N, E_SEQ, E_TIME, G_HEAP, G_OVERFLOW, G_SEQ
 
 
 @njit(cache=True, inline="always")
@@ -29,8 +29,13 @@ def _swap(ev, i, j):
 
 @njit(cache=True)
 def schedule(ev, g, t, kind, a, b):
-    """Add an event; the caller guarantees room (the engine grows `ev` between chunks)."""
+    """Add an event. The run loop keeps room for what one event schedules (the engine
+    grows `ev` between chunks); were that ever short, the event is not written and
+    g[G_OVERFLOW] stops the loop."""
     i = g[G_HEAP]
+    if i >= ev.shape[0]:
+        g[G_OVERFLOW] = 1
+        return
     g[G_HEAP] = i + 1
     ev[i, E_TIME] = t
     ev[i, E_SEQ] = g[G_SEQ]

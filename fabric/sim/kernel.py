@@ -84,7 +84,10 @@ from fabric.sim.layout import (
     G_HOPS,
     G_NFREE,
     G_NOW,
+    G_OVERFLOW,
     G_PFC,
+    G_PROGRESS_T,
+    G_PURGING,
     G_RETX_BYTES,
     G_SAMPLE_T,
     G_SAMPLES,
@@ -98,10 +101,13 @@ from fabric.sim.layout import (
     ND_CNT,
     ND_OFF,
     ND_RR,
+    P_EVENT_RESERVE,
     P_MTU,
+    P_PACKET_RESERVE,
     P_RTO_PS,
     P_SAMPLE_PS,
     P_SPRAY,
+    P_STALL_PS,
     PC_ARG,
     PC_PSN,
     PFC_WIRE,
@@ -131,6 +137,7 @@ from fabric.sim.layout import (
     PT_PAUSE_UNTIL,
     PT_PFC_ON,
     PT_PFC_PENDING,
+    PT_PURGE,
     PT_QB0,
     PT_QB1,
     PT_QUANTA,
@@ -152,6 +159,8 @@ from fabric.sim.layout import (
     R_GROW_EVENTS,
     R_GROW_PACKETS,
     R_LIMIT,
+    R_OVERFLOW,
+    R_STALLED,
     R_STOP,
     SM_DROPS,
     SM_ECN_MARKED,
@@ -344,8 +353,18 @@ def put_pfc_on_wire(S, p, quanta, now):
 
 @njit(cache=True, inline="always")
 def alloc(S):
+    """A free packet row. The run loop keeps enough free for what one event allocates;
+    were that ever short, the last row (never in the free list) is handed out as scratch
+    and g[G_OVERFLOW] stops the loop."""
     g, pk = S.g, S.pk
     i = g[G_FREE]
+    if i < 0:
+        g[G_OVERFLOW] = 1
+        i = pk.shape[0] - 1
+        pk[i, PK_NEXT] = -1
+        pk[i, PK_CE] = 0
+        pk[i, PK_HOP] = 0
+        return i
     g[G_FREE] = pk[i, PK_NEXT]
     g[G_NFREE] -= 1
     pk[i, PK_NEXT] = -1
@@ -486,6 +505,14 @@ def send_data(S, f, p, now):
 
 
 @njit(cache=True)
+def lose_path(S, f):
+    """Flow f has data to send but no route left (a fault cut its destination off)."""
+    list_remove(S, f)
+    S.fl[f, FL_STATE] = ST_NOPATH
+    S.g[G_STUCK] += 1
+
+
+@njit(cache=True)
 def nic_pick(S, p, now):
     """Round robin over the NIC's flows that may send now; -1 and a wake-up if none may."""
     fl, nd, act = S.fl, S.nd, S.act
@@ -542,7 +569,10 @@ def kick(S, p, now):
             want_tx(S, p, pt[p, PT_PAUSE_UNTIL])
             return
         f = nic_pick(S, p, now)
-        if f >= 0:
+        if f >= 0 and S.path_ptr[f + 1] == S.path_ptr[f]:
+            lose_path(S, f)
+            want_tx(S, p, now)  # another flow of this NIC may send
+        elif f >= 0:
             send_data(S, f, p, now)
             want_tx(S, p, pt[p, PT_FREE_AT])
         return
@@ -624,6 +654,8 @@ def grant(S, f, now):
 @njit(cache=True)
 def complete(S, f, now):
     g, fl, ev, dep_ptr, dep = S.g, S.fl, S.ev, S.dep_ptr, S.dep
+    if fl[f, FL_STATE] == ST_NOPATH:  # its last bytes arrived after its route was lost
+        g[G_STUCK] -= 1
     fl[f, FL_STATE] = ST_DONE
     fl[f, FL_T_END] = now
     g[G_DONE] += 1
@@ -653,6 +685,7 @@ def deliver(S, i, now):
     kind = pk[i, PK_KIND]
     if kind == K_DATA:
         fl[f, FL_DELIV] += pk[i, PK_BYTES]
+        g[G_PROGRESS_T] = now
         todo = congestion.on_data(S, f, pk[i, PK_CE], now)
         if todo & DO_CNP:
             g[G_CNP] += 1
@@ -681,6 +714,7 @@ def start_flow(S, f, now):
         return
     fl[f, FL_T_START] = now
     fl[f, FL_STATE] = ST_ACTIVE
+    g[G_PROGRESS_T] = now
     fl[f, FL_UNSENT] = fl[f, FL_BYTES]
     if fl[f, FL_BYTES] == 0:
         complete(S, f, now)
@@ -701,6 +735,8 @@ def retransmit(S, f, nbytes, now):
     """The sender learned of a loss: nbytes > 0 of data to send again; a lost grant
     (-nbytes) counts as received, a lost request (0) is repeated."""
     g, fl = S.g, S.fl
+    if fl[f, FL_STATE] == ST_NOPATH:
+        return
     if nbytes == 0:
         send_control(S, f, K_REQ, 0, now)
         return
@@ -753,12 +789,21 @@ def close_sample(S, now):
 # faults -------------------------------------------------------------------------------------
 
 
+PURGE_ROOM = 4  # free event rows one purged packet needs: its resend, a PFC resume
+
+
 @njit(cache=True)
 def purge(S, p, now):
-    """Port p went down: what waits in its queues is lost."""
-    pt, pk = S.pt, S.pk
+    """Port p went down: what waits in its queues is lost. Returns False when the event
+    list ran out of room first (or other purges wait): the loop finishes it, before any
+    other event, once the engine has grown the list."""
+    g, pt, pk, ev = S.g, S.pt, S.pk, S.ev
+    if g[G_PURGING] > pt[p, PT_PURGE]:
+        return defer_purge(S, p)
     for cls in range(2):
         while pt[p, PT_HEAD0 + 2 * cls] >= 0:
+            if g[G_HEAP] + PURGE_ROOM > ev.shape[0]:
+                return defer_purge(S, p)
             i = dequeue(pt, pk, p, cls, now)
             if cls == 1 and not pt[p, PT_IS_NIC]:
                 k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
@@ -767,6 +812,39 @@ def purge(S, p, now):
             drop(S, i, p, now)
     pt[p, PT_PFC_PENDING] = -1
     pt[p, PT_XOFF] = 0
+    if pt[p, PT_PURGE]:
+        pt[p, PT_PURGE] = 0
+        g[G_PURGING] -= 1
+    return True
+
+
+@njit(cache=True)
+def defer_purge(S, p):
+    if S.pt[p, PT_PURGE] == 0:
+        S.pt[p, PT_PURGE] = 1
+        S.g[G_PURGING] += 1
+    return False
+
+
+@njit(cache=True)
+def finish_purges(S, now):
+    """Go on with the purges that ran out of room, in port order; False: still no room."""
+    pt = S.pt
+    for p in range(pt.shape[0]):  # noqa: SIM110 (numba compiles no generators)
+        if pt[p, PT_PURGE] and not purge(S, p, now):
+            return False
+    return True
+
+
+@njit(cache=True)
+def any_flow_underway(S):
+    """Is a flow started and not finished (sending, or waiting for its data to arrive)?"""
+    fl = S.fl
+    for f in range(fl.shape[0]):
+        state = fl[f, FL_STATE]
+        if state in (ST_ACTIVE, ST_SENT):
+            return True
+    return False
 
 
 # the loop -----------------------------------------------------------------------------------
@@ -781,11 +859,15 @@ def run(S_counted, t_stop, max_events):
     e = np.empty(E_N, dtype=np.int64)
     done_events = 0
     while True:
+        if g[G_OVERFLOW]:
+            return R_OVERFLOW
+        if g[G_PURGING] and not finish_purges(S, g[G_NOW]):
+            return R_GROW_EVENTS
         if g[G_DONE] + g[G_STUCK] >= n_flows or g[G_HEAP] == 0:
             return R_DONE
-        if g[G_HEAP] + 64 > ev.shape[0]:
+        if g[G_HEAP] + prm[P_EVENT_RESERVE] > ev.shape[0]:
             return R_GROW_EVENTS
-        if g[G_NFREE] < 16:
+        if g[G_NFREE] < prm[P_PACKET_RESERVE]:
             return R_GROW_PACKETS
         if g[G_CAPS] + 16 > cap.shape[0]:
             return R_DRAIN_CAPTURE
@@ -843,4 +925,10 @@ def run(S_counted, t_stop, max_events):
         elif kind == EV_SAMPLE:
             close_sample(S, now)
             if g[G_DONE] + g[G_STUCK] < n_flows:
+                idle = g[G_HEAP] == 0  # nothing but sampling would ever happen again
+                if idle or now - g[G_PROGRESS_T] > prm[P_STALL_PS]:
+                    if any_flow_underway(S):
+                        return R_STALLED
+                    if idle:  # what is left waits on flows that found no path
+                        return R_DONE
                 schedule(ev, g, now + prm[P_SAMPLE_PS], EV_SAMPLE, 0, 0)

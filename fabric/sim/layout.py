@@ -64,8 +64,11 @@ EV_SAMPLE = 7  # close one sample interval of the port time series
     G_PFC,
     G_ECN,
     G_RETX_BYTES,
+    G_OVERFLOW,  # 1: an event or packet found no room (the loop stops with R_OVERFLOW)
+    G_PURGING,  # ports with a purge to finish (PT_PURGE) before the next event
+    G_PROGRESS_T,  # when data was last delivered or a flow last started
     G_NG,
-) = range(19)
+) = range(22)
 
 # parameters (prm[...], int64; rates bit/s, times ps)
 (
@@ -84,8 +87,11 @@ EV_SAMPLE = 7  # close one sample interval of the port time series
     P_MIN_RATE_BPS,
     P_CTS_CHUNK,
     P_CTS_WINDOW,
+    P_EVENT_RESERVE,  # free event rows kept before each event: the most one event schedules
+    P_PACKET_RESERVE,  # free packets kept before each event: the most one event allocates
+    P_STALL_PS,  # no data delivered for this long while flows are unfinished: stalled
     P_NPRM,
-) = range(16)
+) = range(19)
 # float parameters (fprm[...])
 FP_G, FP_NFPRM = range(2)
 
@@ -142,7 +148,7 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     PT_S_DROPS,
     PT_BUF,
     PT_PEER,
-    PT_PAD,
+    PT_PURGE,  # 1 while the port is down and its queues are not yet purged
     PT_N,
 ) = range(40)
 
@@ -238,6 +244,16 @@ SERIES = (
 ) = range(len(SERIES) + 1)
 
 # why a kernel call returned
-R_DONE, R_LIMIT, R_GROW_EVENTS, R_GROW_PACKETS, R_DRAIN_CAPTURE, R_DRAIN_SAMPLES, R_STOP = range(7)
+(
+    R_DONE,
+    R_LIMIT,
+    R_GROW_EVENTS,
+    R_GROW_PACKETS,
+    R_DRAIN_CAPTURE,
+    R_DRAIN_SAMPLES,
+    R_STOP,
+    R_STALLED,  # flows underway and nothing but sampling to come, or no data for P_STALL_PS
+    R_OVERFLOW,  # see G_OVERFLOW: a bug, the run cannot go on
+) = range(9)
 
 PS_PER_NS = 1000
