@@ -22,6 +22,7 @@ from fabric.sim import congestion, ecn, pfc
 from fabric.sim.heap import pop, schedule
 from fabric.sim.layout import (
     ACK_WIRE,
+    CC_NONE,
     CNP_WIRE,
     CP_ARG,
     CP_BYTES,
@@ -101,6 +102,7 @@ from fabric.sim.layout import (
     ND_CNT,
     ND_OFF,
     ND_RR,
+    P_CC,
     P_EVENT_RESERVE,
     P_MTU,
     P_PACKET_RESERVE,
@@ -466,7 +468,10 @@ def send_data(S, f, p, now):
     """Flow f puts its next data packet on its NIC's port p."""
     prm, fl, fr, pk, pc = S.prm, S.fl, S.fr, S.pk, S.pc
     path_ptr, path_port = S.path_ptr, S.path_port
-    size = congestion.send_allowance(S, f, min(prm[P_MTU], fl[f, FL_UNSENT]))
+    controlled = prm[P_CC] != CC_NONE  # `none` has no hooks: the common path skips them
+    size = min(prm[P_MTU], fl[f, FL_UNSENT])
+    if controlled:
+        size = congestion.send_allowance(S, f, size)
     fl[f, FL_UNSENT] -= size
     i = alloc(S)
     pk[i, PK_FLOW] = f
@@ -497,7 +502,8 @@ def send_data(S, f, p, now):
     fl[f, FL_LAST_TX] = now
     fl[f, FL_LAST_WIRE] = wire
     fl[f, FL_NEXT_SEND] = now + np.int64(np.ceil(wire * PS_PER_S_BITS / rc))
-    congestion.on_sent(S, f, wire)
+    if controlled:
+        congestion.on_sent(S, f, wire)
     if fl[f, FL_UNSENT] == 0:
         list_remove(S, f)
         fl[f, FL_STATE] = ST_SENT
@@ -522,13 +528,14 @@ def nic_pick(S, p, now):
         return -1
     off = nd[v, ND_OFF]
     rr = nd[v, ND_RR] % cnt
+    controlled = S.prm[P_CC] != CC_NONE
     soonest = NEVER
     for j in range(cnt):
         idx = rr + j
         if idx >= cnt:
             idx -= cnt
         f = act[off + idx]
-        if not congestion.may_send(S, f):
+        if controlled and not congestion.may_send(S, f):
             continue
         t = fl[f, FL_NEXT_SEND]
         if t <= now:
@@ -686,7 +693,9 @@ def deliver(S, i, now):
     if kind == K_DATA:
         fl[f, FL_DELIV] += pk[i, PK_BYTES]
         g[G_PROGRESS_T] = now
-        todo = congestion.on_data(S, f, pk[i, PK_CE], now)
+        todo = 0
+        if S.prm[P_CC] != CC_NONE:
+            todo = congestion.on_data(S, f, pk[i, PK_CE], now)
         if todo & DO_CNP:
             g[G_CNP] += 1
             send_control(S, f, K_CNP, 0, now)
@@ -858,16 +867,19 @@ def run(S_counted, t_stop, max_events):
     n_flows = fl.shape[0]
     e = np.empty(E_N, dtype=np.int64)
     done_events = 0
+    event_rows = ev.shape[0] - prm[P_EVENT_RESERVE]  # the heap may fill this many
+    packet_reserve = prm[P_PACKET_RESERVE]
     while True:
-        if g[G_OVERFLOW]:
-            return R_OVERFLOW
-        if g[G_PURGING] and not finish_purges(S, g[G_NOW]):
-            return R_GROW_EVENTS
+        if g[G_OVERFLOW] | g[G_PURGING]:
+            if g[G_OVERFLOW]:
+                return R_OVERFLOW
+            if not finish_purges(S, g[G_NOW]):
+                return R_GROW_EVENTS
         if g[G_DONE] + g[G_STUCK] >= n_flows or g[G_HEAP] == 0:
             return R_DONE
-        if g[G_HEAP] + prm[P_EVENT_RESERVE] > ev.shape[0]:
+        if g[G_HEAP] > event_rows:
             return R_GROW_EVENTS
-        if g[G_NFREE] < prm[P_PACKET_RESERVE]:
+        if g[G_NFREE] < packet_reserve:
             return R_GROW_PACKETS
         if g[G_CAPS] + 16 > cap.shape[0]:
             return R_DRAIN_CAPTURE
