@@ -90,7 +90,7 @@ def test_a_flow_whose_packets_keep_vanishing_stalls_the_run_with_one_sentence():
         sim.run()
     text = str(info.value)
     stall_ns = int(sim.prm[L.P_STALL_PS]) // L.PS_PER_NS
-    assert sim.now_ns - int(sim.g[L.G_PROGRESS_T]) // L.PS_PER_NS > stall_ns
+    assert sim.now_ns - int(sim.g[L.G_PROGRESS_T_PS]) // L.PS_PER_NS > stall_ns
     assert "stalled" in text and "1 flows were unfinished" in text
     assert f"flow 0 ({fab.node_name[nics[0]]} to {fab.node_name[nics[15]]}" in text
     assert sim.counters()["drops"] > 0
@@ -105,7 +105,7 @@ def test_flows_underway_with_nothing_but_sampling_left_is_a_stall_naming_where_p
     in_use = np.flatnonzero(sim.pk[:-1, L.PK_KIND] >= 0)
     assert len(in_use) > 0
     sim.g[L.G_HEAP] = 0  # every packet event lost: only the sampling would go on
-    schedule(sim.ev, sim.g, int(sim.g[L.G_NOW]) + 1, L.EV_SAMPLE, 0, 0)
+    schedule(sim.ev, sim.g, int(sim.g[L.G_NOW_PS]) + 1, L.EV_SAMPLE, 0, 0)
     with pytest.raises(Stalled, match=r"flow 0 .*packets: \d+ at "):
         sim.run()
     assert sim.now_ns <= 20_001

@@ -77,7 +77,16 @@ def test_prefetch_is_only_a_hint_and_changes_nothing():
 
 def test_a_packet_row_is_one_cache_line_holding_its_fields_and_route():
     assert L.PK_N * 4 == CACHE_LINE
-    fields = (L.PK_KIND, L.PK_WIRE, L.PK_HOP, L.PK_NHOPS, L.PK_NEXT, L.PK_CE, L.PK_FLOW, L.PK_BYTES)
+    fields = (
+        L.PK_KIND,
+        L.PK_WIRE_BYTES,
+        L.PK_HOP,
+        L.PK_NHOPS,
+        L.PK_NEXT,
+        L.PK_CE,
+        L.PK_FLOW,
+        L.PK_BYTES,
+    )
     assert sorted(fields) == list(range(L.PK_ROUTE))
     assert L.PK_ROUTE + L.MAX_HOPS == L.PK_N
     assert L.MAX_HOPS is routing.MAX_HOPS  # one hop limit, routing's
@@ -134,18 +143,18 @@ def test_queue_is_a_fifo_with_byte_counts():
             i = dequeue(pt, pk, 1, cls, t)
             assert i == ref[cls].popleft()
         elif nxt < 64:
-            pk[nxt, L.PK_WIRE] = int(rng.integers(64, 5000))
+            pk[nxt, L.PK_WIRE_BYTES] = int(rng.integers(64, 5000))
             enqueue(pt, pk, 1, cls, nxt, t)
             ref[cls].append(nxt)
             nxt += 1
         for c in (0, 1):
-            assert fifo_check(pt, pk, 1, c) == sum(pk[i, L.PK_WIRE] for i in ref[c])
-            assert pt[1, L.PT_QB0 + c] == sum(pk[i, L.PK_WIRE] for i in ref[c])
+            assert fifo_check(pt, pk, 1, c) == sum(pk[i, L.PK_WIRE_BYTES] for i in ref[c])
+            assert pt[1, L.PT_Q0_BYTES + c] == sum(pk[i, L.PK_WIRE_BYTES] for i in ref[c])
 
 
 def test_pfc_admit_and_release_follow_the_thresholds():
     pt = np.zeros((1, L.PT_N), dtype=np.int64)
-    pt[0, L.PT_XOFF_B], pt[0, L.PT_XON_B], pt[0, L.PT_HEADROOM] = 10_000, 6_000, 3_000
+    pt[0, L.PT_XOFF_BYTES], pt[0, L.PT_XON_BYTES], pt[0, L.PT_HEADROOM_BYTES] = 10_000, 6_000, 3_000
     rng = np.random.default_rng(4)
     ing, xoff, held = 0, False, []
     for _ in range(2000):
@@ -168,7 +177,7 @@ def test_pfc_admit_and_release_follow_the_thresholds():
             want = pfc.ADMIT_XOFF if ing > 10_000 and not xoff else pfc.ADMIT
             xoff = xoff or want == pfc.ADMIT_XOFF
             assert verdict == want
-        assert pt[0, L.PT_ING] == ing and pt[0, L.PT_XOFF] == int(xoff)
+        assert pt[0, L.PT_ING_BYTES] == ing and pt[0, L.PT_XOFF] == int(xoff)
 
 
 @pytest.mark.parametrize("rate", [25 * 10**9, 100 * 10**9, 400 * 10**9])
@@ -207,8 +216,8 @@ def test_dcqcn_cut_and_increase_match_the_equations():
             elif max(t, b) >= 5:
                 rt = min(rt + 40e6, line)
             rc = min((rt + rc) / 2, line)
-        assert fr[0, L.FR_RC] == pytest.approx(rc)
-        assert fr[0, L.FR_RT] == pytest.approx(rt)
+        assert fr[0, L.FR_RC_BPS] == pytest.approx(rc)
+        assert fr[0, L.FR_RT_BPS] == pytest.approx(rt)
         assert fr[0, L.FR_ALPHA] == pytest.approx(alpha)
 
 
@@ -235,13 +244,13 @@ def test_event_loop_matches_a_store_and_forward_reference_to_the_picosecond():
     size = 37 * mtu + 1234
     sim = run(fab, flows([nics[1]], [nics[14]], size))
     ports = sim.path_port[sim.path_ptr[0] : sim.path_ptr[1]]
-    wires = [mtu + L.DATA_OVERHEAD] * 37 + [1234 + L.DATA_OVERHEAD]
+    wires = [mtu + L.DATA_OVERHEAD_BYTES] * 37 + [1234 + L.DATA_OVERHEAD_BYTES]
     end_ps = reference_store_and_forward(
         wires,
         [int(fab.port_rate_bps[p]) for p in ports],
         [int(fab.port_delay_ns[p]) * 1000 for p in ports],
     )
-    assert sim.fl[0, L.FL_T_END] == end_ps
+    assert sim.fl[0, L.FL_T_END_PS] == end_ps
 
 
 # purge, grant and complete against slow models ---------------------------------------------
@@ -270,7 +279,7 @@ def reference_purge(sim, p):
     again after the timeout (grants: -bytes, requests: 0), a switch's lossless bytes
     released from the ingress they came over, a resume where that ends a pause."""
     pt, pk, pc = sim.pt, sim.pk, sim.pc
-    ing = {int(k): int(pt[k, L.PT_ING]) for k in range(len(pt))}
+    ing = {int(k): int(pt[k, L.PT_ING_BYTES]) for k in range(len(pt))}
     xoff = {int(k): int(pt[k, L.PT_XOFF]) for k in range(len(pt))}
     resends, resumes = [], []
     packets = fifo(sim, p, 0) + fifo(sim, p, 1)
@@ -279,8 +288,8 @@ def reference_purge(sim, p):
             if cls == 1 and not pt[p, L.PT_IS_NIC]:
                 k = int(pk[i, L.PK_ROUTE + pk[i, L.PK_HOP] - 1]) ^ 1
                 if pt[k, L.PT_PFC_ON]:
-                    ing[k] -= int(pk[i, L.PK_WIRE])
-                    if xoff[k] and ing[k] <= pt[k, L.PT_XON_B]:
+                    ing[k] -= int(pk[i, L.PK_WIRE_BYTES])
+                    if xoff[k] and ing[k] <= pt[k, L.PT_XON_BYTES]:
                         xoff[k] = 0
                         resumes.append(k)
             kind, f = int(pk[i, L.PK_KIND]), int(pk[i, L.PK_FLOW])
@@ -303,7 +312,7 @@ def test_purge_drops_a_ports_queues_as_the_reference_does(room):
     packets, resends, ing, resumes = reference_purge(sim, p)
     assert len(packets) > 1000 and len(resumes) == 15  # a deep queue; its loss ends 15 pauses
     drops, nfree, seq = int(sim.g[L.G_DROPS]), int(sim.g[L.G_NFREE]), int(sim.g[L.G_SEQ])
-    now = int(sim.g[L.G_NOW])
+    now = int(sim.g[L.G_NOW_PS])
     sim.pt[p, L.PT_ALIVE] = sim.pt[p ^ 1, L.PT_ALIVE] = 0
     if room == "short":  # room for a few packets' events: the rest waits for a larger list
         heap = int(sim.g[L.G_HEAP])
@@ -317,11 +326,11 @@ def test_purge_drops_a_ports_queues_as_the_reference_does(room):
         assert kernel.purge(sim._state(), p, now)
     assert sim.pt[p, L.PT_PURGE] == 0 and sim.g[L.G_PURGING] == 0
     assert fifo(sim, p, 0) == fifo(sim, p, 1) == []
-    assert sim.pt[p, L.PT_QB0] == sim.pt[p, L.PT_QB1] == 0
+    assert sim.pt[p, L.PT_Q0_BYTES] == sim.pt[p, L.PT_Q1_BYTES] == 0
     assert sim.g[L.G_DROPS] - drops == len(packets)
     assert sim.g[L.G_NFREE] - nfree == len(packets)
     assert new_events(sim, seq, L.EV_RETX) == resends
-    assert {k: int(sim.pt[k, L.PT_ING]) for k in ing} == ing
+    assert {k: int(sim.pt[k, L.PT_ING_BYTES]) for k in ing} == ing
     assert [a for a, _ in new_events(sim, seq, L.EV_TX)] == resumes
     assert [int(sim.pt[k, L.PT_PFC_PENDING]) for k in resumes] == [0] * len(resumes)
 
@@ -351,13 +360,13 @@ def test_grant_sends_the_grants_the_reference_does():
         granted = int(rng.integers(0, nbytes + 1))
         delivered = int(rng.integers(0, granted + 1))
         fl = sim.fl
-        fl[0, L.FL_CHUNK], fl[0, L.FL_WINDOW] = chunk, window
-        fl[0, L.FL_GRANTED], fl[0, L.FL_DELIV] = granted, delivered
+        fl[0, L.FL_CHUNK_BYTES], fl[0, L.FL_WINDOW] = chunk, window
+        fl[0, L.FL_GRANTED_BYTES], fl[0, L.FL_DELIV_BYTES] = granted, delivered
         want, total = reference_grants(nbytes, chunk, window, delivered, granted)
         kernel.grant(sim._state(), 0, 0)
         sent = np.flatnonzero(sim.pk[:-1, L.PK_KIND] == L.K_CTS)  # allocated in index order
         assert [int(sim.pc[i, L.PC_ARG]) for i in sent] == want
-        assert fl[0, L.FL_GRANTED] == total
+        assert fl[0, L.FL_GRANTED_BYTES] == total
         assert all(sim.pk[i, L.PK_FLOW] == 0 for i in sent)
 
 
@@ -378,11 +387,11 @@ def test_complete_finishes_a_flow_and_starts_its_dependents_as_the_reference_doe
                 want.append((h, max(now, start[h] * L.PS_PER_NS)))
     kernel.complete(sim._state(), 0, now)
     fl = sim.fl
-    assert fl[0, L.FL_STATE] == L.ST_DONE and fl[0, L.FL_T_END] == now
+    assert fl[0, L.FL_STATE] == L.ST_DONE and fl[0, L.FL_T_END_PS] == now
     assert sim.g[L.G_DONE] == 1
     assert list(fl[:, L.FL_DEPS]) == waiting
     starts = [row for row in sim.ev[: int(sim.g[L.G_HEAP])] if row[L.E_SEQ] >= seq]
     starts = sorted((r for r in starts if r[L.E_KIND] == L.EV_FLOW_START), key=lambda r: r[1])
-    assert [(int(r[L.E_A]), int(r[L.E_TIME])) for r in starts] == want
+    assert [(int(r[L.E_A]), int(r[L.E_TIME_PS])) for r in starts] == want
     acks = np.flatnonzero(sim.pk[:-1, L.PK_KIND] == L.K_ACK)
     assert len(acks) == 1 and sim.pk[acks[0], L.PK_FLOW] == 0

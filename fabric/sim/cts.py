@@ -14,11 +14,11 @@ from fabric.sim.layout import (
     DO_GRANT,
     DO_KICK,
     DO_REQUEST,
-    FL_ALLOW,
+    FL_ALLOW_BYTES,
     FL_BYTES,
-    FL_CHUNK,
-    FL_DELIV,
-    FL_GRANTED,
+    FL_CHUNK_BYTES,
+    FL_DELIV_BYTES,
+    FL_GRANTED_BYTES,
     FL_WINDOW,
 )
 
@@ -30,15 +30,15 @@ def on_flow_start(S, f):
 
 @njit(cache=True, inline="always")
 def may_send(S, f):
-    return S.fl[f, FL_ALLOW] > 0
+    return S.fl[f, FL_ALLOW_BYTES] > 0
 
 
 @njit(cache=True)
 def send_allowance(S, f, size):
     """A data packet of at most `size` bytes is due: it takes what the grants allow."""
     fl = S.fl
-    size = min(size, fl[f, FL_ALLOW])
-    fl[f, FL_ALLOW] -= size
+    size = min(size, fl[f, FL_ALLOW_BYTES])
+    fl[f, FL_ALLOW_BYTES] -= size
     return size
 
 
@@ -51,19 +51,19 @@ def on_data(S, f, ce, now_ps):
 def next_grant(S, f):
     """Receiver: the bytes of the next grant to send now, 0 while the window is full."""
     fl = S.fl
-    if fl[f, FL_GRANTED] >= fl[f, FL_BYTES]:
+    if fl[f, FL_GRANTED_BYTES] >= fl[f, FL_BYTES]:
         return 0
-    chunk = fl[f, FL_CHUNK]
-    n = min(chunk, fl[f, FL_BYTES] - fl[f, FL_GRANTED])
-    if fl[f, FL_GRANTED] + n - fl[f, FL_DELIV] > fl[f, FL_WINDOW] * chunk:
+    chunk = fl[f, FL_CHUNK_BYTES]
+    n = min(chunk, fl[f, FL_BYTES] - fl[f, FL_GRANTED_BYTES])
+    if fl[f, FL_GRANTED_BYTES] + n - fl[f, FL_DELIV_BYTES] > fl[f, FL_WINDOW] * chunk:
         return 0
-    fl[f, FL_GRANTED] += n
+    fl[f, FL_GRANTED_BYTES] += n
     return n
 
 
 @njit(cache=True)
 def on_grant(S, f, nbytes):
-    S.fl[f, FL_ALLOW] += nbytes
+    S.fl[f, FL_ALLOW_BYTES] += nbytes
     return DO_KICK
 
 
@@ -75,4 +75,4 @@ def on_grant_request(S, f):
 @njit(cache=True)
 def on_resend(S, f, nbytes):
     """Lost data is sent again on the grant it was sent on."""
-    S.fl[f, FL_ALLOW] += nbytes
+    S.fl[f, FL_ALLOW_BYTES] += nbytes

@@ -26,18 +26,18 @@ from fabric.sim.layout import (
     DO_REPACE,
     EV_CC_TIMER,
     FL_B_STAGE,
-    FL_BC,
+    FL_BC_BYTES,
     FL_GEN,
-    FL_LAST_CNP,
+    FL_LAST_CNP_PS,
     FL_T_STAGE,
     FP_G,
     FR_ALPHA,
-    FR_LINE,
-    FR_RC,
-    FR_RT,
+    FR_LINE_BPS,
+    FR_RC_BPS,
+    FR_RT_BPS,
     P_AI_BPS,
     P_ALPHA_TIMER_PS,
-    P_BYTE_COUNTER,
+    P_BYTE_COUNTER_BYTES,
     P_CNP_INTERVAL_PS,
     P_FAST_STEPS,
     P_HAI_BPS,
@@ -54,12 +54,14 @@ ALPHA_TIMER, RATE_TIMER = range(2)
 @njit(cache=True)
 def cut(fl, fr, f, prm, fprm):
     g = fprm[FP_G]
-    fr[f, FR_RT] = fr[f, FR_RC]
-    fr[f, FR_RC] = max(fr[f, FR_RC] * (1.0 - fr[f, FR_ALPHA] / 2.0), float(prm[P_MIN_RATE_BPS]))
+    fr[f, FR_RT_BPS] = fr[f, FR_RC_BPS]
+    fr[f, FR_RC_BPS] = max(
+        fr[f, FR_RC_BPS] * (1.0 - fr[f, FR_ALPHA] / 2.0), float(prm[P_MIN_RATE_BPS])
+    )
     fr[f, FR_ALPHA] = (1.0 - g) * fr[f, FR_ALPHA] + g
     fl[f, FL_T_STAGE] = 0
     fl[f, FL_B_STAGE] = 0
-    fl[f, FL_BC] = 0
+    fl[f, FL_BC_BYTES] = 0
 
 
 @njit(cache=True)
@@ -73,12 +75,12 @@ def increase(fl, fr, f, prm):
     t = fl[f, FL_T_STAGE]
     b = fl[f, FL_B_STAGE]
     fast = prm[P_FAST_STEPS]
-    line = fr[f, FR_LINE]
+    line = fr[f, FR_LINE_BPS]
     if min(t, b) > fast:
-        fr[f, FR_RT] = min(fr[f, FR_RT] + prm[P_HAI_BPS], line)
+        fr[f, FR_RT_BPS] = min(fr[f, FR_RT_BPS] + prm[P_HAI_BPS], line)
     elif max(t, b) >= fast:
-        fr[f, FR_RT] = min(fr[f, FR_RT] + prm[P_AI_BPS], line)
-    fr[f, FR_RC] = min((fr[f, FR_RT] + fr[f, FR_RC]) / 2.0, line)
+        fr[f, FR_RT_BPS] = min(fr[f, FR_RT_BPS] + prm[P_AI_BPS], line)
+    fr[f, FR_RC_BPS] = min((fr[f, FR_RT_BPS] + fr[f, FR_RC_BPS]) / 2.0, line)
 
 
 # hooks ----------------------------------------------------------------------------------
@@ -94,10 +96,10 @@ def on_flow_start(S, f):
 def on_sent(S, f, wire_bytes):
     """The byte counter: one increase step per `byte_counter` bytes sent below line rate."""
     fl, fr, prm = S.fl, S.fr, S.prm
-    if fr[f, FR_RC] < fr[f, FR_LINE]:
-        fl[f, FL_BC] += wire_bytes
-        if fl[f, FL_BC] >= prm[P_BYTE_COUNTER]:
-            fl[f, FL_BC] -= prm[P_BYTE_COUNTER]
+    if fr[f, FR_RC_BPS] < fr[f, FR_LINE_BPS]:
+        fl[f, FL_BC_BYTES] += wire_bytes
+        if fl[f, FL_BC_BYTES] >= prm[P_BYTE_COUNTER_BYTES]:
+            fl[f, FL_BC_BYTES] -= prm[P_BYTE_COUNTER_BYTES]
             fl[f, FL_B_STAGE] += 1
             increase(fl, fr, f, prm)
 
@@ -107,9 +109,9 @@ def on_data(S, f, ce, now_ps):
     """Receiver: a CE mark asks for a CNP unless one went out within the interval."""
     if ce:
         fl = S.fl
-        last = fl[f, FL_LAST_CNP]
+        last = fl[f, FL_LAST_CNP_PS]
         if last < 0 or now_ps - last >= S.prm[P_CNP_INTERVAL_PS]:
-            fl[f, FL_LAST_CNP] = now_ps
+            fl[f, FL_LAST_CNP_PS] = now_ps
             return DO_CNP
     return 0
 
@@ -136,7 +138,7 @@ def on_timer(S, f, timer):
     fl, fr = S.fl, S.fr
     fl[f, FL_T_STAGE] += 1
     increase(fl, fr, f, S.prm)
-    if fr[f, FR_RC] < fr[f, FR_LINE]:
+    if fr[f, FR_RC_BPS] < fr[f, FR_LINE_BPS]:
         return DO_REPACE | DO_REARM
     return DO_REPACE
 

@@ -159,18 +159,18 @@ class Simulation:
         p = self.params
         prm[L.P_CC] = L.CC_KINDS[self.cc]
         prm[L.P_SPRAY] = int(self.routing.policy == "spray")
-        prm[L.P_MTU] = mtu
+        prm[L.P_MTU_BYTES] = mtu
         prm[L.P_SAMPLE_PS] = self.sample_interval_ns * PS
         prm[L.P_RTO_PS] = max(p["rto"], 1) * PS
         prm[L.P_CNP_INTERVAL_PS] = p["cnp_interval"] * PS
         prm[L.P_ALPHA_TIMER_PS] = max(p["alpha_timer"], 1) * PS
         prm[L.P_RATE_TIMER_PS] = max(p["rate_timer"], 1) * PS
-        prm[L.P_BYTE_COUNTER] = p["byte_counter"]
+        prm[L.P_BYTE_COUNTER_BYTES] = p["byte_counter"]
         prm[L.P_FAST_STEPS] = p["fast_recovery_steps"]
         prm[L.P_AI_BPS] = p["additive_increase"]
         prm[L.P_HAI_BPS] = p["hyper_increase"]
         prm[L.P_MIN_RATE_BPS] = p["min_rate"]
-        prm[L.P_CTS_CHUNK] = p["cts_chunk"]
+        prm[L.P_CTS_CHUNK_BYTES] = p["cts_chunk"]
         prm[L.P_CTS_WINDOW] = p["cts_window"]
         fprm = np.zeros(L.FP_NFPRM, dtype=np.float64)
         fprm[L.FP_G] = p["g"]
@@ -178,10 +178,10 @@ class Simulation:
 
         pt = zeros_aligned((f.n_ports, L.PT_N), np.int64)
         pmax = np.zeros(f.n_ports, dtype=np.float64)
-        for col in (L.PT_HEAD0, L.PT_TAIL0, L.PT_HEAD1, L.PT_TAIL1, L.PT_TXEV, L.PT_PFC_PENDING):
+        for col in (L.PT_HEAD0, L.PT_TAIL0, L.PT_HEAD1, L.PT_TAIL1, L.PT_TXEV_PS, L.PT_PFC_PENDING):
             pt[:, col] = -1
         pt[:, L.PT_ALIVE] = 1
-        pt[:, L.PT_RATE] = f.port_rate_bps
+        pt[:, L.PT_RATE_BPS] = f.port_rate_bps
         pt[:, L.PT_DELAY_PS] = f.port_delay_ns * PS
         pt[:, L.PT_NODE] = f.port_node
         pt[:, L.PT_PEER] = f.port_peer
@@ -190,16 +190,16 @@ class Simulation:
         for r in Role:
             sel = role == r
             q = f.queue(r)
-            pt[sel, L.PT_BUF] = q.buffer_bytes
+            pt[sel, L.PT_BUF_BYTES] = q.buffer_bytes
             is_switch = r != Role.NIC
             pt[sel, L.PT_ECN_ON] = int(q.ecn.enabled and is_switch)
-            pt[sel, L.PT_KMIN] = q.ecn.kmin_bytes
-            pt[sel, L.PT_KMAX] = q.ecn.kmax_bytes
+            pt[sel, L.PT_KMIN_BYTES] = q.ecn.kmin_bytes
+            pt[sel, L.PT_KMAX_BYTES] = q.ecn.kmax_bytes
             pmax[sel] = q.ecn.pmax
             pt[sel, L.PT_PFC_ON] = int(q.pfc.enabled and is_switch)
-            pt[sel, L.PT_XOFF_B] = q.pfc.xoff_bytes
-            pt[sel, L.PT_XON_B] = q.pfc.xon_bytes
-            pt[sel, L.PT_HEADROOM] = q.pfc.headroom_bytes
+            pt[sel, L.PT_XOFF_BYTES] = q.pfc.xoff_bytes
+            pt[sel, L.PT_XON_BYTES] = q.pfc.xon_bytes
+            pt[sel, L.PT_HEADROOM_BYTES] = q.pfc.headroom_bytes
             pt[sel, L.PT_QUANTA] = q.pfc.pause_quanta
         pt[self.capture_ports, L.PT_CAPTURE] = 1
 
@@ -208,20 +208,20 @@ class Simulation:
         fl[:, L.FL_DST] = t.dst
         fl[:, L.FL_BYTES] = t.bytes
         fl[:, L.FL_DEPS] = np.diff(t.dep_ptr)
-        fl[:, L.FL_EARLIEST] = t.start_ns * PS
-        fl[:, L.FL_T_START] = -1
-        fl[:, L.FL_T_END] = -1
-        fl[:, L.FL_LAST_CNP] = -1
+        fl[:, L.FL_EARLIEST_PS] = t.start_ns * PS
+        fl[:, L.FL_T_START_PS] = -1
+        fl[:, L.FL_T_END_PS] = -1
+        fl[:, L.FL_LAST_CNP_PS] = -1
         fl[:, L.FL_SLOT] = -1
         fl[:, L.FL_SPORT] = t.sport
         fl[:, L.FL_DQPN] = t.dqpn
         fl[:, L.FL_SQPN] = t.sqpn
         fl[:, L.FL_PRIO] = t.priority
-        fl[:, L.FL_CHUNK], fl[:, L.FL_WINDOW] = self._cts_grants()
+        fl[:, L.FL_CHUNK_BYTES], fl[:, L.FL_WINDOW] = self._cts_grants()
         fr = np.zeros((n, L.FR_N), dtype=np.float64)
-        fr[:, L.FR_LINE] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
-        fr[:, L.FR_RC] = fr[:, L.FR_LINE]
-        fr[:, L.FR_RT] = fr[:, L.FR_LINE]
+        fr[:, L.FR_LINE_BPS] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
+        fr[:, L.FR_RC_BPS] = fr[:, L.FR_LINE_BPS]
+        fr[:, L.FR_RT_BPS] = fr[:, L.FR_LINE_BPS]
         fr[:, L.FR_ALPHA] = 1.0
 
         nd = np.zeros((f.n_nodes, L.ND_N), dtype=np.int64)
@@ -260,7 +260,7 @@ class Simulation:
         from fabric.sim.heap import schedule
 
         for i in np.flatnonzero(fl[:, L.FL_DEPS] == 0):
-            schedule(ev, g, int(fl[i, L.FL_EARLIEST]), L.EV_FLOW_START, int(i), 0)
+            schedule(ev, g, int(fl[i, L.FL_EARLIEST_PS]), L.EV_FLOW_START, int(i), 0)
         schedule(ev, g, int(prm[L.P_SAMPLE_PS]), L.EV_SAMPLE, 0, 0)
 
     def _reserves(self) -> tuple[int, int]:
@@ -280,7 +280,9 @@ class Simulation:
         drain = 0
         if f.n_ports:
             pt = self.pt
-            buffer_bytes = np.maximum(pt[:, L.PT_BUF], pt[:, L.PT_XOFF_B] + pt[:, L.PT_HEADROOM])
+            buffer_bytes = np.maximum(
+                pt[:, L.PT_BUF_BYTES], pt[:, L.PT_XOFF_BYTES] + pt[:, L.PT_HEADROOM_BYTES]
+            )
             drain = int((buffer_bytes * 8 * 10**9 // f.port_rate_bps).max())
         return max(100 * drain, 10 * self.params["rto"], 10 * self.sample_interval_ns)
 
@@ -370,7 +372,7 @@ class Simulation:
         nodes = [fault.target] if fault.kind == "node" else []
         self.routing = self.routing.without(links=links, nodes=nodes)
         self.applied_faults.append(fault)
-        now = int(self.g[L.G_NOW])
+        now = int(self.g[L.G_NOW_PS])
         ports = self._fault_ports(fault)
         state = self.fl[:, L.FL_STATE]
         if fault.action == "down":
@@ -405,7 +407,7 @@ class Simulation:
     # running -----------------------------------------------------------------------------
     @property
     def now_ns(self) -> int:
-        return int(self.g[L.G_NOW]) // PS
+        return int(self.g[L.G_NOW_PS]) // PS
 
     @property
     def flows_done(self) -> int:
@@ -447,10 +449,10 @@ class Simulation:
                 elif code == L.R_STOP:
                     if self.pending_faults and self.pending_faults[0].at_ns * PS - 1 < stop_ps:
                         fault = self.pending_faults.pop(0)
-                        self.g[L.G_NOW] = fault.at_ns * PS
+                        self.g[L.G_NOW_PS] = fault.at_ns * PS
                         self._apply(fault)
                     else:
-                        self.g[L.G_NOW] = stop_ps
+                        self.g[L.G_NOW_PS] = stop_ps
                         return False
                 if progress is not None:
                     self.wall_s += time.perf_counter() - started
@@ -477,11 +479,11 @@ class Simulation:
             )
             shown.append(
                 f"flow {i} ({f.node_name[fl[i, L.FL_SRC]]} to {f.node_name[fl[i, L.FL_DST]]}, "
-                f"{fl[i, L.FL_DELIV]:,} of {fl[i, L.FL_BYTES]:,} bytes delivered, "
+                f"{fl[i, L.FL_DELIV_BYTES]:,} of {fl[i, L.FL_BYTES]:,} bytes delivered, "
                 + (f"packets: {where}" if len(mine) else "no packets in the fabric")
                 + ")"
             )
-        since = int(self.g[L.G_PROGRESS_T]) // PS
+        since = int(self.g[L.G_PROGRESS_T_PS]) // PS
         more = f" and {len(stuck) - 3} more" if len(stuck) > 3 else ""
         return (
             f"the simulation stalled at {self.now_ns / 1000:,.1f} us: no data delivered since "
@@ -503,8 +505,8 @@ class Simulation:
         """Close the open sample interval and collect the buffers (call once, at the end)."""
         if int(self.g[L.G_SAMPLES]) >= self.smp.shape[1]:
             self._drain_samples()
-        now = int(self.g[L.G_NOW])
-        if now > int(self.g[L.G_SAMPLE_T]) or not self.sample_chunks:
+        now = int(self.g[L.G_NOW_PS])
+        if now > int(self.g[L.G_SAMPLE_T_PS]) or not self.sample_chunks:
             kernel.close_sample(self._state(), now)
         self._drain_samples()
         self._drain_captures()
@@ -526,15 +528,15 @@ class Simulation:
 
     def flow_records(self) -> dict[str, np.ndarray]:
         t, fl = self.flows, self.fl
-        start = np.where(fl[:, L.FL_T_START] >= 0, fl[:, L.FL_T_START] // PS, -1)
-        end = np.where(fl[:, L.FL_T_END] >= 0, fl[:, L.FL_T_END] // PS, -1)
+        start = np.where(fl[:, L.FL_T_START_PS] >= 0, fl[:, L.FL_T_START_PS] // PS, -1)
+        end = np.where(fl[:, L.FL_T_END_PS] >= 0, fl[:, L.FL_T_END_PS] // PS, -1)
         ptr, links = self.links_used()
         return {
             "flow_id": t.flow_id, "job": t.job, "op": t.op, "step": t.step,
             "channel": t.channel, "src": t.src, "dst": t.dst, "sqpn": t.sqpn,
             "dqpn": t.dqpn, "sport": t.sport, "bytes": t.bytes,
             "start_ns": start.astype(np.int64), "end_ns": end.astype(np.int64),
-            "delivered_bytes": fl[:, L.FL_DELIV].copy(),
+            "delivered_bytes": fl[:, L.FL_DELIV_BYTES].copy(),
             "path_ptr": ptr, "path_link": links,
         }  # fmt: skip
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from numba import njit
 
-from fabric.sim.layout import E_A, E_B, E_KIND, E_N, E_SEQ, E_TIME, G_HEAP, G_OVERFLOW, G_SEQ
+from fabric.sim.layout import E_A, E_B, E_KIND, E_N, E_SEQ, E_TIME_PS, G_HEAP, G_OVERFLOW, G_SEQ
 
 
 @njit(cache=True, inline="always")
 def _less(ev, i, j):
-    if ev[i, E_TIME] != ev[j, E_TIME]:
-        return ev[i, E_TIME] < ev[j, E_TIME]
+    if ev[i, E_TIME_PS] != ev[j, E_TIME_PS]:
+        return ev[i, E_TIME_PS] < ev[j, E_TIME_PS]
     return ev[i, E_SEQ] < ev[j, E_SEQ]
 
 
@@ -37,7 +37,7 @@ def schedule(ev, g, t, kind, a, b):
         g[G_OVERFLOW] = 1
         return
     g[G_HEAP] = i + 1
-    ev[i, E_TIME] = t
+    ev[i, E_TIME_PS] = t
     ev[i, E_SEQ] = g[G_SEQ]
     g[G_SEQ] += 1
     ev[i, E_KIND] = kind

@@ -21,9 +21,9 @@ from fabric.routing import MODE_SPRAY, Live, Net, route_packet
 from fabric.sim import congestion, ecn, pfc
 from fabric.sim.heap import pop, schedule
 from fabric.sim.layout import (
-    ACK_WIRE,
+    ACK_WIRE_BYTES,
     CC_NONE,
-    CNP_WIRE,
+    CNP_WIRE_BYTES,
     CP_ARG,
     CP_BYTES,
     CP_CE,
@@ -32,8 +32,8 @@ from fabric.sim.layout import (
     CP_PORT,
     CP_PSN,
     CP_TIME,
-    CTS_WIRE,
-    DATA_OVERHEAD,
+    CTS_WIRE_BYTES,
+    DATA_OVERHEAD_BYTES,
     DO_CNP,
     DO_GRANT,
     DO_KICK,
@@ -44,7 +44,7 @@ from fabric.sim.layout import (
     E_B,
     E_KIND,
     E_N,
-    E_TIME,
+    E_TIME_PS,
     EV_ARRIVE,
     EV_CC_TIMER,
     EV_FLOW_START,
@@ -54,26 +54,26 @@ from fabric.sim.layout import (
     EV_SAMPLE,
     EV_TX,
     FL_BYTES,
-    FL_DELIV,
+    FL_DELIV_BYTES,
     FL_DEPS,
     FL_DQPN,
     FL_DST,
-    FL_EARLIEST,
+    FL_EARLIEST_PS,
     FL_GEN,
-    FL_LAST_TX,
-    FL_LAST_WIRE,
-    FL_NEXT_SEND,
+    FL_LAST_TX_PS,
+    FL_LAST_WIRE_BYTES,
+    FL_NEXT_SEND_PS,
     FL_PSN,
     FL_SLOT,
     FL_SPORT,
     FL_SRC,
     FL_STATE,
-    FL_T_END,
-    FL_T_START,
-    FL_UNSENT,
-    FR_LINE,
-    FR_RC,
-    FR_RT,
+    FL_T_END_PS,
+    FL_T_START_PS,
+    FL_UNSENT_BYTES,
+    FR_LINE_BPS,
+    FR_RC_BPS,
+    FR_RT_BPS,
     G_CAPS,
     G_CNP,
     G_DONE,
@@ -84,13 +84,13 @@ from fabric.sim.layout import (
     G_HEAP,
     G_HOPS,
     G_NFREE,
-    G_NOW,
+    G_NOW_PS,
     G_OVERFLOW,
     G_PFC,
-    G_PROGRESS_T,
+    G_PROGRESS_T_PS,
     G_PURGING,
     G_RETX_BYTES,
-    G_SAMPLE_T,
+    G_SAMPLE_T_PS,
     G_SAMPLES,
     G_STUCK,
     K_ACK,
@@ -104,7 +104,7 @@ from fabric.sim.layout import (
     ND_RR,
     P_CC,
     P_EVENT_RESERVE,
-    P_MTU,
+    P_MTU_BYTES,
     P_PACKET_RESERVE,
     P_RTO_PS,
     P_SAMPLE_PS,
@@ -112,7 +112,7 @@ from fabric.sim.layout import (
     P_STALL_PS,
     PC_ARG,
     PC_PSN,
-    PFC_WIRE,
+    PFC_WIRE_BYTES,
     PK_BYTES,
     PK_CE,
     PK_FLOW,
@@ -121,39 +121,39 @@ from fabric.sim.layout import (
     PK_NEXT,
     PK_NHOPS,
     PK_ROUTE,
-    PK_WIRE,
+    PK_WIRE_BYTES,
     PS_PER_NS,
     PT_ALIVE,
-    PT_BUF,
+    PT_BUF_BYTES,
     PT_CAPTURE,
     PT_DELAY_PS,
     PT_ECN_ON,
-    PT_FREE_AT,
+    PT_FREE_AT_PS,
     PT_HEAD0,
     PT_HEAD1,
-    PT_HEADROOM,
+    PT_HEADROOM_BYTES,
     PT_IS_NIC,
-    PT_KMAX,
-    PT_KMIN,
+    PT_KMAX_BYTES,
+    PT_KMIN_BYTES,
     PT_NODE,
-    PT_PAUSE_UNTIL,
+    PT_PAUSE_UNTIL_PS,
     PT_PFC_ON,
     PT_PFC_PENDING,
     PT_PURGE,
-    PT_QB0,
-    PT_QB1,
+    PT_Q0_BYTES,
+    PT_Q1_BYTES,
     PT_QUANTA,
-    PT_RATE,
+    PT_RATE_BPS,
     PT_REFRESH,
     PT_S_DROPS,
     PT_S_ECN,
-    PT_S_PAUSED,
+    PT_S_PAUSED_PS,
     PT_S_PFC,
-    PT_S_QINT,
-    PT_S_QMAX,
-    PT_S_QT,
-    PT_S_TX,
-    PT_TXEV,
+    PT_S_QINT_BYTE_PS,
+    PT_S_QMAX_BYTES,
+    PT_S_QT_PS,
+    PT_S_TX_BYTES,
+    PT_TXEV_PS,
     PT_XOFF,
     R_DONE,
     R_DRAIN_CAPTURE,
@@ -266,8 +266,8 @@ def serialization_ps(wire_bytes, rate_bps):
 def want_tx(S, p, t):
     """Make sure port p looks for work again at time t."""
     pt, ev, g = S.pt, S.ev, S.g
-    if pt[p, PT_TXEV] != t:
-        pt[p, PT_TXEV] = t
+    if pt[p, PT_TXEV_PS] != t:
+        pt[p, PT_TXEV_PS] = t
         schedule(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
 
 
@@ -290,15 +290,15 @@ def prefetch_next(S, ev):
         q = (b >> 32) - 1
         prefetch(pt, p, PT_ALIVE)
         prefetch(pt, p ^ 1, PT_PFC_ON)
-        prefetch(pt, p ^ 1, PT_HEADROOM)
+        prefetch(pt, p ^ 1, PT_HEADROOM_BYTES)
         if q >= 0:
-            prefetch(pt, q, PT_FREE_AT)
-            prefetch(pt, q, PT_QB0)
+            prefetch(pt, q, PT_FREE_AT_PS)
+            prefetch(pt, q, PT_Q0_BYTES)
     elif kind == EV_TX:
-        prefetch(pt, a, PT_FREE_AT)
-        prefetch(pt, a, PT_QB0)
+        prefetch(pt, a, PT_FREE_AT_PS)
+        prefetch(pt, a, PT_Q0_BYTES)
         prefetch(pt, a, PT_ECN_ON)
-        prefetch(pt, a, PT_KMIN)
+        prefetch(pt, a, PT_KMIN_BYTES)
         if b >= 0:
             prefetch(pk, b, 0)
 
@@ -322,12 +322,12 @@ def record(S, p, kind, f, psn, nbytes, ce, arg, now):
 def put_on_wire(S, p, i, now):
     """Port p starts sending packet i: it arrives at the far end after serialization and delay."""
     g, pt, pk, pc, ev = S.g, S.pt, S.pk, S.pc, S.ev
-    ser = serialization_ps(pk[i, PK_WIRE], pt[p, PT_RATE])
-    pt[p, PT_FREE_AT] = now + ser
+    ser = serialization_ps(pk[i, PK_WIRE_BYTES], pt[p, PT_RATE_BPS])
+    pt[p, PT_FREE_AT_PS] = now + ser
     h = pk[i, PK_HOP] + 1
     q = pk[i, PK_ROUTE + h] if h < pk[i, PK_NHOPS] else -1
     schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
-    pt[p, PT_S_TX] += pk[i, PK_WIRE]
+    pt[p, PT_S_TX_BYTES] += pk[i, PK_WIRE_BYTES]
     g[G_HOPS] += 1
     if pt[p, PT_CAPTURE]:
         record(
@@ -340,10 +340,10 @@ def put_on_wire(S, p, i, now):
 def put_pfc_on_wire(S, p, quanta, now):
     """Port p sends a PFC frame; its peer's port towards us is paused when it arrives."""
     g, pt, ev = S.g, S.pt, S.ev
-    ser = serialization_ps(PFC_WIRE, pt[p, PT_RATE])
-    pt[p, PT_FREE_AT] = now + ser
+    ser = serialization_ps(PFC_WIRE_BYTES, pt[p, PT_RATE_BPS])
+    pt[p, PT_FREE_AT_PS] = now + ser
     schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_PFC, p ^ 1, quanta)
-    pt[p, PT_S_TX] += PFC_WIRE
+    pt[p, PT_S_TX_BYTES] += PFC_WIRE_BYTES
     pt[p, PT_S_PFC] += 1
     g[G_PFC] += 1
     if pt[p, PT_CAPTURE]:
@@ -417,11 +417,11 @@ def send_control(S, f, kind, arg, now):
     pk[i, PK_NHOPS] = n
     pc[i, PC_ARG] = arg
     if kind == K_CNP:
-        pk[i, PK_WIRE] = CNP_WIRE
+        pk[i, PK_WIRE_BYTES] = CNP_WIRE_BYTES
     elif kind == K_ACK:
-        pk[i, PK_WIRE] = ACK_WIRE
+        pk[i, PK_WIRE_BYTES] = ACK_WIRE_BYTES
     else:
-        pk[i, PK_WIRE] = CTS_WIRE
+        pk[i, PK_WIRE_BYTES] = CTS_WIRE_BYTES
     if kind == K_REQ:
         for j in range(n):
             pk[i, PK_ROUTE + j] = path_port[a + j]
@@ -469,16 +469,16 @@ def send_data(S, f, p, now):
     prm, fl, fr, pk, pc = S.prm, S.fl, S.fr, S.pk, S.pc
     path_ptr, path_port = S.path_ptr, S.path_port
     controlled = prm[P_CC] != CC_NONE  # `none` has no hooks: the common path skips them
-    size = min(prm[P_MTU], fl[f, FL_UNSENT])
+    size = min(prm[P_MTU_BYTES], fl[f, FL_UNSENT_BYTES])
     if controlled:
         size = congestion.send_allowance(S, f, size)
-    fl[f, FL_UNSENT] -= size
+    fl[f, FL_UNSENT_BYTES] -= size
     i = alloc(S)
     pk[i, PK_FLOW] = f
     pk[i, PK_KIND] = K_DATA
     pk[i, PK_BYTES] = size
-    wire = size + DATA_OVERHEAD
-    pk[i, PK_WIRE] = wire
+    wire = size + DATA_OVERHEAD_BYTES
+    pk[i, PK_WIRE_BYTES] = wire
     psn = fl[f, FL_PSN]
     pc[i, PC_PSN] = psn
     pc[i, PC_ARG] = 0
@@ -498,13 +498,13 @@ def send_data(S, f, p, now):
         for j in range(n):
             pk[i, PK_ROUTE + j] = path_port[a + j]
     pk[i, PK_NHOPS] = n
-    rc = fr[f, FR_RC]
-    fl[f, FL_LAST_TX] = now
-    fl[f, FL_LAST_WIRE] = wire
-    fl[f, FL_NEXT_SEND] = now + np.int64(np.ceil(wire * PS_PER_S_BITS / rc))
+    rc = fr[f, FR_RC_BPS]
+    fl[f, FL_LAST_TX_PS] = now
+    fl[f, FL_LAST_WIRE_BYTES] = wire
+    fl[f, FL_NEXT_SEND_PS] = now + np.int64(np.ceil(wire * PS_PER_S_BITS / rc))
     if controlled:
         congestion.on_sent(S, f, wire)
-    if fl[f, FL_UNSENT] == 0:
+    if fl[f, FL_UNSENT_BYTES] == 0:
         list_remove(S, f)
         fl[f, FL_STATE] = ST_SENT
     put_on_wire(S, p, i, now)
@@ -537,7 +537,7 @@ def nic_pick(S, p, now):
         f = act[off + idx]
         if controlled and not congestion.may_send(S, f):
             continue
-        t = fl[f, FL_NEXT_SEND]
+        t = fl[f, FL_NEXT_SEND_PS]
         if t <= now:
             nd[v, ND_RR] = idx + 1
             return f
@@ -555,25 +555,25 @@ def nic_pick(S, p, now):
 def kick(S, p, now):
     """Port p starts its next frame if it is free: PFC first, then control, then data."""
     g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
-    if pt[p, PT_FREE_AT] > now:
-        want_tx(S, p, pt[p, PT_FREE_AT])
+    if pt[p, PT_FREE_AT_PS] > now:
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
         return
     if pt[p, PT_PFC_PENDING] >= 0:
         put_pfc_on_wire(S, p, pt[p, PT_PFC_PENDING], now)
         pt[p, PT_PFC_PENDING] = -1
-        want_tx(S, p, pt[p, PT_FREE_AT])
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
         return
     if pt[p, PT_HEAD0] >= 0:
         i = dequeue(pt, pk, p, 0, now)
         put_on_wire(S, p, i, now)
-        want_tx(S, p, pt[p, PT_FREE_AT])
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
         return
-    paused = pt[p, PT_PAUSE_UNTIL] > now
+    paused = pt[p, PT_PAUSE_UNTIL_PS] > now
     if pt[p, PT_IS_NIC]:
         if S.nd[pt[p, PT_NODE], ND_CNT] == 0:
             return
         if paused:
-            want_tx(S, p, pt[p, PT_PAUSE_UNTIL])
+            want_tx(S, p, pt[p, PT_PAUSE_UNTIL_PS])
             return
         f = nic_pick(S, p, now)
         if f >= 0 and S.path_ptr[f + 1] == S.path_ptr[f]:
@@ -581,25 +581,25 @@ def kick(S, p, now):
             want_tx(S, p, now)  # another flow of this NIC may send
         elif f >= 0:
             send_data(S, f, p, now)
-            want_tx(S, p, pt[p, PT_FREE_AT])
+            want_tx(S, p, pt[p, PT_FREE_AT_PS])
         return
     if pt[p, PT_HEAD1] < 0:
         return
     if paused:
-        want_tx(S, p, pt[p, PT_PAUSE_UNTIL])
+        want_tx(S, p, pt[p, PT_PAUSE_UNTIL_PS])
         return
     i = dequeue(pt, pk, p, 1, now)
     if pt[p, PT_ECN_ON] and pk[i, PK_CE] == 0:
-        depth = pt[p, PT_QB1] + pk[i, PK_WIRE]
-        if ecn.should_mark(g, depth, pt[p, PT_KMIN], pt[p, PT_KMAX], pmax[p]):
+        depth = pt[p, PT_Q1_BYTES] + pk[i, PK_WIRE_BYTES]
+        if ecn.should_mark(g, depth, pt[p, PT_KMIN_BYTES], pt[p, PT_KMAX_BYTES], pmax[p]):
             pk[i, PK_CE] = 1
             pt[p, PT_S_ECN] += 1
             g[G_ECN] += 1
     k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
-    if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE]):
+    if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
         send_pfc(S, k, 0, now)
     put_on_wire(S, p, i, now)
-    want_tx(S, p, pt[p, PT_FREE_AT])
+    want_tx(S, p, pt[p, PT_FREE_AT_PS])
 
 
 @njit(cache=True)
@@ -611,9 +611,9 @@ def send_pfc(S, k, quanta, now):
     pt[k, PT_PFC_PENDING] = quanta
     if quanta > 0 and pt[k, PT_REFRESH] == 0:
         pt[k, PT_REFRESH] = 1
-        half = pfc.pause_ps(quanta, pt[k, PT_RATE]) // 2
+        half = pfc.pause_ps(quanta, pt[k, PT_RATE_BPS]) // 2
         schedule(ev, g, now + max(half, 1), EV_PFC_REFRESH, k, 0)
-    want_tx(S, k, max(now, pt[k, PT_FREE_AT]))
+    want_tx(S, k, max(now, pt[k, PT_FREE_AT_PS]))
 
 
 @njit(cache=True)
@@ -623,7 +623,7 @@ def arrive_at_switch(S, i, p_in, q, now):
     if not pt[q, PT_ALIVE]:
         drop(S, i, q, now)
         return
-    wire = pk[i, PK_WIRE]
+    wire = pk[i, PK_WIRE_BYTES]
     if pk[i, PK_KIND] == K_DATA:
         k = p_in ^ 1
         if pt[k, PT_PFC_ON]:
@@ -633,12 +633,12 @@ def arrive_at_switch(S, i, p_in, q, now):
                 return
             if verdict == pfc.ADMIT_XOFF:
                 send_pfc(S, k, pt[k, PT_QUANTA], now)
-        elif pt[q, PT_QB1] + wire > pt[q, PT_BUF]:
+        elif pt[q, PT_Q1_BYTES] + wire > pt[q, PT_BUF_BYTES]:
             drop(S, i, q, now)
             return
         enqueue(pt, pk, q, 1, i, now)
     else:
-        if pt[q, PT_QB0] + wire > pt[q, PT_BUF]:
+        if pt[q, PT_Q0_BYTES] + wire > pt[q, PT_BUF_BYTES]:
             drop(S, i, q, now)
             return
         enqueue(pt, pk, q, 0, i, now)
@@ -664,22 +664,22 @@ def complete(S, f, now):
     if fl[f, FL_STATE] == ST_NOPATH:  # its last bytes arrived after its route was lost
         g[G_STUCK] -= 1
     fl[f, FL_STATE] = ST_DONE
-    fl[f, FL_T_END] = now
+    fl[f, FL_T_END_PS] = now
     g[G_DONE] += 1
     send_control(S, f, K_ACK, 0, now)
     for j in range(dep_ptr[f], dep_ptr[f + 1]):
         h = dep[j]
         fl[h, FL_DEPS] -= 1
         if fl[h, FL_DEPS] == 0:
-            schedule(ev, g, max(now, fl[h, FL_EARLIEST]), EV_FLOW_START, h, 0)
+            schedule(ev, g, max(now, fl[h, FL_EARLIEST_PS]), EV_FLOW_START, h, 0)
 
 
 @njit(cache=True)
 def repace(S, f, now):
     """Flow f changed rate: its next frame is due one gap (at the new rate) after its last."""
     fl, fr = S.fl, S.fr
-    gap = np.int64(np.ceil(fl[f, FL_LAST_WIRE] * PS_PER_S_BITS / fr[f, FR_RC]))
-    fl[f, FL_NEXT_SEND] = fl[f, FL_LAST_TX] + gap
+    gap = np.int64(np.ceil(fl[f, FL_LAST_WIRE_BYTES] * PS_PER_S_BITS / fr[f, FR_RC_BPS]))
+    fl[f, FL_NEXT_SEND_PS] = fl[f, FL_LAST_TX_PS] + gap
     if fl[f, FL_SLOT] >= 0:
         kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
 
@@ -691,8 +691,8 @@ def deliver(S, i, now):
     f = pk[i, PK_FLOW]
     kind = pk[i, PK_KIND]
     if kind == K_DATA:
-        fl[f, FL_DELIV] += pk[i, PK_BYTES]
-        g[G_PROGRESS_T] = now
+        fl[f, FL_DELIV_BYTES] += pk[i, PK_BYTES]
+        g[G_PROGRESS_T_PS] = now
         todo = 0
         if S.prm[P_CC] != CC_NONE:
             todo = congestion.on_data(S, f, pk[i, PK_CE], now)
@@ -701,7 +701,7 @@ def deliver(S, i, now):
             send_control(S, f, K_CNP, 0, now)
         if todo & DO_GRANT:
             grant(S, f, now)
-        if fl[f, FL_DELIV] >= fl[f, FL_BYTES] and fl[f, FL_STATE] != ST_DONE:
+        if fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES] and fl[f, FL_STATE] != ST_DONE:
             complete(S, f, now)
     elif kind == K_CNP:
         if fl[f, FL_STATE] == ST_ACTIVE and congestion.on_cnp(S, f, now) & DO_REPACE:
@@ -721,16 +721,16 @@ def start_flow(S, f, now):
         fl[f, FL_STATE] = ST_NOPATH
         g[G_STUCK] += 1
         return
-    fl[f, FL_T_START] = now
+    fl[f, FL_T_START_PS] = now
     fl[f, FL_STATE] = ST_ACTIVE
-    g[G_PROGRESS_T] = now
-    fl[f, FL_UNSENT] = fl[f, FL_BYTES]
+    g[G_PROGRESS_T_PS] = now
+    fl[f, FL_UNSENT_BYTES] = fl[f, FL_BYTES]
     if fl[f, FL_BYTES] == 0:
         complete(S, f, now)
         return
-    fr[f, FR_RC] = fr[f, FR_LINE]
-    fr[f, FR_RT] = fr[f, FR_LINE]
-    fl[f, FL_NEXT_SEND] = now
+    fr[f, FR_RC_BPS] = fr[f, FR_LINE_BPS]
+    fr[f, FR_RT_BPS] = fr[f, FR_LINE_BPS]
+    fl[f, FL_NEXT_SEND_PS] = now
     list_add(S, f)
     todo = congestion.on_flow_start(S, f)
     if todo & DO_REQUEST:
@@ -752,13 +752,13 @@ def retransmit(S, f, nbytes, now):
     if nbytes < 0:
         congestion.on_grant(S, f, -nbytes)
     else:
-        fl[f, FL_UNSENT] += nbytes
+        fl[f, FL_UNSENT_BYTES] += nbytes
         g[G_RETX_BYTES] += nbytes
         congestion.on_resend(S, f, nbytes)
         if fl[f, FL_SLOT] < 0:
             fl[f, FL_STATE] = ST_ACTIVE
-            if fl[f, FL_NEXT_SEND] < now:
-                fl[f, FL_NEXT_SEND] = now
+            if fl[f, FL_NEXT_SEND_PS] < now:
+                fl[f, FL_NEXT_SEND_PS] = now
             list_add(S, f)
     if fl[f, FL_SLOT] >= 0:
         kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
@@ -769,30 +769,30 @@ def retransmit(S, f, nbytes, now):
 
 @njit(cache=True)
 def close_sample(S, now):
-    """Write one row of every port series for [G_SAMPLE_T, now) and open the next."""
+    """Write one row of every port series for [G_SAMPLE_T_PS, now) and open the next."""
     g, pt, smp = S.g, S.pt, S.smp
     row = g[G_SAMPLES]
-    span = max(now - g[G_SAMPLE_T], 1)
+    span = max(now - g[G_SAMPLE_T_PS], 1)
     for p in range(pt.shape[0]):
         settle(pt, p, now)
         pfc.account_pause(pt, p, now)
-        smp[SM_TX_BYTES, row, p] = pt[p, PT_S_TX]
-        smp[SM_QDEPTH_MAX_BYTES, row, p] = pt[p, PT_S_QMAX]
-        smp[SM_QDEPTH_MEAN_BYTES, row, p] = pt[p, PT_S_QINT] // span
+        smp[SM_TX_BYTES, row, p] = pt[p, PT_S_TX_BYTES]
+        smp[SM_QDEPTH_MAX_BYTES, row, p] = pt[p, PT_S_QMAX_BYTES]
+        smp[SM_QDEPTH_MEAN_BYTES, row, p] = pt[p, PT_S_QINT_BYTE_PS] // span
         smp[SM_ECN_MARKED, row, p] = pt[p, PT_S_ECN]
-        smp[SM_PAUSED_NS, row, p] = pt[p, PT_S_PAUSED] // PS_PER_NS
+        smp[SM_PAUSED_NS, row, p] = pt[p, PT_S_PAUSED_PS] // PS_PER_NS
         smp[SM_PFC_SENT, row, p] = pt[p, PT_S_PFC]
         smp[SM_DROPS, row, p] = pt[p, PT_S_DROPS]
-        pt[p, PT_S_TX] = 0
-        pt[p, PT_S_QMAX] = depth_bytes(pt, p)
-        pt[p, PT_S_QINT] = 0
-        pt[p, PT_S_QT] = now
+        pt[p, PT_S_TX_BYTES] = 0
+        pt[p, PT_S_QMAX_BYTES] = depth_bytes(pt, p)
+        pt[p, PT_S_QINT_BYTE_PS] = 0
+        pt[p, PT_S_QT_PS] = now
         pt[p, PT_S_ECN] = 0
-        pt[p, PT_S_PAUSED] = 0
+        pt[p, PT_S_PAUSED_PS] = 0
         pt[p, PT_S_PFC] = 0
         pt[p, PT_S_DROPS] = 0
     g[G_SAMPLES] = row + 1
-    g[G_SAMPLE_T] = now
+    g[G_SAMPLE_T_PS] = now
 
 
 # faults -------------------------------------------------------------------------------------
@@ -816,7 +816,7 @@ def purge(S, p, now):
             i = dequeue(pt, pk, p, cls, now)
             if cls == 1 and not pt[p, PT_IS_NIC]:
                 k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
-                if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE]):
+                if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
                     send_pfc(S, k, 0, now)
             drop(S, i, p, now)
     pt[p, PT_PFC_PENDING] = -1
@@ -873,7 +873,7 @@ def run(S_counted, t_stop, max_events):
         if g[G_OVERFLOW] | g[G_PURGING]:
             if g[G_OVERFLOW]:
                 return R_OVERFLOW
-            if not finish_purges(S, g[G_NOW]):
+            if not finish_purges(S, g[G_NOW_PS]):
                 return R_GROW_EVENTS
         if g[G_DONE] + g[G_STUCK] >= n_flows or g[G_HEAP] == 0:
             return R_DONE
@@ -885,18 +885,18 @@ def run(S_counted, t_stop, max_events):
             return R_DRAIN_CAPTURE
         if g[G_SAMPLES] >= smp.shape[1]:
             return R_DRAIN_SAMPLES
-        if ev[0, E_TIME] > t_stop:
+        if ev[0, E_TIME_PS] > t_stop:
             return R_STOP
         if done_events >= max_events:
             return R_LIMIT
         pop(ev, g, e)
         if g[G_HEAP] > 0:
             prefetch_next(S, ev)
-        now = e[E_TIME]
+        now = e[E_TIME_PS]
         kind = e[E_KIND]
         a = e[E_A]
         b = e[E_B]
-        g[G_NOW] = now
+        g[G_NOW_PS] = now
         g[G_EVENTS] += 1
         done_events += 1
         if kind == EV_ARRIVE:
@@ -910,8 +910,8 @@ def run(S_counted, t_stop, max_events):
                 pk[a, PK_HOP] = h + 1
                 arrive_at_switch(S, a, p, pk[a, PK_ROUTE + h + 1], now)
         elif kind == EV_TX:
-            if pt[a, PT_TXEV] == now:
-                pt[a, PT_TXEV] = -1
+            if pt[a, PT_TXEV_PS] == now:
+                pt[a, PT_TXEV_PS] = -1
             kick(S, a, now)
         elif kind == EV_FLOW_START:
             start_flow(S, a, now)
@@ -938,7 +938,7 @@ def run(S_counted, t_stop, max_events):
             close_sample(S, now)
             if g[G_DONE] + g[G_STUCK] < n_flows:
                 idle = g[G_HEAP] == 0  # nothing but sampling would ever happen again
-                if idle or now - g[G_PROGRESS_T] > prm[P_STALL_PS]:
+                if idle or now - g[G_PROGRESS_T_PS] > prm[P_STALL_PS]:
                     if any_flow_underway(S):
                         return R_STALLED
                     if idle:  # what is left waits on flows that found no path

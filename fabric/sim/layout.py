@@ -32,7 +32,7 @@ State = namedtuple(
 """
 
 # event rows (ev[i, :])
-E_TIME, E_SEQ, E_KIND, E_A, E_B, E_N = range(6)
+E_TIME_PS, E_SEQ, E_KIND, E_A, E_B, E_N = range(6)
 
 # event kinds
 EV_ARRIVE = 0  # a = packet: its last bit reached the far end of its current hop
@@ -46,7 +46,7 @@ EV_SAMPLE = 7  # close one sample interval of the port time series
 
 # global scalars (g[...])
 (
-    G_NOW,
+    G_NOW_PS,
     G_HEAP,
     G_SEQ,
     G_FREE,  # head of the free packet list
@@ -57,7 +57,7 @@ EV_SAMPLE = 7  # close one sample interval of the port time series
     G_EVENTS,
     G_HOPS,  # packet-hops (frames put on a wire)
     G_SAMPLES,  # rows written to the sample buffer
-    G_SAMPLE_T,  # start of the open sample interval
+    G_SAMPLE_T_PS,  # start of the open sample interval
     G_CAPS,  # records written to the capture buffer
     G_CNP,
     G_DROPS,
@@ -66,7 +66,7 @@ EV_SAMPLE = 7  # close one sample interval of the port time series
     G_RETX_BYTES,
     G_OVERFLOW,  # 1: an event or packet found no room (the loop stops with R_OVERFLOW)
     G_PURGING,  # ports with a purge to finish (PT_PURGE) before the next event
-    G_PROGRESS_T,  # when data was last delivered or a flow last started
+    G_PROGRESS_T_PS,  # when data was last delivered or a flow last started
     G_NG,
 ) = range(22)
 
@@ -74,18 +74,18 @@ EV_SAMPLE = 7  # close one sample interval of the port time series
 (
     P_CC,  # CC_NONE, CC_DCQCN, CC_CTS
     P_SPRAY,  # 1: route every data packet anew (policy spray)
-    P_MTU,
+    P_MTU_BYTES,
     P_SAMPLE_PS,
     P_RTO_PS,
     P_CNP_INTERVAL_PS,
     P_ALPHA_TIMER_PS,
     P_RATE_TIMER_PS,
-    P_BYTE_COUNTER,
+    P_BYTE_COUNTER_BYTES,
     P_FAST_STEPS,
     P_AI_BPS,
     P_HAI_BPS,
     P_MIN_RATE_BPS,
-    P_CTS_CHUNK,
+    P_CTS_CHUNK_BYTES,
     P_CTS_WINDOW,
     P_EVENT_RESERVE,  # free event rows kept before each event: the most one event schedules
     P_PACKET_RESERVE,  # free packets kept before each event: the most one event allocates
@@ -110,43 +110,43 @@ DO_GRANT = 32  # the receiver sends the grants that are due
 # ports (pt[p, ...]); class 0 is control (strict priority), class 1 lossless data.
 # Columns are ordered by use: what every hop reads comes first (one cache line).
 (
-    PT_FREE_AT,  # when the frame on the wire has been serialized
-    PT_TXEV,  # time of the latest EV_TX scheduled, -1 none
+    PT_FREE_AT_PS,  # when the frame on the wire has been serialized
+    PT_TXEV_PS,  # time of the latest EV_TX scheduled, -1 none
     PT_PFC_PENDING,  # quanta of a PFC frame to send next, -1 none
-    PT_PAUSE_UNTIL,
+    PT_PAUSE_UNTIL_PS,
     PT_HEAD0,  # head and tail of class c are PT_HEAD0 + 2c and PT_TAIL0 + 2c
     PT_TAIL0,
     PT_HEAD1,
     PT_TAIL1,
     PT_IS_NIC,  # the port belongs to a NIC
     PT_ALIVE,
-    PT_QB0,  # bytes queued in class c: PT_QB0 + c
-    PT_QB1,
-    PT_S_QINT,  # queue bytes x ps in the open sample
-    PT_S_QT,  # last time the integral was brought up to date
-    PT_S_QMAX,
-    PT_RATE,
+    PT_Q0_BYTES,  # bytes queued in class c: PT_Q0_BYTES + c
+    PT_Q1_BYTES,
+    PT_S_QINT_BYTE_PS,  # queue bytes x ps in the open sample
+    PT_S_QT_PS,  # last time the integral was brought up to date
+    PT_S_QMAX_BYTES,
+    PT_RATE_BPS,
     PT_DELAY_PS,
-    PT_S_TX,
+    PT_S_TX_BYTES,
     PT_CAPTURE,  # 1: record frames sent on this port
     PT_ECN_ON,
     PT_PFC_ON,
-    PT_ING,  # lossless bytes that came in over this port's link and are still buffered
+    PT_ING_BYTES,  # lossless bytes that came in over this port's link and are still buffered
     PT_XOFF,  # 1 while this port's peer is asked to pause
-    PT_XOFF_B,
-    PT_HEADROOM,
-    PT_KMIN,
-    PT_KMAX,
-    PT_XON_B,
+    PT_XOFF_BYTES,
+    PT_HEADROOM_BYTES,
+    PT_KMIN_BYTES,
+    PT_KMAX_BYTES,
+    PT_XON_BYTES,
     PT_QUANTA,
     PT_REFRESH,  # 1 while an EV_PFC_REFRESH is pending
     PT_NODE,
-    PT_PAUSE_FROM,  # paused time is counted up to here
+    PT_PAUSE_FROM_PS,  # paused time is counted up to here
     PT_S_ECN,
-    PT_S_PAUSED,
+    PT_S_PAUSED_PS,
     PT_S_PFC,
     PT_S_DROPS,
-    PT_BUF,
+    PT_BUF_BYTES,
     PT_PEER,
     PT_PURGE,  # 1 while the port is down and its queues are not yet purged
     PT_N,
@@ -157,34 +157,34 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     FL_SRC,
     FL_DST,
     FL_BYTES,
-    FL_UNSENT,  # bytes to send (retransmissions come back here)
+    FL_UNSENT_BYTES,  # bytes to send (retransmissions come back here)
     FL_PSN,
-    FL_DELIV,  # bytes the receiver has
+    FL_DELIV_BYTES,  # bytes the receiver has
     FL_DEPS,  # prerequisites not yet complete
-    FL_EARLIEST,
-    FL_T_START,
-    FL_T_END,
+    FL_EARLIEST_PS,
+    FL_T_START_PS,
+    FL_T_END_PS,
     FL_STATE,
-    FL_NEXT_SEND,  # pacing: earliest start of the next data frame
-    FL_LAST_TX,  # start of the last data frame
-    FL_LAST_WIRE,  # its bytes on the wire
-    FL_ALLOW,  # cts: granted bytes not yet sent
-    FL_GRANTED,  # cts: bytes the receiver granted so far
-    FL_LAST_CNP,  # receiver: when it last sent a CNP for this flow
+    FL_NEXT_SEND_PS,  # pacing: earliest start of the next data frame
+    FL_LAST_TX_PS,  # start of the last data frame
+    FL_LAST_WIRE_BYTES,  # its bytes on the wire
+    FL_ALLOW_BYTES,  # cts: granted bytes not yet sent
+    FL_GRANTED_BYTES,  # cts: bytes the receiver granted so far
+    FL_LAST_CNP_PS,  # receiver: when it last sent a CNP for this flow
     FL_GEN,  # congestion-control timer generation: a timer of an older one is void
     FL_T_STAGE,
     FL_B_STAGE,
-    FL_BC,  # bytes since the last byte-counter event
+    FL_BC_BYTES,  # bytes since the last byte-counter event
     FL_SLOT,  # index in its NIC's active list, -1 when not listed
     FL_SPORT,
     FL_DQPN,
     FL_SQPN,
     FL_PRIO,
-    FL_CHUNK,  # cts: bytes per grant
+    FL_CHUNK_BYTES,  # cts: bytes per grant
     FL_WINDOW,  # cts: grants outstanding at most
     FL_N,
 ) = range(29)
-FR_RC, FR_RT, FR_ALPHA, FR_LINE, FR_N = range(5)
+FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_N = range(5)
 ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
 
 # nodes (nd[v, ...]): a NIC's list of flows that have data to send
@@ -197,7 +197,7 @@ ND_OFF, ND_CNT, ND_RR, ND_N = range(4)
 # in pc[i, ...] (int64).
 (
     PK_NEXT,
-    PK_WIRE,  # bytes on the wire, with headers, preamble and gap
+    PK_WIRE_BYTES,  # bytes on the wire, with headers, preamble and gap
     PK_HOP,  # index in the route of the port it is on or queued at
     PK_NHOPS,
     PK_KIND,
@@ -213,11 +213,11 @@ K_DATA, K_CNP, K_ACK, K_CTS, K_REQ, K_PFC = range(6)
 # frame overheads on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12, ICRC 4,
 # FCS 4, preamble and inter-frame gap 20
 PREAMBLE_GAP = 20
-DATA_OVERHEAD = 14 + 20 + 8 + 12 + 4 + 4 + PREAMBLE_GAP
-CNP_WIRE = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP
-ACK_WIRE = 14 + 20 + 8 + 12 + 4 + 4 + 4 + PREAMBLE_GAP  # with the AETH
-CTS_WIRE = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP  # a SEND of 16 bytes
-PFC_WIRE = 64 + PREAMBLE_GAP
+DATA_OVERHEAD_BYTES = 14 + 20 + 8 + 12 + 4 + 4 + PREAMBLE_GAP
+CNP_WIRE_BYTES = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP
+ACK_WIRE_BYTES = 14 + 20 + 8 + 12 + 4 + 4 + 4 + PREAMBLE_GAP  # with the AETH
+CTS_WIRE_BYTES = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP  # a SEND of 16 bytes
+PFC_WIRE_BYTES = 64 + PREAMBLE_GAP
 
 # capture records (cap[i, ...])
 CP_TIME, CP_PORT, CP_KIND, CP_FLOW, CP_PSN, CP_BYTES, CP_CE, CP_ARG, CP_N = range(9)
