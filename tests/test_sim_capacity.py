@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from aifabric.cli import main
+from fabric.rundir import Run
 from fabric.scenario import Fault
 from fabric.sim import Simulation
 from fabric.sim import layout as L
 from fabric.sim.engine import Stalled
 from fabric.sim.heap import schedule
+from fabric.sim.scenario_spec import load_scenario
 from tests.conftest import fabric as preset
 from tests.simhelp import flows
 
@@ -109,3 +113,39 @@ def test_flows_underway_with_nothing_but_sampling_left_is_a_stall_naming_where_p
     with pytest.raises(Stalled, match=r"flow 0 .*packets: \d+ at "):
         sim.run()
     assert sim.now_ns <= 20_001
+
+
+INCAST_FAILING = """
+[scenario]
+topology = "lab-medium"
+seed = 1
+sample_interval = "10us"
+
+[workload]
+pattern = "incast"
+senders = 100
+size = "16MiB"
+
+[congestion_control]
+kind = "none"
+"""
+
+
+def test_aifabric_run_of_the_failing_incast_ends_with_a_status_and_a_sentence(tmp_path):
+    # issue 11: this run aborted with `free(): invalid next size`, run.json left at running
+    path = tmp_path / "incast.toml"
+    path.write_text(INCAST_FAILING)
+    scenario = load_scenario(path)
+    fab = scenario.fabric
+    recv = int(scenario.flows.dst[0])
+    leaf = int(fab.port_peer[fab.nic_port[recv]])
+    path.write_text(
+        INCAST_FAILING
+        + f'\n[[faults]]\nlink = "{fab.node_name[recv]}--{fab.node_name[leaf]}"\nat = "200us"\n'
+    )
+    result = CliRunner().invoke(main, ["run", str(path), "-o", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    r = Run(tmp_path / "run")
+    assert r.status == "complete"
+    assert r.meta["results"]["counters"]["flows_without_path"] == 100
+    assert "100 flows did not complete" in r.meta["message"]
