@@ -395,3 +395,45 @@ def test_complete_finishes_a_flow_and_starts_its_dependents_as_the_reference_doe
     assert [(int(r[L.E_A]), int(r[L.E_TIME_PS])) for r in starts] == want
     acks = np.flatnonzero(sim.pk[:-1, L.PK_KIND] == L.K_ACK)
     assert len(acks) == 1 and sim.pk[acks[0], L.PK_FLOW] == 0
+
+
+def test_no_kernel_function_calls_itself_even_through_others():
+    # numba compiles mutual recursion, but a cached recursive kernel crashes when loaded
+    import ast
+    from pathlib import Path
+
+    modules = ("kernel", "congestion", "dcqcn", "cts", "heap", "queue", "pfc", "ecn")
+    calls: dict[str, set[str]] = {}
+    for mod in modules:
+        tree = ast.parse((Path(kernel.__file__).parent / f"{mod}.py").read_text())
+        local = {fn.name for fn in tree.body if isinstance(fn, ast.FunctionDef)}
+        imported = {}
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module == "fabric.sim":
+                imported.update({a.name: a.name for a in node.names})
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fabric.sim."):
+                source = node.module.rsplit(".", 1)[1]
+                imported.update({a.name: f"{source}.{a.name}" for a in node.names})
+        for fn in tree.body:
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            called = calls.setdefault(f"{mod}.{fn.name}", set())
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                target = node.func
+                if isinstance(target, ast.Name) and target.id in local:
+                    called.add(f"{mod}.{target.id}")
+                elif isinstance(target, ast.Name) and target.id in imported:
+                    called.add(imported[target.id])
+                elif getattr(getattr(target, "value", None), "id", "") in modules:
+                    called.add(f"{target.value.id}.{target.attr}")
+
+    def reaches(start, goal, seen):
+        for nxt in calls.get(start, ()):
+            if nxt == goal or (nxt not in seen and (seen.add(nxt) or reaches(nxt, goal, seen))):
+                return True
+        return False
+
+    assert len(calls) > 50 and "kernel.send_data" in calls["kernel.kick"]
+    assert [f for f in calls if reaches(f, f, set())] == []
