@@ -41,7 +41,7 @@ def digest(sim: Simulation) -> str:
         "ports": sim.port_series(),
         "collectives": sim.collective_records(),
         "captures": {"records": sim.captures()},
-        "counters": sim.counters(),
+        "counters": {k: v for k, v in sim.counters().items() if isinstance(v, int)},
     }
     for part, fields in parts.items():
         for name in sorted(fields):
@@ -59,7 +59,11 @@ def captured_ports(fabric) -> list[int]:
     return ports
 
 
+OVERRIDE: dict = {}  # congestion-control parameters every case takes (--loss-recovery)
+
+
 def scenario_sim(scenario) -> Simulation:
+    scenario = replace(scenario, cc_params={**scenario.cc_params, **OVERRIDE})
     return simulation_for(scenario, captured_ports(scenario.fabric))
 
 
@@ -84,8 +88,9 @@ def cases():
             fabric = load_fabric(topo)
             table = make(fabric, size, 1)
             return Simulation(
-                fabric, table, ecmp="5tuple", seed=1, cc="none", sample_interval_ns=100_000
-            )
+                fabric, table, ecmp="5tuple", seed=1, cc="none", sample_interval_ns=100_000,
+                cc_params=OVERRIDE,
+            )  # fmt: skip
 
         yield f"bench_sim ({case})", bench
 
@@ -95,7 +100,10 @@ def main() -> None:
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--save", type=Path)
     group.add_argument("--compare", type=Path)
+    ap.add_argument("--loss-recovery", choices=["go-back-n", "selective"])
     args = ap.parse_args()
+    if args.loss_recovery:
+        OVERRIDE["loss_recovery"] = args.loss_recovery
     out = {}
     for label, make in cases():
         sim = make()

@@ -3,17 +3,21 @@ stalls end in a result or one sentence, never a crash or a hang."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from fabric.rundir import Run
+from fabric.errors import AifabricError
+from fabric.rundir import Run, RunWriter
 from fabric.scenario import Fault
 from fabric.sim import Simulation
 from fabric.sim import layout as L
 from fabric.sim.engine import Stalled
 from fabric.sim.heap import schedule
+from fabric.sim.run import run_scenario
 from fabric.sim.scenario_spec import load_scenario
 from tests.conftest import fabric as preset
 from tests.simhelp import flows
@@ -149,3 +153,28 @@ def test_aifabric_run_of_the_failing_incast_ends_with_a_status_and_a_sentence(tm
     assert r.status == "complete"
     assert r.meta["results"]["counters"]["flows_without_path"] == 100
     assert "100 flows did not complete" in r.meta["message"]
+
+
+def test_incast_lossy_shows_the_goodput_collapse_of_go_back_n_and_records_it(tmp_path):
+    runs = {}
+    for recovery in ("go-back-n", "selective"):
+        scenario = load_scenario("incast-lossy")
+        scenario = replace(scenario, cc_params={**scenario.cc_params, "loss_recovery": recovery})
+        writer = RunWriter(tmp_path / recovery, "sim", scenario.to_dict())
+        summary = run_scenario(scenario, writer)
+        runs[recovery] = (summary, Run(tmp_path / recovery))
+    gbn, sel = runs["go-back-n"], runs["selective"]
+    assert gbn[1].meta["results"]["counters"]["loss_recovery"] == "go-back-n"
+    assert sel[1].meta["results"]["counters"]["loss_recovery"] == "selective"
+    assert gbn[0]["flows_done"] == sel[0]["flows_done"] == 15
+    # every drop costs go-back-N a window of resends: it takes many times as long
+    assert gbn[0]["completion_ns"] > 5 * sel[0]["completion_ns"]
+    resent = {k: r[1].meta["results"]["counters"]["retransmitted_bytes"] for k, r in runs.items()}
+    assert resent["go-back-n"] > 10 * resent["selective"]
+
+
+def test_an_unknown_loss_recovery_is_one_sentence():
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    with pytest.raises(AifabricError, match="loss_recovery = 'gbn': choose one of go-back-n"):
+        Simulation(fab, flows([nics[0]], [nics[1]], 10), cc_params={"loss_recovery": "gbn"})

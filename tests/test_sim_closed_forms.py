@@ -72,7 +72,8 @@ def test_incast_with_pfc_is_lossless_and_fair():
     assert share == pytest.approx(np.full(len(senders), 1 / len(senders)), rel=0.02)
 
 
-def test_incast_without_pfc_and_a_small_buffer_drops_and_still_completes():
+@pytest.mark.parametrize("recovery", ["go-back-n", "selective"])
+def test_incast_without_pfc_and_a_small_buffer_drops_and_still_completes(recovery):
     fab = with_queue(
         preset("lab-small"),
         buffer_bytes=64 * 1024,
@@ -82,13 +83,22 @@ def test_incast_without_pfc_and_a_small_buffer_drops_and_still_completes():
     )  # fmt: skip
     nics = fab.nic_ids
     senders = [int(n) for n in nics[4:12]]
-    sim = run(fab, flows(senders, [int(nics[0])] * len(senders), 64 * MTU))
+    table = flows(senders, [int(nics[0])] * len(senders), 64 * MTU)
+    sim = run(fab, table, cc_params={"loss_recovery": recovery})
     c = sim.counters()
     assert c["drops"] > 0
     assert c["pfc_frames"] == 0
-    assert c["retransmitted_bytes"] == pytest.approx(c["drops"] * MTU, rel=0.05)
-    assert c["flows_done"] == len(senders)
+    assert c["flows_done"] == len(senders) and c["loss_recovery"] == recovery
+    # what the senders' links carried: every byte once, plus what was sent again
     series = sim.port_series()
+    wire = series["tx_bytes"][:, fab.nic_port[senders]].sum()
+    assert wire == (len(senders) * 64 * MTU + c["retransmitted_bytes"]) // MTU * (
+        MTU + L.DATA_OVERHEAD_BYTES
+    )
+    if recovery == "selective":  # exactly what was lost
+        assert c["retransmitted_bytes"] == c["drops"] * MTU
+    else:  # from each loss on, all that followed: more than what was lost
+        assert c["retransmitted_bytes"] > c["drops"] * MTU
     assert series["qdepth_max_bytes"].max() <= 64 * 1024
 
 

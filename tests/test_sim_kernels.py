@@ -266,17 +266,19 @@ def fifo(sim, p, cls):
     return out
 
 
-def new_events(sim, after_seq, kind):
-    """(a, b) of the events of `kind` scheduled after sequence number after_seq, in order."""
+def new_events(sim, after_seq, *kinds):
+    """(kind, a, b) of the events of `kinds` scheduled after sequence number after_seq,
+    in order."""
     ev = sim.ev[: int(sim.g[L.G_HEAP])]
-    rows = ev[(ev[:, L.E_SEQ] >= after_seq) & (ev[:, L.E_KIND] == kind)]
+    rows = ev[(ev[:, L.E_SEQ] >= after_seq) & np.isin(ev[:, L.E_KIND], kinds)]
     rows = rows[np.argsort(rows[:, L.E_SEQ])]
-    return [(int(r[L.E_A]), int(r[L.E_B])) for r in rows]
+    return [(int(r[L.E_KIND]), int(r[L.E_A]), int(r[L.E_B])) for r in rows]
 
 
 def reference_purge(sim, p):
-    """What losing port p's queues does: every packet dropped in queue order, data sent
-    again after the timeout (grants: -bytes, requests: 0), a switch's lossless bytes
+    """What losing port p's queues does: every packet dropped in queue order, a timeout
+    for its data (go-back-N: where it starts; selective: its bytes to send again; a
+    grant: -bytes, a request: 0), a switch's lossless bytes
     released from the ingress they came over, a resume where that ends a pause."""
     pt, pk, pc = sim.pt, sim.pk, sim.pc
     ing = {int(k): int(pt[k, L.PT_ING_BYTES]) for k in range(len(pt))}
@@ -293,20 +295,24 @@ def reference_purge(sim, p):
                         xoff[k] = 0
                         resumes.append(k)
             kind, f = int(pk[i, L.PK_KIND]), int(pk[i, L.PK_FLOW])
-            if kind == L.K_DATA:
-                resends.append((f, int(pk[i, L.PK_BYTES])))
+            if kind == L.K_DATA and sim.prm[L.P_GO_BACK_N]:
+                resends.append((L.EV_RTO, f, int(pc[i, L.PC_OFFSET_BYTES])))
+            elif kind == L.K_DATA:
+                resends.append((L.EV_RETX, f, int(pk[i, L.PK_BYTES])))
             elif kind == L.K_CTS:
-                resends.append((f, -int(pc[i, L.PC_ARG])))
+                resends.append((L.EV_RETX, f, -int(pc[i, L.PC_ARG])))
             elif kind == L.K_REQ:
-                resends.append((f, 0))
+                resends.append((L.EV_RETX, f, 0))
     return packets, resends, ing, resumes
 
 
+@pytest.mark.parametrize("recovery", ["go-back-n", "selective"])
 @pytest.mark.parametrize("room", ["ample", "short"])
-def test_purge_drops_a_ports_queues_as_the_reference_does(room):
+def test_purge_drops_a_ports_queues_as_the_reference_does(room, recovery):
     fab = preset("lab-medium")
     nics = fab.nic_ids
-    sim = Simulation(fab, flows(nics[1:16], [nics[0]] * 15, 2_000_000), cc="none")
+    table = flows(nics[1:16], [nics[0]] * 15, 2_000_000)
+    sim = Simulation(fab, table, cc="none", cc_params={"loss_recovery": recovery})
     sim.run(until_ns=40_000)
     p = int(fab.nic_port[nics[0]]) ^ 1  # the switch's port towards the receiver
     packets, resends, ing, resumes = reference_purge(sim, p)
@@ -329,9 +335,9 @@ def test_purge_drops_a_ports_queues_as_the_reference_does(room):
     assert sim.pt[p, L.PT_Q0_BYTES] == sim.pt[p, L.PT_Q1_BYTES] == 0
     assert sim.g[L.G_DROPS] - drops == len(packets)
     assert sim.g[L.G_NFREE] - nfree == len(packets)
-    assert new_events(sim, seq, L.EV_RETX) == resends
+    assert new_events(sim, seq, L.EV_RETX, L.EV_RTO) == resends
     assert {k: int(sim.pt[k, L.PT_ING_BYTES]) for k in ing} == ing
-    assert [a for a, _ in new_events(sim, seq, L.EV_TX)] == resumes
+    assert [a for _, a, _ in new_events(sim, seq, L.EV_TX)] == resumes
     assert [int(sim.pt[k, L.PT_PFC_PENDING]) for k in resumes] == [0] * len(resumes)
 
 

@@ -139,6 +139,8 @@ class Simulation:
         paths = routing.paths(
             t.src[which], t.dst[which], t.sport[which], t.dqpn[which], 0, t.bytes[which]
         )
+        if hasattr(self, "fl"):  # a new route mid-run: the flow may overtake itself
+            self.fl[which, L.FL_MAY_REORDER] = 1
         longest = routing.hop_diameter()
         if longest > L.MAX_HOPS:
             raise AifabricError(
@@ -172,6 +174,7 @@ class Simulation:
         prm[L.P_MIN_RATE_BPS] = p["min_rate"]
         prm[L.P_CTS_CHUNK_BYTES] = p["cts_chunk"]
         prm[L.P_CTS_WINDOW] = p["cts_window"]
+        prm[L.P_GO_BACK_N] = int(p["loss_recovery"] == "go-back-n")
         fprm = np.zeros(L.FP_NFPRM, dtype=np.float64)
         fprm[L.FP_G] = p["g"]
         self.mtu = mtu
@@ -211,6 +214,7 @@ class Simulation:
         fl[:, L.FL_EARLIEST_PS] = t.start_ns * PS
         fl[:, L.FL_T_START_PS] = -1
         fl[:, L.FL_T_END_PS] = -1
+        fl[:, L.FL_REWIND_PS] = -1
         fl[:, L.FL_LAST_CNP_PS] = -1
         fl[:, L.FL_SLOT] = -1
         fl[:, L.FL_SPORT] = t.sport
@@ -523,6 +527,7 @@ class Simulation:
             "pfc_frames": int(g[L.G_PFC]),
             "drops": int(g[L.G_DROPS]),
             "retransmitted_bytes": int(g[L.G_RETX_BYTES]),
+            "loss_recovery": self.params["loss_recovery"],
             "simulated_ns": self.now_ns,
         }
 

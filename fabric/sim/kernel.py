@@ -51,6 +51,7 @@ from fabric.sim.layout import (
     EV_PFC,
     EV_PFC_REFRESH,
     EV_RETX,
+    EV_RTO,
     EV_SAMPLE,
     EV_TX,
     FL_BYTES,
@@ -62,8 +63,11 @@ from fabric.sim.layout import (
     FL_GEN,
     FL_LAST_TX_PS,
     FL_LAST_WIRE_BYTES,
+    FL_MAY_REORDER,
+    FL_NAKED,
     FL_NEXT_SEND_PS,
     FL_PSN,
+    FL_REWIND_PS,
     FL_SLOT,
     FL_SPORT,
     FL_SRC,
@@ -104,6 +108,7 @@ from fabric.sim.layout import (
     ND_RR,
     P_CC,
     P_EVENT_RESERVE,
+    P_GO_BACK_N,
     P_MTU_BYTES,
     P_PACKET_RESERVE,
     P_RTO_PS,
@@ -111,6 +116,7 @@ from fabric.sim.layout import (
     P_SPRAY,
     P_STALL_PS,
     PC_ARG,
+    PC_OFFSET_BYTES,
     PC_PSN,
     PFC_WIRE_BYTES,
     PK_BYTES,
@@ -396,6 +402,10 @@ def drop(S, i, p, now):
     kind = pk[i, PK_KIND]
     f = pk[i, PK_FLOW]
     if kind == K_DATA:
+        S.fl[f, FL_MAY_REORDER] = 1
+    if kind == K_DATA and prm[P_GO_BACK_N]:
+        schedule(ev, g, now + prm[P_RTO_PS], EV_RTO, f, pc[i, PC_OFFSET_BYTES])
+    elif kind == K_DATA:
         schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, pk[i, PK_BYTES])
     elif kind == K_CTS:
         schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, -pc[i, PC_ARG])
@@ -484,6 +494,7 @@ def send_data(S, f, p, now):
     pk[i, PK_WIRE_BYTES] = wire
     psn = fl[f, FL_PSN]
     pc[i, PC_PSN] = psn
+    pc[i, PC_OFFSET_BYTES] = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES] - size
     pc[i, PC_ARG] = 0
     fl[f, FL_PSN] = psn + 1
     n = -1
@@ -693,7 +704,20 @@ def deliver(S, i, now):
     g, fl, pk = S.g, S.fl, S.pk
     f = pk[i, PK_FLOW]
     kind = pk[i, PK_KIND]
-    if kind == K_DATA:
+    # go-back-N: data out of order (possible only after a loss, a new route or under
+    # spray; the check reads one more row) is dropped, and the first gap NAKed once
+    if (
+        kind == K_DATA
+        and S.prm[P_GO_BACK_N]
+        and (fl[f, FL_MAY_REORDER] or S.prm[P_SPRAY])
+        and S.pc[i, PC_OFFSET_BYTES] != fl[f, FL_DELIV_BYTES]
+    ):
+        gap = S.pc[i, PC_OFFSET_BYTES] > fl[f, FL_DELIV_BYTES]
+        if gap and fl[f, FL_NAKED] == 0 and fl[f, FL_STATE] != ST_DONE:
+            fl[f, FL_NAKED] = 1
+            send_control(S, f, K_ACK, fl[f, FL_DELIV_BYTES] + 1, now)
+    elif kind == K_DATA:
+        fl[f, FL_NAKED] = 0
         fl[f, FL_DELIV_BYTES] += pk[i, PK_BYTES]
         g[G_PROGRESS_T_PS] = now
         todo = 0
@@ -706,6 +730,8 @@ def deliver(S, i, now):
             grant(S, f, now)
         if fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES] and fl[f, FL_STATE] != ST_DONE:
             complete(S, f, now)
+    elif kind == K_ACK and S.pc[i, PC_ARG] > 0:  # a NAK
+        go_back(S, f, S.pc[i, PC_ARG] - 1, now)
     elif kind == K_CNP:
         if fl[f, FL_STATE] == ST_ACTIVE and congestion.on_cnp(S, f, now) & DO_REPACE:
             repace(S, f, now)
@@ -746,7 +772,7 @@ def start_flow(S, f, now):
 def retransmit(S, f, nbytes, now):
     """The sender learned of a loss: nbytes > 0 of data to send again; a lost grant
     (-nbytes) counts as received, a lost request (0) is repeated."""
-    g, fl = S.g, S.fl
+    fl = S.fl
     if fl[f, FL_STATE] == ST_NOPATH:
         return
     if nbytes == 0:
@@ -754,17 +780,48 @@ def retransmit(S, f, nbytes, now):
         return
     if nbytes < 0:
         congestion.on_grant(S, f, -nbytes)
+        if fl[f, FL_SLOT] >= 0:
+            kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
     else:
-        fl[f, FL_UNSENT_BYTES] += nbytes
-        g[G_RETX_BYTES] += nbytes
-        congestion.on_resend(S, f, nbytes)
-        if fl[f, FL_SLOT] < 0:
-            fl[f, FL_STATE] = ST_ACTIVE
-            if fl[f, FL_NEXT_SEND_PS] < now:
-                fl[f, FL_NEXT_SEND_PS] = now
-            list_add(S, f)
-    if fl[f, FL_SLOT] >= 0:
-        kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+        resend(S, f, nbytes, now)
+
+
+@njit(cache=True)
+def resend(S, f, nbytes, now):
+    """The sender of flow f sends nbytes of its data again."""
+    g, fl = S.g, S.fl
+    fl[f, FL_UNSENT_BYTES] += nbytes
+    g[G_RETX_BYTES] += nbytes
+    congestion.on_resend(S, f, nbytes)
+    if fl[f, FL_SLOT] < 0:
+        fl[f, FL_STATE] = ST_ACTIVE
+        if fl[f, FL_NEXT_SEND_PS] < now:
+            fl[f, FL_NEXT_SEND_PS] = now
+        list_add(S, f)
+    kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+
+
+@njit(cache=True)
+def go_back(S, f, offset, now):
+    """Go-back-N: the sender of flow f sends everything again from byte `offset` on."""
+    fl = S.fl
+    state = fl[f, FL_STATE]
+    if state not in (ST_ACTIVE, ST_SENT):
+        return
+    sent = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES]
+    if offset < sent:
+        fl[f, FL_REWIND_PS] = now
+        resend(S, f, sent - offset, now)
+
+
+@njit(cache=True)
+def data_timeout(S, f, offset, now):
+    """Go-back-N: data at `offset` was lost one timeout ago. Unless the sender went back
+    since (a NAK) or the receiver has it, go back to where the receiver is."""
+    fl = S.fl
+    lost_at = now - S.prm[P_RTO_PS]
+    if fl[f, FL_REWIND_PS] < lost_at and fl[f, FL_DELIV_BYTES] <= offset:
+        go_back(S, f, fl[f, FL_DELIV_BYTES], now)
 
 
 # samples ----------------------------------------------------------------------------------
@@ -937,6 +994,8 @@ def run(S_counted, t_stop, max_events):
                     schedule(ev, g, now + congestion.timer_period_ps(S, timer), EV_CC_TIMER, a, b)
         elif kind == EV_RETX:
             retransmit(S, a, b, now)
+        elif kind == EV_RTO:
+            data_timeout(S, a, b, now)
         elif kind == EV_SAMPLE:
             close_sample(S, now)
             if g[G_DONE] + g[G_STUCK] < n_flows:

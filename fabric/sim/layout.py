@@ -43,6 +43,7 @@ EV_PFC_REFRESH = 4  # a = port that sent an XOFF: send it again if still congest
 EV_CC_TIMER = 5  # a = flow, b = cc_timer_arg(generation, timer): a congestion-control timer
 EV_RETX = 6  # a = flow, b = bytes: a drop noticed by the sender, to send again
 EV_SAMPLE = 7  # close one sample interval of the port time series
+EV_RTO = 8  # a = flow, b = byte offset of data lost (go-back-N): timeout, go back if still due
 
 # global scalars (g[...])
 (
@@ -90,8 +91,9 @@ EV_SAMPLE = 7  # close one sample interval of the port time series
     P_EVENT_RESERVE,  # free event rows kept before each event: the most one event schedules
     P_PACKET_RESERVE,  # free packets kept before each event: the most one event allocates
     P_STALL_PS,  # no data delivered for this long while flows are unfinished: stalled
+    P_GO_BACK_N,  # 1: go-back-N loss recovery, 0: selective repeat
     P_NPRM,
-) = range(19)
+) = range(20)
 # float parameters (fprm[...])
 FP_G, FP_NFPRM = range(2)
 
@@ -182,8 +184,11 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     FL_PRIO,
     FL_CHUNK_BYTES,  # cts: bytes per grant
     FL_WINDOW,  # cts: grants outstanding at most
+    FL_NAKED,  # go-back-N receiver: 1 once it asked for the data after its current gap
+    FL_REWIND_PS,  # go-back-N sender: when it last went back to resend
+    FL_MAY_REORDER,  # 1 once the flow lost data or changed route: it may arrive out of order
     FL_N,
-) = range(29)
+) = range(32)
 FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_N = range(5)
 ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
 
@@ -207,7 +212,8 @@ ND_OFF, ND_CNT, ND_RR, ND_N = range(4)
     PK_ROUTE,
 ) = range(9)
 PK_N = PK_ROUTE + MAX_HOPS  # 16 int32: one cache line
-PC_PSN, PC_ARG, PC_N = range(3)  # PC_ARG: cts grant bytes
+PC_PSN, PC_ARG, PC_OFFSET_BYTES, PC_N = range(4)  # PC_ARG: cts grant bytes; NAK offset + 1
+# PC_OFFSET_BYTES: where a data packet's payload starts in its flow
 K_DATA, K_CNP, K_ACK, K_CTS, K_REQ, K_PFC = range(6)
 
 # frame overheads on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12, ICRC 4,
