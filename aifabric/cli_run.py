@@ -15,8 +15,6 @@ import click
 from aifabric.cli import emit_json, json_option, main, notice_compiles
 from aifabric.params import choice
 
-EXIT_INTERRUPTED = 130
-
 
 def _engine_names():
     from fabric.engines import ENGINES
@@ -119,7 +117,7 @@ def run(ctx, scenario, output, engine_name, captures, switch, scale, seed, as_js
     """Run SCENARIO (a scenario preset or a TOML file) and write a run directory."""
     from pathlib import Path
 
-    from fabric.engines import Interrupted, Stop, run_scenario
+    from fabric.engines import EXIT_INTERRUPTED, Interrupted, Stop, run_scenario
     from fabric.rundir import check_run_dir
     from fabric.scenarios import load_scenario, with_captures
     from fabric.warmup import ensure_warm
@@ -135,8 +133,9 @@ def run(ctx, scenario, output, engine_name, captures, switch, scale, seed, as_js
             names = [c for item in captures for c in item.split(",") if c]
             if names:
                 sc = with_captures(sc, names)
-            stop.enter("compile", "abortable")
-            ensure_warm()  # a new version's empty kernel cache: compile it all now, saying so
+            stop.enter("compile", "compiling")
+            ensure_warm(should_stop=stop.is_set)  # an empty kernel cache: compile it all now
+            stop.enter("load", "abortable")  # raises if a signal came while compiling
             notice_compiles()  # and any compile after
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             path = Path(output or f"runs/{sc.name}-{stamp}")

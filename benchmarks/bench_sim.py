@@ -8,7 +8,8 @@ at 8,192 NICs (fat-tree-k32); (d) a ring AllReduce of 8 MiB over all 3,072 GPUs
 of ai-zone (the traffic package's 16 pipelined segments per connection).
 Goals: (b) under 3 s of wall time; the cost per packet-hop from (a) to (c)
 within a factor of 2. Prints the median of `--repeat` runs (after one
-warm-up run that compiles or loads the numba kernels).
+warm-up run that compiles or loads the numba kernels); the run's CPU time
+beside its wall time tells a slower kernel from a busier machine.
 """
 
 from __future__ import annotations
@@ -70,12 +71,15 @@ def once(fabric, table) -> dict:
     t0 = time.perf_counter()
     sim = Simulation(fabric, table, ecmp="5tuple", seed=1, cc="none", sample_interval_ns=100_000)
     t1 = time.perf_counter()
+    c1 = time.process_time()
     done = sim.run()
     t2 = time.perf_counter()
+    cpu = time.process_time() - c1
     c = sim.counters()
     return {
         "setup_s": t1 - t0,
         "run_s": t2 - t1,
+        "run_cpu_s": cpu,
         "wall_s": t2 - t0,
         "events": c["events"],
         "hops": c["packet_hops"],
@@ -96,13 +100,17 @@ def main() -> None:
         table = make(fabric, size, 1)
         once(fabric, table)  # compile or load the kernels, touch the memory
         runs = [once(fabric, table) for _ in range(args.repeat)]
-        med = {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "run_s", "setup_s")}
+        med = {
+            k: statistics.median(r[k] for r in runs)
+            for k in ("wall_s", "run_s", "setup_s", "run_cpu_s")
+        }
         r = runs[0]
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         per_hop[case] = med["run_s"] / r["hops"] * 1e9
         print(
             f"({case}) {name:<13} {fabric.count(0):>6,} NICs {len(table):>7,} flows  "
-            f"wall {med['wall_s']:7.2f} s (setup {med['setup_s']:.2f}, run {med['run_s']:.2f})  "
+            f"wall {med['wall_s']:7.2f} s (setup {med['setup_s']:.2f}, run {med['run_s']:.2f}, "
+            f"run CPU {med['run_cpu_s']:.2f})  "
             f"{r['events'] / med['run_s'] / 1e6:6.2f} M events/s  "
             f"{r['hops'] / med['run_s'] / 1e6:6.2f} M packet-hops/s  "
             f"{per_hop[case]:6.1f} ns/hop  peak RSS {peak_mib:,.0f} MiB  "

@@ -22,7 +22,12 @@ from fabric.errors import AifabricError
 from fabric.units import parse_rate, parse_size, parse_time
 
 KINDS = ("none", "dcqcn", "cts")
+LOSS_RECOVERY = ("go-back-n", "selective")
 DEFAULT_KIND = "dcqcn"
+SIM_COMPONENTS = {"none": None, "dcqcn": "fabric.sim.dcqcn", "cts": "fabric.sim.cts"}
+"""The simulator's module implementing each kind's hooks (fabric.sim.congestion); None: no
+hooks (the defaults). A new kind: its name here, its parameters below, its module, and
+its branch in each hook of fabric.sim.congestion."""
 
 
 @dataclass(frozen=True)
@@ -53,9 +58,24 @@ PARAMETERS = (
     Parameter("cts_chunk", "256KiB", parse_size, "bytes", C, "bytes one grant admits"),
     Parameter("cts_window", 2, int, "", C, "grants outstanding per flow"),
     Parameter("rto", "100us", parse_time, "ns", KINDS, "retransmission timeout for a lost tail"),
+    Parameter(
+        "loss_recovery",
+        "go-back-n",
+        lambda v: _choice(v, LOSS_RECOVERY),
+        "",
+        KINDS,
+        "go-back-n (RoCE NICs: the receiver NAKs the first gap, the sender resends all from "
+        "there) or selective (only what was lost is resent, as in IRN)",
+    ),
 )
 BY_NAME = {p.name: p for p in PARAMETERS}
 DEFAULTS = {p.name: p.default for p in PARAMETERS}
+
+
+def _choice(value, choices):
+    if value not in choices:
+        raise ValueError(f"choose one of {', '.join(choices)}")
+    return value
 
 
 def check_kind(kind: str) -> str:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -50,6 +51,7 @@ from fabric.model import Role
 from fabric.rundir import RunWriter, check_run_dir
 from fabric.scenario import Scenario
 
+EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 PROJECT_PACKAGES = ("fabric", "traffic", "topologies", "analysis", "aifabric")
 ENGINES = {"sim": "fabric.sim.run", "mininet": "fabric.emu.engine"}  # name -> module with ENGINE
 SUPPORT = ("implemented", "approximated", "refused")
@@ -124,6 +126,7 @@ def scenario_features(sc: Scenario) -> dict[str, str]:
         "queues.buffer": "switch egress buffers",
         "ecmp.policy": sc.ecmp,
         "congestion_control.kind": sc.cc,
+        "loss_recovery": _loss_recovery(sc),
         "sample_interval": f"{sc.sample_interval_ns} ns",
     }
     if sc.same_seed:
@@ -141,6 +144,12 @@ def scenario_features(sc: Scenario) -> dict[str, str]:
     if sc.captures:
         out["captures"] = ", ".join(sc.captures)
     return out
+
+
+def _loss_recovery(sc: Scenario) -> str:
+    from fabric.cc import cc_parameters
+
+    return cc_parameters(dict(sc.cc_params))["loss_recovery"]
 
 
 def check_features(name: str, sc: Scenario, features: dict[str, Support]) -> None:
@@ -169,8 +178,11 @@ class Stop:
 
     A phase is abortable (a signal raises `Interrupted` at once: nothing is
     half-written that the phase does not clean up), cooperative (the first
-    signal only sets the flag, which the engine polls; a second raises) or
-    shielded (never raises: teardown and the final status).
+    signal only sets the flag, which the engine polls; a second raises),
+    compiling (the first signal sets the flag; a second ends the process at
+    once, exit 130: nothing is written yet, and an exception raised inside
+    numba's or LLVM's callbacks would be printed and dropped, not propagated)
+    or shielded (never raises: teardown and the final status).
     """
 
     def __init__(self):
@@ -205,6 +217,12 @@ class Stop:
         self.set()
         if self.mode == "shielded":
             return
+        if self.mode == "compiling" and self.signals > 1:
+            with contextlib.suppress(OSError, ValueError):
+                name = signal.Signals(signum).name
+                sys.stderr.write(f"\n{name}: stopped while compiling; nothing was written\n")
+                sys.stderr.flush()
+            os._exit(EXIT_INTERRUPTED)
         if self.mode == "abortable" or self.signals > 1:
             raise Interrupted(self.phase)
         with contextlib.suppress(OSError, ValueError):

@@ -33,6 +33,7 @@ the flows of a lost member are re-spread over what is left.
 from __future__ import annotations
 
 import zlib
+from collections import namedtuple
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -45,9 +46,19 @@ from fabric.model import Fabric, Role
 
 POLICIES = ("5tuple", "eecmp", "pinned", "spray", "adaptive")
 _MODE = {name: i for i, name in enumerate(POLICIES)}
+MODE_5TUPLE, MODE_EECMP, MODE_PINNED, MODE_SPRAY, MODE_ADAPTIVE = (_MODE[p] for p in POLICIES)
 MODE_RANDOM = len(POLICIES)  # uniform random choice per hop: the balls-into-bins reference
 UNREACHABLE = np.int16(32767)
-MAX_HOPS = 16
+MAX_HOPS = 8
+"""The most links a route may cross, NIC to NIC (a 3-tier Clos needs 6). Routes are
+computed into buffers of this size, and the simulator's packets carry routes of at most
+this many ports; a fabric whose shortest routes are longer is refused by the simulator."""
+
+Net = namedtuple("Net", "nic_port nic_switch port_peer adj_ptr adj_port sw_ord leaf_ord")
+"""The fabric as `route_packet` reads it (arrays of `fabric.model.Fabric` and `Routing`)."""
+Live = namedtuple("Live", "port_alive dist dist0 seeds crc_table")
+"""The routing state `route_packet` reads: live ports, hop distances (now and intact),
+per-switch hash seeds and the CRC table."""
 
 
 def _crc_table() -> np.ndarray:
@@ -112,9 +123,9 @@ def flow_hash(sip, dip, sport, dport, dqpn, psn, mode, seed, table):
     crc = _crc_byte(crc, np.uint32(17), table)
     crc = _crc_word(crc, np.uint32(sport), 2, table)
     crc = _crc_word(crc, np.uint32(dport), 2, table)
-    if mode == 1:
+    if mode == MODE_EECMP:
         crc = _crc_word(crc, np.uint32(dqpn), 3, table)
-    elif mode == 3:
+    elif mode == MODE_SPRAY:
         crc = _crc_word(crc, np.uint32(psn), 3, table)
     return mix32((crc ^ np.uint32(0xFFFFFFFF)) ^ np.uint32(seed))
 
@@ -143,8 +154,8 @@ def _bfs_distances(n_switch, ptr, nbr, leaves, dist):
 @njit(cache=True)
 def _candidate(q, lj, d, net, live):
     """Is port q a live next hop one step closer to leaf lj than distance d?"""
-    port_peer, sw_ord = net[2], net[5]
-    port_alive, dist = live[0], live[1]
+    port_peer, sw_ord = net.port_peer, net.sw_ord
+    port_alive, dist = live.port_alive, live.dist
     ti = sw_ord[port_peer[q]]
     return ti >= 0 and port_alive[q] and dist[ti, lj] == d - 1
 
@@ -157,8 +168,8 @@ def _choose(s, lj, h, mode, net, live, load):
     before any failure); if that member is still a live next hop it is taken,
     otherwise h picks again among the live next hops.
     """
-    port_peer, adj_ptr, adj_port, sw_ord = net[2], net[3], net[4], net[5]
-    dist, dist0 = live[1], live[2]
+    port_peer, adj_ptr, adj_port, sw_ord = net.port_peer, net.adj_ptr, net.adj_port, net.sw_ord
+    dist, dist0 = live.dist, live.dist0
     si = sw_ord[s]
     d = dist[si, lj]
     d0 = dist0[si, lj]
@@ -175,7 +186,7 @@ def _choose(s, lj, h, mode, net, live, load):
             ncand += 1
     if ncand == 0:
         return -1
-    if mode == 4:  # adaptive: least load; among equals, the hashed one
+    if mode == MODE_ADAPTIVE:  # least load; among equals, the hashed one
         chosen = -1
         best = np.inf
         pick = h % np.uint32(ncand)
@@ -215,12 +226,14 @@ def _choose(s, lj, h, mode, net, live, load):
 def route_packet(src, dst, sip, dip, sport, dqpn, psn, rnd, mode, net, live, load, weight, out):
     """Route one packet from NIC src to NIC dst; write its ports to out, return the count.
 
-    `net` is the fabric (nic_port, nic_switch, port_peer, adj_ptr, adj_port,
-    sw_ord, leaf_ord), `live` the routing state (port_alive, dist, dist0,
-    seeds, crc table). Returns -1 when dst cannot be reached over live links.
+    `net` is the fabric (`Net`), `live` the routing state (`Live`), `mode` a
+    policy's MODE_* (or MODE_RANDOM, which takes hop n's hash from rnd[n]),
+    `load` the per-port load `adaptive` balances. Returns -1 when dst cannot be
+    reached over live links or the route would not fit in `out`.
     """
-    nic_port, nic_sw, port_peer, leaf_ord = net[0], net[1], net[2], net[6]
-    port_alive, seeds, table = live[0], live[3], live[4]
+    nic_port, nic_sw, port_peer = net.nic_port, net.nic_switch, net.port_peer
+    leaf_ord = net.leaf_ord
+    port_alive, seeds, table = live.port_alive, live.seeds, live.crc_table
     p = nic_port[src]
     if p < 0 or not port_alive[p]:
         return -1
@@ -232,9 +245,9 @@ def route_packet(src, dst, sip, dip, sport, dqpn, psn, rnd, mode, net, live, loa
     while s != last:
         if n >= out.shape[0] - 1:
             return -1
-        if mode == 2:
+        if mode == MODE_PINNED:
             h = np.uint32(dst)
-        elif mode == 5:
+        elif mode == MODE_RANDOM:
             h = np.uint32(rnd[n])
         else:
             h = flow_hash(sip, dip, sport, ROCE_UDP_PORT, dqpn, psn, mode, seeds[s], table)
@@ -394,6 +407,15 @@ class Routing:
             _intact=self.dist0,
         )
 
+    def net(self) -> Net:
+        f = self.fabric
+        return Net(
+            f.nic_port, f.nic_switch, f.port_peer, f.adj_ptr, f.adj_port, self.sw_ord, self.leaf_ord
+        )
+
+    def live(self) -> Live:
+        return Live(self.port_alive, self.dist, self.dist0, self.seeds, CRC_TABLE)
+
     def next_hops(self, switch: int, dst: int) -> np.ndarray:
         """The live ports of `switch` on a shortest path to NIC `dst`."""
         f = self.fabric
@@ -452,11 +474,7 @@ class Routing:
         ptr = np.zeros(n + 1, dtype=np.int64)
         ports = np.empty(n * MAX_HOPS, dtype=np.int32)
         reachable = np.zeros(n, dtype=np.bool_)
-        net = (
-            f.nic_port, f.nic_switch, f.port_peer, f.adj_ptr, f.adj_port,
-            self.sw_ord, self.leaf_ord,
-        )  # fmt: skip
-        live = (self.port_alive, self.dist, self.dist0, self.seeds, CRC_TABLE)
+        net, live = self.net(), self.live()
         total = _walk_many(
             src, dst, self.ip, col(sport, 0xC000), col(dqpn, 0), col(psn, 0),
             col(weight, 1).astype(np.float64), rnd, mode, net, live, load,

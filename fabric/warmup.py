@@ -64,8 +64,13 @@ def _about(seconds: float) -> str:
     return f"about {round(seconds / 60)} min"
 
 
-def warm_up() -> None:
-    """Call every compiled kernel once with the argument types runs use."""
+class Stopped(Exception):
+    """The warm-up was asked to stop between two of its steps (nothing is marked)."""
+
+
+def warm_up(should_stop=lambda: False) -> None:
+    """Call every compiled kernel once with the argument types runs use; between steps,
+    `Stopped` if `should_stop()` (a kernel's compile is never cut in the middle)."""
     from analysis.capture import read_capture
     from analysis.metrics import capture_metrics, run_metrics
     from fabric.emu.packets import Batch, fill_writes
@@ -79,6 +84,8 @@ def warm_up() -> None:
 
     with tempfile.TemporaryDirectory(prefix="aifabric-warmup-") as tmp:
         for i, raw in enumerate(scenarios(POLICIES)):
+            if should_stop():
+                raise Stopped
             sc = scenario_from_dict(raw, f"warmup-{i}")
             path = Path(tmp) / f"run-{i}"
             # a Stop of its own that installs no handlers: a signal reaches the caller's
@@ -135,25 +142,28 @@ def scenarios(policies) -> list[dict]:
     return out
 
 
-def ensure_warm(stream: TextIO | None = None) -> bool:
+def ensure_warm(stream: TextIO | None = None, should_stop=lambda: False) -> bool:
     """Warm up if the cache directory has no marker, saying so first; True if it did.
 
     Without a cache directory of our own (an unwritable home) there is nothing to
     mark, so nothing is done ahead. A warm-up that fails is reported in one line
     and the caller goes on: its own kernels compile when called (and are announced).
+    One asked to stop (`should_stop`) ends after its current step, unmarked.
     """
     stream = stream or sys.stderr
     if cache_dir() is None or is_warm():
         return False
     try:
-        run(stream, note="once per version; scripts/install does it ahead")
+        run(stream, note="once per version; scripts/install does it ahead", should_stop=should_stop)
+    except Stopped:
+        return False
     except Exception as e:  # the run itself decides whether it can go on
         stream.write(f"aifabric: the warm-up failed ({type(e).__name__}: {e}); going on\n")
         return False
     return True
 
 
-def run(stream: TextIO | None = None, *, note: str = "once") -> float:
+def run(stream: TextIO | None = None, *, note: str = "once", should_stop=lambda: False) -> float:
     """Warm up, with a line first and the time it took after on `stream`; its wall seconds."""
     stream = stream or sys.stderr
     warm = is_warm()
@@ -166,7 +176,7 @@ def run(stream: TextIO | None = None, *, note: str = "once") -> float:
     stream.flush()
     t0, cpu0 = time.perf_counter(), time.process_time()
     with compile_notice(stream, announce=warm) as notice:
-        warm_up()
+        warm_up(should_stop)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     if notice.compiled_s > wall / 2:  # a full compile, not a cache mostly warm
         _write(_numba_cache.cache_root() / ESTIMATE_FILE, f"{wall:.1f}\n")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fabric.sim import Simulation
-from fabric.sim.layout import DATA_OVERHEAD, PS_PER_NS
+from fabric.sim.layout import DATA_OVERHEAD_BYTES, PS_PER_NS
 from traffic.flows import FlowTable
 
 
@@ -28,7 +28,7 @@ def flows(src, dst, nbytes, *, sport=None, deps=None, start_ns=None, ops=None, o
 
 def wire_ps(payload: int, rate_bps: int) -> float:
     """Serialization of one data packet of `payload` bytes, in ps (not rounded)."""
-    return (payload + DATA_OVERHEAD) * 8e12 / rate_bps
+    return (payload + DATA_OVERHEAD_BYTES) * 8e12 / rate_bps
 
 
 def transfer_ps(nbytes: int, mtu: int, rate_bps: int) -> float:

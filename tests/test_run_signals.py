@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
+from fabric import warmup
 from fabric.rundir import LOCK, Run, RunWriter, effective_status
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -193,6 +194,8 @@ def test_sigterm_while_numba_compiles_ends_partial_without_a_traceback(small, tm
     for signals in (2, 1):
         out = tmp_path / f"run{signals}"
         cache = tmp_path / f"numba{signals}"
+        cache.mkdir()
+        (cache / warmup.MARKER).write_text("{}")  # no warm-up: the kernel compiles in the run
         proc = _aifabric("run", small, "-o", out, env={"NUMBA_CACHE_DIR": str(cache)})
         deadline = time.monotonic() + 300
         while not list(cache.glob("fabric_*/routing._walk_many-*.nbi")):
@@ -215,6 +218,35 @@ def test_sigterm_while_numba_compiles_ends_partial_without_a_traceback(small, tm
         else:
             assert run.meta["message"] == "interrupted while running; the results cover what ran"
             assert "flows.npz" in names and "ports.npz" in names
+
+
+def test_signals_during_the_warm_up_of_an_empty_cache_end_quietly(small, tmp_path):
+    """`aifabric run` on an empty kernel cache compiles everything first: one signal stops
+    after the current compile step, a second at once; nothing is written, no traceback."""
+    for signals in (2, 1):
+        out = tmp_path / f"run{signals}"
+        cache = tmp_path / f"numba{signals}"
+        proc = _aifabric("run", small, "-o", out, env={"NUMBA_CACHE_DIR": str(cache)})
+        deadline = time.monotonic() + 300
+        while not list(cache.glob("fabric_*/routing._walk_many-*.nbi")):
+            assert time.monotonic() < deadline and proc.poll() is None, "no routes compiled"
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert proc.poll() is None, "the warm-up ended before the signal"
+        sent = time.monotonic()
+        for _ in range(signals):
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.2)
+        _, err = proc.communicate(timeout=900)
+        assert "Traceback" not in err and "Exception ignored" not in err, err
+        assert proc.returncode == 130, err
+        assert not (out / "run.json").exists()
+        assert not (cache / warmup.MARKER).exists()  # the next run compiles what is left
+        if signals == 2:
+            assert "stopped while compiling; nothing was written" in err
+            assert time.monotonic() - sent < 10, "a second signal did not stop at once"
+        else:
+            assert "nothing was written" in err
 
 
 def test_a_killed_run_reads_as_killed(small, tmp_path):

@@ -203,7 +203,7 @@ def test_clear_to_send_bounds_what_is_in_flight_to_a_receiver():
     bottleneck = int(fab.nic_port[nics[0]]) ^ 1
     q_cts = sim.port_series()["qdepth_max_bytes"][:, bottleneck].max()
     q_none = none.port_series()["qdepth_max_bytes"][:, bottleneck].max()
-    overhead = (4096 + L.DATA_OVERHEAD) / 4096
+    overhead = (4096 + L.DATA_OVERHEAD_BYTES) / 4096
     assert q_cts <= len(senders) * window * chunk * overhead
     assert q_none > q_cts
     assert sim.counters()["pfc_frames"] == 0 and sim.counters()["flows_done"] == 8
@@ -239,7 +239,7 @@ def test_clear_to_send_takes_chunk_and_window_from_the_workload_where_set():
            "op_window": [3, 0]}  # fmt: skip
     table = flows(nics[0:2], nics[2:4], 200_000, ops=ops, op=[0, 1])
     sim = run(fab, table, cc="cts", cc_params={"cts_chunk": "128KiB", "cts_window": 2})
-    assert sim.fl[:, L.FL_CHUNK].tolist() == [32 * 1024, 128 * 1024]
+    assert sim.fl[:, L.FL_CHUNK_BYTES].tolist() == [32 * 1024, 128 * 1024]
     assert sim.fl[:, L.FL_WINDOW].tolist() == [3, 2]
     assert sim.counters()["flows_done"] == 2
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from fabric.model import EcnProfile, QueueProfile, Role
+from fabric.results import collective_records
 from fabric.routing import Routing
 from fabric.sim import Simulation
 from fabric.sim import layout as L
@@ -47,7 +48,7 @@ def test_one_flow_reaches_line_rate_and_fct_is_size_over_rate_plus_latency():
     # line rate: the NIC port sent back to back (wire bytes over the transfer time)
     series = sim.port_series()
     sent = series["tx_bytes"][:, ports[0]].sum()
-    assert sent == size + 400 * L.DATA_OVERHEAD
+    assert sent == size + 400 * L.DATA_OVERHEAD_BYTES
     assert sent * 8e12 / transfer_ps(size, MTU, rate) == pytest.approx(rate, rel=1e-6)
 
 
@@ -58,21 +59,22 @@ def test_incast_with_pfc_is_lossless_and_fair():
     size = 4096 * MTU
     sim = Simulation(fab, flows(senders, [int(nics[0])] * len(senders), size))
     sim.run(until_ns=500_000)  # past the first pauses, then many XOFF / XON cycles
-    before = sim.fl[:, L.FL_DELIV].copy()
+    before = sim.fl[:, L.FL_DELIV_BYTES].copy()
     sim.run(until_ns=2_500_000)
-    got = sim.fl[:, L.FL_DELIV] - before
+    got = sim.fl[:, L.FL_DELIV_BYTES] - before
     assert sim.run()
     c = sim.counters()
     assert c["drops"] == 0
     assert c["pfc_frames"] > 0
     assert c["flows_done"] == len(senders)
     rate = int(fab.link_rate_bps[0])
-    goodput = rate * MTU / (MTU + L.DATA_OVERHEAD)
+    goodput = rate * MTU / (MTU + L.DATA_OVERHEAD_BYTES)
     share = got * 8 / 2e-3 / goodput  # each sender's part of the bottleneck
     assert share == pytest.approx(np.full(len(senders), 1 / len(senders)), rel=0.02)
 
 
-def test_incast_without_pfc_and_a_small_buffer_drops_and_still_completes():
+@pytest.mark.parametrize("recovery", ["go-back-n", "selective"])
+def test_incast_without_pfc_and_a_small_buffer_drops_and_still_completes(recovery):
     fab = with_queue(
         preset("lab-small"),
         buffer_bytes=64 * 1024,
@@ -82,13 +84,22 @@ def test_incast_without_pfc_and_a_small_buffer_drops_and_still_completes():
     )  # fmt: skip
     nics = fab.nic_ids
     senders = [int(n) for n in nics[4:12]]
-    sim = run(fab, flows(senders, [int(nics[0])] * len(senders), 64 * MTU))
+    table = flows(senders, [int(nics[0])] * len(senders), 64 * MTU)
+    sim = run(fab, table, cc_params={"loss_recovery": recovery})
     c = sim.counters()
     assert c["drops"] > 0
     assert c["pfc_frames"] == 0
-    assert c["retransmitted_bytes"] == pytest.approx(c["drops"] * MTU, rel=0.05)
-    assert c["flows_done"] == len(senders)
+    assert c["flows_done"] == len(senders) and c["loss_recovery"] == recovery
+    # what the senders' links carried: every byte once, plus what was sent again
     series = sim.port_series()
+    wire = series["tx_bytes"][:, fab.nic_port[senders]].sum()
+    assert wire == (len(senders) * 64 * MTU + c["retransmitted_bytes"]) // MTU * (
+        MTU + L.DATA_OVERHEAD_BYTES
+    )
+    if recovery == "selective":  # exactly what was lost
+        assert c["retransmitted_bytes"] == c["drops"] * MTU
+    else:  # from each loss on, all that followed: more than what was lost
+        assert c["retransmitted_bytes"] > c["drops"] * MTU
     assert series["qdepth_max_bytes"].max() <= 64 * 1024
 
 
@@ -107,11 +118,11 @@ def test_a_queue_held_above_kmin_is_marked_with_the_red_probability():
     bottleneck = int(fab.nic_port[nics[0]]) ^ 1
     depth = s["qdepth_mean_bytes"][:, bottleneck].astype(float)
     marks = s["ecn_marked"][:, bottleneck]
-    packets = s["tx_bytes"][:, bottleneck] / (MTU + L.DATA_OVERHEAD)
+    packets = s["tx_bytes"][:, bottleneck] / (MTU + L.DATA_OVERHEAD_BYTES)
     held = depth > kmin + 100 * 1024  # the queue is held around 3 x xoff
     assert held.sum() > 50
     profile = EcnProfile(kmin, kmax, pmax)
-    p = np.array([profile.probability(d + (MTU + L.DATA_OVERHEAD) / 2) for d in depth[held]])
+    p = np.array([profile.probability(d + (MTU + L.DATA_OVERHEAD_BYTES) / 2) for d in depth[held]])
     expected = float((packets[held] * p).sum())
     sigma = math.sqrt(float((packets[held] * p * (1 - p)).sum()))
     assert abs(marks[held].sum() - expected) < 4 * sigma + 0.02 * expected
@@ -125,12 +136,14 @@ def test_two_dcqcn_flows_converge_near_fair_share():
     params = {"rate_timer": "10us", "additive_increase": "1G", "hyper_increase": "2G"}
     sim = Simulation(fab, table, cc="dcqcn", cc_params=params)
     sim.run(until_ns=1_500_000)
-    before = sim.fl[:, L.FL_DELIV].copy()
+    before = sim.fl[:, L.FL_DELIV_BYTES].copy()
     sim.run(until_ns=2_500_000)
-    got = sim.fl[:, L.FL_DELIV] - before
+    got = sim.fl[:, L.FL_DELIV_BYTES] - before
     assert sim.counters()["cnp_sent"] > 10
     rate = int(fab.link_rate_bps[0])
-    assert got.sum() * 8 / 1e-3 == pytest.approx(rate * MTU / (MTU + L.DATA_OVERHEAD), rel=0.05)
+    assert got.sum() * 8 / 1e-3 == pytest.approx(
+        rate * MTU / (MTU + L.DATA_OVERHEAD_BYTES), rel=0.05
+    )
     assert got[0] / got[1] == pytest.approx(1.0, abs=0.1)
 
 
@@ -159,7 +172,8 @@ def test_ring_allreduce_matches_the_alpha_beta_model():
     size = len(nics) * 64 * MTU
     table, chunk, steps = ring_allreduce(nics, size, MTU)
     sim = run(fab, table)
-    coll = sim.collective_records()
+    rec = sim.flow_records()
+    coll = collective_records(sim.flows, rec["start_ns"], rec["end_ns"])
     rate = int(fab.link_rate_bps[0])
     # alpha: the longest ring hop (rack to rack over a spine); beta: wire bytes at line rate
     longest = max(

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import heapq
+import importlib
+import inspect
+import re
 from collections import deque
 
 import numpy as np
 import pytest
 from numba import njit
 
+from fabric import cc, routing
 from fabric.model import EcnProfile
-from fabric.sim import dcqcn, ecn, pfc
+from fabric.sim import Simulation, congestion, dcqcn, ecn, kernel, pfc
 from fabric.sim import layout as L
 from fabric.sim.engine import CACHE_LINE, zeros_aligned
 from fabric.sim.heap import pop, schedule
@@ -73,10 +77,40 @@ def test_prefetch_is_only_a_hint_and_changes_nothing():
 
 def test_a_packet_row_is_one_cache_line_holding_its_fields_and_route():
     assert L.PK_N * 4 == CACHE_LINE
-    fields = (L.PK_KIND, L.PK_WIRE, L.PK_HOP, L.PK_NHOPS, L.PK_NEXT, L.PK_CE, L.PK_FLOW, L.PK_BYTES)
+    fields = (
+        L.PK_KIND,
+        L.PK_WIRE_BYTES,
+        L.PK_HOP,
+        L.PK_NHOPS,
+        L.PK_NEXT,
+        L.PK_CE,
+        L.PK_FLOW,
+        L.PK_BYTES,
+    )
     assert sorted(fields) == list(range(L.PK_ROUTE))
     assert L.PK_ROUTE + L.MAX_HOPS == L.PK_N
+    assert L.MAX_HOPS is routing.MAX_HOPS  # one hop limit, routing's
     assert L.MAX_HOPS >= 6  # NIC, rack, spine, zone, spine, rack: the longest Clos route
+
+
+def test_every_congestion_control_kind_is_registered_with_the_kernel_hooks():
+    hooks = set(re.findall(r"^def (\w+)\(S", inspect.getsource(congestion), re.M))
+    assert {"on_flow_start", "on_data", "on_cnp", "on_timer", "on_grant"} <= hooks
+    dispatch = inspect.getsource(congestion)
+    assert set(cc.SIM_COMPONENTS) == set(cc.KINDS)
+    for kind, module in cc.SIM_COMPONENTS.items():
+        if module is None:
+            continue
+        component = importlib.import_module(module)
+        short = module.rsplit(".", 1)[1]
+        defined = {
+            name for name, fn in vars(component).items()
+            if name.startswith(("on_", "may_", "send_", "next_", "timer_")) and callable(fn)
+        }  # fmt: skip
+        assert defined, kind
+        assert defined <= hooks, f"{kind}: {defined - hooks} are not hooks"
+        for name in defined:
+            assert f"{short}.{name}(" in dispatch, f"{kind}: congestion.{name} never calls it"
 
 
 @pytest.mark.parametrize("depth", [0, 100, 101, 150, 399, 400, 401, 10_000])
@@ -109,18 +143,18 @@ def test_queue_is_a_fifo_with_byte_counts():
             i = dequeue(pt, pk, 1, cls, t)
             assert i == ref[cls].popleft()
         elif nxt < 64:
-            pk[nxt, L.PK_WIRE] = int(rng.integers(64, 5000))
+            pk[nxt, L.PK_WIRE_BYTES] = int(rng.integers(64, 5000))
             enqueue(pt, pk, 1, cls, nxt, t)
             ref[cls].append(nxt)
             nxt += 1
         for c in (0, 1):
-            assert fifo_check(pt, pk, 1, c) == sum(pk[i, L.PK_WIRE] for i in ref[c])
-            assert pt[1, L.PT_QB0 + c] == sum(pk[i, L.PK_WIRE] for i in ref[c])
+            assert fifo_check(pt, pk, 1, c) == sum(pk[i, L.PK_WIRE_BYTES] for i in ref[c])
+            assert pt[1, L.PT_Q0_BYTES + c] == sum(pk[i, L.PK_WIRE_BYTES] for i in ref[c])
 
 
 def test_pfc_admit_and_release_follow_the_thresholds():
     pt = np.zeros((1, L.PT_N), dtype=np.int64)
-    pt[0, L.PT_XOFF_B], pt[0, L.PT_XON_B], pt[0, L.PT_HEADROOM] = 10_000, 6_000, 3_000
+    pt[0, L.PT_XOFF_BYTES], pt[0, L.PT_XON_BYTES], pt[0, L.PT_HEADROOM_BYTES] = 10_000, 6_000, 3_000
     rng = np.random.default_rng(4)
     ing, xoff, held = 0, False, []
     for _ in range(2000):
@@ -143,7 +177,7 @@ def test_pfc_admit_and_release_follow_the_thresholds():
             want = pfc.ADMIT_XOFF if ing > 10_000 and not xoff else pfc.ADMIT
             xoff = xoff or want == pfc.ADMIT_XOFF
             assert verdict == want
-        assert pt[0, L.PT_ING] == ing and pt[0, L.PT_XOFF] == int(xoff)
+        assert pt[0, L.PT_ING_BYTES] == ing and pt[0, L.PT_XOFF] == int(xoff)
 
 
 @pytest.mark.parametrize("rate", [25 * 10**9, 100 * 10**9, 400 * 10**9])
@@ -166,11 +200,11 @@ def test_dcqcn_cut_and_increase_match_the_equations():
     for _ in range(300):
         r = rng.random()
         if r < 0.2:
-            dcqcn.on_cnp(fl, fr, 0, prm, fprm)
+            dcqcn.cut(fl, fr, 0, prm, fprm)
             rt, rc, alpha = rc, max(rc * (1 - alpha / 2), 1e8), (1 - g) * alpha + g
             t = b = 0
         elif r < 0.4:
-            dcqcn.on_alpha_timer(fr, 0, fprm)
+            dcqcn.decay_alpha(fr, 0, fprm)
             alpha *= 1 - g
         else:
             stage = L.FL_T_STAGE if r < 0.7 else L.FL_B_STAGE
@@ -182,8 +216,8 @@ def test_dcqcn_cut_and_increase_match_the_equations():
             elif max(t, b) >= 5:
                 rt = min(rt + 40e6, line)
             rc = min((rt + rc) / 2, line)
-        assert fr[0, L.FR_RC] == pytest.approx(rc)
-        assert fr[0, L.FR_RT] == pytest.approx(rt)
+        assert fr[0, L.FR_RC_BPS] == pytest.approx(rc)
+        assert fr[0, L.FR_RT_BPS] == pytest.approx(rt)
         assert fr[0, L.FR_ALPHA] == pytest.approx(alpha)
 
 
@@ -210,10 +244,202 @@ def test_event_loop_matches_a_store_and_forward_reference_to_the_picosecond():
     size = 37 * mtu + 1234
     sim = run(fab, flows([nics[1]], [nics[14]], size))
     ports = sim.path_port[sim.path_ptr[0] : sim.path_ptr[1]]
-    wires = [mtu + L.DATA_OVERHEAD] * 37 + [1234 + L.DATA_OVERHEAD]
+    wires = [mtu + L.DATA_OVERHEAD_BYTES] * 37 + [1234 + L.DATA_OVERHEAD_BYTES]
     end_ps = reference_store_and_forward(
         wires,
         [int(fab.port_rate_bps[p]) for p in ports],
         [int(fab.port_delay_ns[p]) * 1000 for p in ports],
     )
-    assert sim.fl[0, L.FL_T_END] == end_ps
+    assert sim.fl[0, L.FL_T_END_PS] == end_ps
+
+
+# purge, grant and complete against slow models ---------------------------------------------
+
+
+def fifo(sim, p, cls):
+    """The packets queued in class cls of port p, head first."""
+    out = []
+    i = int(sim.pt[p, L.PT_HEAD0 + 2 * cls])
+    while i >= 0:
+        out.append(i)
+        i = int(sim.pk[i, L.PK_NEXT])
+    return out
+
+
+def new_events(sim, after_seq, *kinds):
+    """(kind, a, b) of the events of `kinds` scheduled after sequence number after_seq,
+    in order."""
+    ev = sim.ev[: int(sim.g[L.G_HEAP])]
+    rows = ev[(ev[:, L.E_SEQ] >= after_seq) & np.isin(ev[:, L.E_KIND], kinds)]
+    rows = rows[np.argsort(rows[:, L.E_SEQ])]
+    return [(int(r[L.E_KIND]), int(r[L.E_A]), int(r[L.E_B])) for r in rows]
+
+
+def reference_purge(sim, p):
+    """What losing port p's queues does: every packet dropped in queue order, a timeout
+    for its data (go-back-N: where it starts; selective: its bytes to send again; a
+    grant: -bytes, a request: 0), a switch's lossless bytes
+    released from the ingress they came over, a resume where that ends a pause."""
+    pt, pk, pc = sim.pt, sim.pk, sim.pc
+    ing = {int(k): int(pt[k, L.PT_ING_BYTES]) for k in range(len(pt))}
+    xoff = {int(k): int(pt[k, L.PT_XOFF]) for k in range(len(pt))}
+    resends, resumes = [], []
+    packets = fifo(sim, p, 0) + fifo(sim, p, 1)
+    for cls, queue in ((0, fifo(sim, p, 0)), (1, fifo(sim, p, 1))):
+        for i in queue:
+            if cls == 1 and not pt[p, L.PT_IS_NIC]:
+                k = int(pk[i, L.PK_ROUTE + pk[i, L.PK_HOP] - 1]) ^ 1
+                if pt[k, L.PT_PFC_ON]:
+                    ing[k] -= int(pk[i, L.PK_WIRE_BYTES])
+                    if xoff[k] and ing[k] <= pt[k, L.PT_XON_BYTES]:
+                        xoff[k] = 0
+                        resumes.append(k)
+            kind, f = int(pk[i, L.PK_KIND]), int(pk[i, L.PK_FLOW])
+            if kind == L.K_DATA and sim.prm[L.P_GO_BACK_N]:
+                resends.append((L.EV_RTO, f, int(pc[i, L.PC_OFFSET_BYTES])))
+            elif kind == L.K_DATA:
+                resends.append((L.EV_RETX, f, int(pk[i, L.PK_BYTES])))
+            elif kind == L.K_CTS:
+                resends.append((L.EV_RETX, f, -int(pc[i, L.PC_ARG])))
+            elif kind == L.K_REQ:
+                resends.append((L.EV_RETX, f, 0))
+    return packets, resends, ing, resumes
+
+
+@pytest.mark.parametrize("recovery", ["go-back-n", "selective"])
+@pytest.mark.parametrize("room", ["ample", "short"])
+def test_purge_drops_a_ports_queues_as_the_reference_does(room, recovery):
+    fab = preset("lab-medium")
+    nics = fab.nic_ids
+    table = flows(nics[1:16], [nics[0]] * 15, 2_000_000)
+    sim = Simulation(fab, table, cc="none", cc_params={"loss_recovery": recovery})
+    sim.run(until_ns=40_000)
+    p = int(fab.nic_port[nics[0]]) ^ 1  # the switch's port towards the receiver
+    packets, resends, ing, resumes = reference_purge(sim, p)
+    assert len(packets) > 1000 and len(resumes) == 15  # a deep queue; its loss ends 15 pauses
+    drops, nfree, seq = int(sim.g[L.G_DROPS]), int(sim.g[L.G_NFREE]), int(sim.g[L.G_SEQ])
+    now = int(sim.g[L.G_NOW_PS])
+    sim.pt[p, L.PT_ALIVE] = sim.pt[p ^ 1, L.PT_ALIVE] = 0
+    if room == "short":  # room for a few packets' events: the rest waits for a larger list
+        heap = int(sim.g[L.G_HEAP])
+        sim.ev = sim.ev[: heap + 10].copy()
+        assert not kernel.purge(sim._state(), p, now)
+        assert sim.pt[p, L.PT_PURGE] == 1 and sim.g[L.G_PURGING] == 1
+        sim._grow_events()
+        assert kernel.finish_purges(sim._state(), now)
+    else:
+        sim.ev = np.concatenate([sim.ev, np.zeros((4 * len(packets), L.E_N), np.int64)])
+        assert kernel.purge(sim._state(), p, now)
+    assert sim.pt[p, L.PT_PURGE] == 0 and sim.g[L.G_PURGING] == 0
+    assert fifo(sim, p, 0) == fifo(sim, p, 1) == []
+    assert sim.pt[p, L.PT_Q0_BYTES] == sim.pt[p, L.PT_Q1_BYTES] == 0
+    assert sim.g[L.G_DROPS] - drops == len(packets)
+    assert sim.g[L.G_NFREE] - nfree == len(packets)
+    assert new_events(sim, seq, L.EV_RETX, L.EV_RTO) == resends
+    assert {k: int(sim.pt[k, L.PT_ING_BYTES]) for k in ing} == ing
+    assert [a for _, a, _ in new_events(sim, seq, L.EV_TX)] == resumes
+    assert [int(sim.pt[k, L.PT_PFC_PENDING]) for k in resumes] == [0] * len(resumes)
+
+
+def reference_grants(nbytes, chunk, window, delivered, granted):
+    """The grants a clear-to-send receiver sends now: whole chunks (the last one short)
+    while at most `window` chunks are granted and not yet received."""
+    out = []
+    while granted < nbytes:
+        n = min(chunk, nbytes - granted)
+        if granted + n - delivered > window * chunk:
+            break
+        granted += n
+        out.append(n)
+    return out, granted
+
+
+def test_grant_sends_the_grants_the_reference_does():
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        nbytes = int(rng.integers(1, 3_000_000))
+        sim = Simulation(fab, flows([nics[1]], [nics[0]], nbytes), cc="cts")
+        chunk = int(rng.integers(1, 300_000))
+        window = int(rng.integers(1, 12))
+        granted = int(rng.integers(0, nbytes + 1))
+        delivered = int(rng.integers(0, granted + 1))
+        fl = sim.fl
+        fl[0, L.FL_CHUNK_BYTES], fl[0, L.FL_WINDOW] = chunk, window
+        fl[0, L.FL_GRANTED_BYTES], fl[0, L.FL_DELIV_BYTES] = granted, delivered
+        want, total = reference_grants(nbytes, chunk, window, delivered, granted)
+        kernel.grant(sim._state(), 0, 0)
+        sent = np.flatnonzero(sim.pk[:-1, L.PK_KIND] == L.K_CTS)  # allocated in index order
+        assert [int(sim.pc[i, L.PC_ARG]) for i in sent] == want
+        assert fl[0, L.FL_GRANTED_BYTES] == total
+        assert all(sim.pk[i, L.PK_FLOW] == 0 for i in sent)
+
+
+def test_complete_finishes_a_flow_and_starts_its_dependents_as_the_reference_does():
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    deps = [[], [0], [0], [0, 1], [2], [0]]
+    start = [0, 0, 500, 0, 0, 2_000]
+    table = flows(nics[1:7], nics[7:13], 10_000, deps=deps, start_ns=start)
+    sim = Simulation(fab, table, cc="none")
+    seq, now = int(sim.g[L.G_SEQ]), 1_000 * L.PS_PER_NS
+    waiting = [len(d) for d in deps]
+    want = []
+    for h, d in enumerate(deps):  # the flows waiting on flow 0, in the order they are listed
+        if 0 in d:
+            waiting[h] -= 1
+            if waiting[h] == 0:
+                want.append((h, max(now, start[h] * L.PS_PER_NS)))
+    kernel.complete(sim._state(), 0, now)
+    fl = sim.fl
+    assert fl[0, L.FL_STATE] == L.ST_DONE and fl[0, L.FL_T_END_PS] == now
+    assert sim.g[L.G_DONE] == 1
+    assert list(fl[:, L.FL_DEPS]) == waiting
+    starts = [row for row in sim.ev[: int(sim.g[L.G_HEAP])] if row[L.E_SEQ] >= seq]
+    starts = sorted((r for r in starts if r[L.E_KIND] == L.EV_FLOW_START), key=lambda r: r[1])
+    assert [(int(r[L.E_A]), int(r[L.E_TIME_PS])) for r in starts] == want
+    acks = np.flatnonzero(sim.pk[:-1, L.PK_KIND] == L.K_ACK)
+    assert len(acks) == 1 and sim.pk[acks[0], L.PK_FLOW] == 0
+
+
+def test_no_kernel_function_calls_itself_even_through_others():
+    # numba compiles mutual recursion, but a cached recursive kernel crashes when loaded
+    import ast
+    from pathlib import Path
+
+    modules = ("kernel", "congestion", "dcqcn", "cts", "heap", "queue", "pfc", "ecn")
+    calls: dict[str, set[str]] = {}
+    for mod in modules:
+        tree = ast.parse((Path(kernel.__file__).parent / f"{mod}.py").read_text())
+        local = {fn.name for fn in tree.body if isinstance(fn, ast.FunctionDef)}
+        imported = {}
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module == "fabric.sim":
+                imported.update({a.name: a.name for a in node.names})
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fabric.sim."):
+                source = node.module.rsplit(".", 1)[1]
+                imported.update({a.name: f"{source}.{a.name}" for a in node.names})
+        for fn in tree.body:
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            called = calls.setdefault(f"{mod}.{fn.name}", set())
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                target = node.func
+                if isinstance(target, ast.Name) and target.id in local:
+                    called.add(f"{mod}.{target.id}")
+                elif isinstance(target, ast.Name) and target.id in imported:
+                    called.add(imported[target.id])
+                elif getattr(getattr(target, "value", None), "id", "") in modules:
+                    called.add(f"{target.value.id}.{target.attr}")
+
+    def reaches(start, goal, seen):
+        for nxt in calls.get(start, ()):
+            if nxt == goal or (nxt not in seen and (seen.add(nxt) or reaches(nxt, goal, seen))):
+                return True
+        return False
+
+    assert len(calls) > 50 and "kernel.send_data" in calls["kernel.kick"]
+    assert [f for f in calls if reaches(f, f, set())] == []

@@ -148,6 +148,17 @@ def features(scenario, *, switch: str, ecn: str, delay: str, pfc: bool) -> dict[
         if pfc
         else refused("PFC is turned off for this run (pfc=False)")
     )
+    out["loss_recovery"] = (
+        implemented(
+            "receivers NAK the first gap (RC ACKNOWLEDGE, PSN sequence error); senders "
+            "go back to the PSN it names; a quiet flow resends after the scaled RTO"
+        )
+        if scenario_features(scenario)["loss_recovery"] == "go-back-n"
+        else refused(
+            "the emulator's replay recovers losses with go-back-N only; "
+            "run selective repeat on the simulator"
+        )
+    )
     out["congestion_control.kind"] = {
         "none": implemented("senders send as fast as their NIC queue takes packets"),
         "dcqcn": implemented(

@@ -17,9 +17,16 @@ import numpy as np
 
 from fabric.cc import cc_parameters, check_kind
 from fabric.errors import AifabricError
-from fabric.faults import check_fault, fault_ports, routing_after
+from fabric.faults import (
+    at_start,
+    check_fault,
+    during_run,
+    fault_ports,
+    routing_after,
+    routing_at_start,
+)
 from fabric.model import Fabric, Role
-from fabric.routing import CRC_TABLE, Routing
+from fabric.routing import Routing
 from fabric.scenario import Fault
 from fabric.sim import kernel
 from fabric.sim import layout as L
@@ -30,6 +37,15 @@ PS = L.PS_PER_NS
 CACHE_LINE = 64
 
 
+def packet_rows(n: int) -> np.ndarray:
+    """A pool of n free packets, rows 0..n-1 in one free list, and a last, scratch row."""
+    pk = zeros_aligned((n + 1, L.PK_N), np.int32)
+    pk[:, L.PK_NEXT] = np.arange(1, n + 2)
+    pk[n - 1 :, L.PK_NEXT] = -1
+    pk[:, L.PK_KIND] = -1
+    return pk
+
+
 def zeros_aligned(shape, dtype) -> np.ndarray:
     """`np.zeros` whose first byte starts a cache line, so that a row laid out to fit
     one line (the hot columns of `layout`) is read with one memory access."""
@@ -38,6 +54,10 @@ def zeros_aligned(shape, dtype) -> np.ndarray:
     raw = np.zeros(n * dtype.itemsize + CACHE_LINE, dtype=np.uint8)
     skip = -raw.ctypes.data % CACHE_LINE
     return raw[skip : skip + n * dtype.itemsize].view(dtype).reshape(shape)
+
+
+class Stalled(AifabricError):
+    """The run cannot finish: flows are underway but nothing more will deliver their data."""
 
 
 @dataclass
@@ -81,30 +101,21 @@ class Simulation:
             self.capture_ports.min() < 0 or self.capture_ports.max() >= fabric.n_ports
         ):
             raise AifabricError(f"fabric {fabric.name} has no port {self.capture_ports.max()}")
-        faults = sorted(faults, key=lambda x: x.at_ns)
+        faults = list(faults)
         for fault in faults:
-            _check_fault(fabric, fault)
-        now_faults = [x for x in faults if x.at_ns == 0]
-        self.pending_faults = [x for x in faults if x.at_ns > 0]
-        self.applied_faults: list[Fault] = []
-        self.routing = Routing(
-            fabric,
-            ecmp,
-            seed,
-            same_seed=same_seed,
-            failed_links=[x.target for x in now_faults if x.kind == "link"],
-            failed_nodes=[x.target for x in now_faults if x.kind == "node"],
-        )
-        self.applied_faults.extend(now_faults)
+            check_fault(fabric, fault)
+        now_faults = at_start(faults)
+        self.pending_faults = during_run(faults)
+        self.applied_faults: list[Fault] = list(now_faults)
+        self.routing = routing_at_start(fabric, faults, ecmp, seed, same_seed=same_seed)
         self._allocate()
         for fault in now_faults:
             if fault.action == "down":
-                for p in self._fault_ports(fault):
+                for p in fault_ports(fabric, fault):
                     self.pt[p, L.PT_ALIVE] = 0
         self.capture_chunks: list[np.ndarray] = []
         self.sample_chunks: list[np.ndarray] = []
         self.wall_s = 0.0
-        self.finished = False
 
     # set-up -----------------------------------------------------------------------------
     def _validate_flows(self) -> None:
@@ -128,7 +139,9 @@ class Simulation:
         paths = routing.paths(
             t.src[which], t.dst[which], t.sport[which], t.dqpn[which], 0, t.bytes[which]
         )
-        longest = int(np.diff(paths.ptr).max()) if len(which) else 0
+        if hasattr(self, "fl"):  # a new route mid-run: the flow may overtake itself
+            self.fl[which, L.FL_MAY_REORDER] = 1
+        longest = routing.hop_diameter()
         if longest > L.MAX_HOPS:
             raise AifabricError(
                 f"a route on fabric {self.fabric.name} crosses {longest} links; "
@@ -148,29 +161,30 @@ class Simulation:
         p = self.params
         prm[L.P_CC] = L.CC_KINDS[self.cc]
         prm[L.P_SPRAY] = int(self.routing.policy == "spray")
-        prm[L.P_MTU] = mtu
+        prm[L.P_MTU_BYTES] = mtu
         prm[L.P_SAMPLE_PS] = self.sample_interval_ns * PS
         prm[L.P_RTO_PS] = max(p["rto"], 1) * PS
         prm[L.P_CNP_INTERVAL_PS] = p["cnp_interval"] * PS
         prm[L.P_ALPHA_TIMER_PS] = max(p["alpha_timer"], 1) * PS
         prm[L.P_RATE_TIMER_PS] = max(p["rate_timer"], 1) * PS
-        prm[L.P_BYTE_COUNTER] = p["byte_counter"]
+        prm[L.P_BYTE_COUNTER_BYTES] = p["byte_counter"]
         prm[L.P_FAST_STEPS] = p["fast_recovery_steps"]
         prm[L.P_AI_BPS] = p["additive_increase"]
         prm[L.P_HAI_BPS] = p["hyper_increase"]
         prm[L.P_MIN_RATE_BPS] = p["min_rate"]
-        prm[L.P_CTS_CHUNK] = p["cts_chunk"]
+        prm[L.P_CTS_CHUNK_BYTES] = p["cts_chunk"]
         prm[L.P_CTS_WINDOW] = p["cts_window"]
+        prm[L.P_GO_BACK_N] = int(p["loss_recovery"] == "go-back-n")
         fprm = np.zeros(L.FP_NFPRM, dtype=np.float64)
         fprm[L.FP_G] = p["g"]
         self.mtu = mtu
 
         pt = zeros_aligned((f.n_ports, L.PT_N), np.int64)
         pmax = np.zeros(f.n_ports, dtype=np.float64)
-        for col in (L.PT_HEAD0, L.PT_TAIL0, L.PT_HEAD1, L.PT_TAIL1, L.PT_TXEV, L.PT_PFC_PENDING):
+        for col in (L.PT_HEAD0, L.PT_TAIL0, L.PT_HEAD1, L.PT_TAIL1, L.PT_TXEV_PS, L.PT_PFC_PENDING):
             pt[:, col] = -1
         pt[:, L.PT_ALIVE] = 1
-        pt[:, L.PT_RATE] = f.port_rate_bps
+        pt[:, L.PT_RATE_BPS] = f.port_rate_bps
         pt[:, L.PT_DELAY_PS] = f.port_delay_ns * PS
         pt[:, L.PT_NODE] = f.port_node
         pt[:, L.PT_PEER] = f.port_peer
@@ -179,16 +193,16 @@ class Simulation:
         for r in Role:
             sel = role == r
             q = f.queue(r)
-            pt[sel, L.PT_BUF] = q.buffer_bytes
+            pt[sel, L.PT_BUF_BYTES] = q.buffer_bytes
             is_switch = r != Role.NIC
             pt[sel, L.PT_ECN_ON] = int(q.ecn.enabled and is_switch)
-            pt[sel, L.PT_KMIN] = q.ecn.kmin_bytes
-            pt[sel, L.PT_KMAX] = q.ecn.kmax_bytes
+            pt[sel, L.PT_KMIN_BYTES] = q.ecn.kmin_bytes
+            pt[sel, L.PT_KMAX_BYTES] = q.ecn.kmax_bytes
             pmax[sel] = q.ecn.pmax
             pt[sel, L.PT_PFC_ON] = int(q.pfc.enabled and is_switch)
-            pt[sel, L.PT_XOFF_B] = q.pfc.xoff_bytes
-            pt[sel, L.PT_XON_B] = q.pfc.xon_bytes
-            pt[sel, L.PT_HEADROOM] = q.pfc.headroom_bytes
+            pt[sel, L.PT_XOFF_BYTES] = q.pfc.xoff_bytes
+            pt[sel, L.PT_XON_BYTES] = q.pfc.xon_bytes
+            pt[sel, L.PT_HEADROOM_BYTES] = q.pfc.headroom_bytes
             pt[sel, L.PT_QUANTA] = q.pfc.pause_quanta
         pt[self.capture_ports, L.PT_CAPTURE] = 1
 
@@ -197,20 +211,21 @@ class Simulation:
         fl[:, L.FL_DST] = t.dst
         fl[:, L.FL_BYTES] = t.bytes
         fl[:, L.FL_DEPS] = np.diff(t.dep_ptr)
-        fl[:, L.FL_EARLIEST] = t.start_ns * PS
-        fl[:, L.FL_T_START] = -1
-        fl[:, L.FL_T_END] = -1
-        fl[:, L.FL_LAST_CNP] = -1
+        fl[:, L.FL_EARLIEST_PS] = t.start_ns * PS
+        fl[:, L.FL_T_START_PS] = -1
+        fl[:, L.FL_T_END_PS] = -1
+        fl[:, L.FL_REWIND_PS] = -1
+        fl[:, L.FL_LAST_CNP_PS] = -1
         fl[:, L.FL_SLOT] = -1
         fl[:, L.FL_SPORT] = t.sport
         fl[:, L.FL_DQPN] = t.dqpn
         fl[:, L.FL_SQPN] = t.sqpn
         fl[:, L.FL_PRIO] = t.priority
-        fl[:, L.FL_CHUNK], fl[:, L.FL_WINDOW] = self._cts_grants()
+        fl[:, L.FL_CHUNK_BYTES], fl[:, L.FL_WINDOW] = self._cts_grants()
         fr = np.zeros((n, L.FR_N), dtype=np.float64)
-        fr[:, L.FR_LINE] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
-        fr[:, L.FR_RC] = fr[:, L.FR_LINE]
-        fr[:, L.FR_RT] = fr[:, L.FR_LINE]
+        fr[:, L.FR_LINE_BPS] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
+        fr[:, L.FR_RC_BPS] = fr[:, L.FR_LINE_BPS]
+        fr[:, L.FR_RT_BPS] = fr[:, L.FR_LINE_BPS]
         fr[:, L.FR_ALPHA] = 1.0
 
         nd = np.zeros((f.n_nodes, L.ND_N), dtype=np.int64)
@@ -227,31 +242,53 @@ class Simulation:
             np.cumsum(np.bincount(t.dep, minlength=n), out=rdep_ptr[1:])
 
         n_pk = 4096
-        pk = zeros_aligned((n_pk, L.PK_N), np.int32)
-        pk[:, L.PK_NEXT] = np.arange(1, n_pk + 1)
-        pk[-1, L.PK_NEXT] = -1
-        pk[:, L.PK_KIND] = -1
-        pc = np.zeros((n_pk, L.PC_N), dtype=np.int64)
-        ev = zeros_aligned((max(4096, 4 * n + 64), 5), np.int64)
+        pk = packet_rows(n_pk)
+        pc = np.zeros((n_pk + 1, L.PC_N), dtype=np.int64)
+        ev = zeros_aligned((max(4096, 4 * n + 64), L.E_N), np.int64)
         g = np.zeros(L.G_NG, dtype=np.int64)
         g[L.G_FREE] = 0
         g[L.G_NFREE] = n_pk
         g[L.G_RNG] = rng_state(self.seed)
-        rows = int(max(4, min(256, 16_000_000 // (7 * 8 * max(f.n_ports, 1)))))
-        smp = np.zeros((7, rows, f.n_ports), dtype=np.int64)
+        rows = int(max(4, min(256, 16_000_000 // (L.SM_N * 8 * max(f.n_ports, 1)))))
+        smp = np.zeros((L.SM_N, rows, f.n_ports), dtype=np.int64)
         cap = np.zeros((65536 if len(self.capture_ports) else 32, L.CP_N), dtype=np.int64)
 
         self.g, self.prm, self.fprm, self.pt, self.pmax = g, prm, fprm, pt, pmax
         self.fl, self.fr, self.nd, self.act, self.pk, self.pc = fl, fr, nd, act, pk, pc
-        self.ev, self.rdep_ptr, self.rdep, self.smp, self.cap = ev, rdep_ptr, rdep, smp, cap
+        self.ev, self.dep_ptr, self.dep, self.smp, self.cap = ev, rdep_ptr, rdep, smp, cap
+        prm[L.P_EVENT_RESERVE], prm[L.P_PACKET_RESERVE] = self._reserves()
+        prm[L.P_STALL_PS] = self._stall_ns() * PS
         self._load = np.zeros(f.n_ports, dtype=np.float64)
         self._rnd = np.zeros(L.MAX_HOPS, dtype=np.uint32)
 
         from fabric.sim.heap import schedule
 
         for i in np.flatnonzero(fl[:, L.FL_DEPS] == 0):
-            schedule(ev, g, int(fl[i, L.FL_EARLIEST]), L.EV_FLOW_START, int(i), 0)
+            schedule(ev, g, int(fl[i, L.FL_EARLIEST_PS]), L.EV_FLOW_START, int(i), 0)
         schedule(ev, g, int(prm[L.P_SAMPLE_PS]), L.EV_SAMPLE, 0, 0)
+
+    def _reserves(self) -> tuple[int, int]:
+        """Free event rows and packets the loop keeps before each event: more than one
+        event can schedule and allocate. A clear-to-send receiver may send a window of
+        grants at once (each one packet, at most two events); a completing flow starts
+        every flow waiting on it; the rest is a handful."""
+        window = int(self.fl[:, L.FL_WINDOW].max()) if self.cc == "cts" and len(self.fl) else 0
+        fanout = int(np.diff(self.dep_ptr).max()) if len(self.dep_ptr) > 1 else 0
+        return 64 + 2 * window + fanout, 16 + window
+
+    def _stall_ns(self) -> int:
+        """How long no data may arrive while flows are underway before the run is
+        stalled: 100 times the longest time any port's buffer takes to drain, and at
+        least 10 retransmission timeouts and 10 sample intervals."""
+        f = self.fabric
+        drain = 0
+        if f.n_ports:
+            pt = self.pt
+            buffer_bytes = np.maximum(
+                pt[:, L.PT_BUF_BYTES], pt[:, L.PT_XOFF_BYTES] + pt[:, L.PT_HEADROOM_BYTES]
+            )
+            drain = int((buffer_bytes * 8 * 10**9 // f.port_rate_bps).max())
+        return max(100 * drain, 10 * self.params["rto"], 10 * self.sample_interval_ns)
 
     def _cts_grants(self) -> tuple[np.ndarray, np.ndarray]:
         """Clear-to-send chunk and window per flow: its operation's (the workload's
@@ -273,34 +310,43 @@ class Simulation:
         window[own] = w[own]
         return chunk, window
 
-    def _state(self) -> tuple:
-        f, r = self.fabric, self.routing
-        net = (f.nic_port, f.nic_switch, f.port_peer, f.adj_ptr, f.adj_port, r.sw_ord, r.leaf_ord)
-        live = (r.port_alive, r.dist, r.dist0, r.seeds, CRC_TABLE)
-        return (
-            self.g, self.prm, self.fprm, self.pt, self.pmax, self.fl, self.fr, self.nd,
-            self.act, self.pk, self.pc, self.ev, self.path_ptr, self.path_port,
-            self.rdep_ptr, self.rdep, self.smp, self.cap, net, live, r.ip, self._load,
-            self._rnd,
+    def _state(self) -> L.State:
+        r = self.routing
+        return L.State(
+            g=self.g, prm=self.prm, fprm=self.fprm, pt=self.pt, pmax=self.pmax, fl=self.fl,
+            fr=self.fr, nd=self.nd, act=self.act, pk=self.pk, pc=self.pc, ev=self.ev,
+            path_ptr=self.path_ptr, path_port=self.path_port, dep_ptr=self.dep_ptr,
+            dep=self.dep, smp=self.smp, cap=self.cap, net=r.net(), live=r.live(), nic_ip=r.ip,
+            load=self._load, rnd=self._rnd,
         )  # fmt: skip
 
     # buffers ----------------------------------------------------------------------------
     def _grow_packets(self) -> None:
-        old = len(self.pk)
-        new = old * 2
-        pk = zeros_aligned((new, L.PK_N), np.int32)
-        pk[:old] = self.pk
-        pk[old:, L.PK_KIND] = -1
-        pk[old:, L.PK_NEXT] = np.arange(old + 1, new + 1)
-        pk[-1, L.PK_NEXT] = self.g[L.G_FREE]
-        pc = np.zeros((new, L.PC_N), dtype=np.int64)
-        pc[:old] = self.pc
+        """Double the packet pool until the loop's reserve is free. The last row is
+        scratch (see kernel.alloc), never in the free list."""
+        old = len(self.pk) - 1
+        new = old
+        while self.g[L.G_NFREE] + new - old < self.prm[L.P_PACKET_RESERVE]:
+            new *= 2
+        new = max(new, 2 * old)
+        pk = packet_rows(new)
+        pk[:old] = self.pk[:old]
+        pk[new - 1, L.PK_NEXT] = self.g[L.G_FREE]
+        pc = np.zeros((new + 1, L.PC_N), dtype=np.int64)
+        pc[:old] = self.pc[:old]
         self.g[L.G_FREE] = old
         self.g[L.G_NFREE] += new - old
         self.pk, self.pc = pk, pc
 
     def _grow_events(self) -> None:
-        ev = zeros_aligned((len(self.ev) * 2, 5), np.int64)
+        """Double the event list until the loop's reserve (or a purge's) fits."""
+        rows = 2 * len(self.ev)
+        need = int(self.g[L.G_HEAP] + self.prm[L.P_EVENT_RESERVE])
+        if self.g[L.G_PURGING]:
+            need += kernel.PURGE_ROOM * (len(self.pk) - int(self.g[L.G_NFREE]))
+        while rows < need:
+            rows *= 2
+        ev = zeros_aligned((rows, L.E_N), np.int64)
         ev[: len(self.ev)] = self.ev
         self.ev = ev
 
@@ -317,18 +363,11 @@ class Simulation:
         self.g[L.G_SAMPLES] = 0
 
     # faults ------------------------------------------------------------------------------
-    def _fault_ports(self, fault: Fault) -> list[int]:
-        f = self.fabric
-        if fault.kind == "link":
-            return [2 * fault.target, 2 * fault.target + 1]
-        links = np.flatnonzero((f.link_a == fault.target) | (f.link_b == fault.target))
-        return [int(p) for link in links for p in (2 * link, 2 * link + 1)]
-
     def _apply(self, fault: Fault) -> None:
         """Take a link or switch down (or drain it) now and re-route what it concerns."""
         self.routing = routing_after(fault, self.routing)
         self.applied_faults.append(fault)
-        now = int(self.g[L.G_NOW])
+        now = int(self.g[L.G_NOW_PS])
         ports = fault_ports(self.fabric, fault)
         state = self.fl[:, L.FL_STATE]
         if fault.action == "down":
@@ -363,7 +402,7 @@ class Simulation:
     # running -----------------------------------------------------------------------------
     @property
     def now_ns(self) -> int:
-        return int(self.g[L.G_NOW]) // PS
+        return int(self.g[L.G_NOW_PS]) // PS
 
     @property
     def flows_done(self) -> int:
@@ -386,7 +425,6 @@ class Simulation:
                     t_stop = min(t_stop, self.pending_faults[0].at_ns * PS - 1)
                 code = kernel.run(self._state(), t_stop, slice_events)
                 if code == L.R_DONE:
-                    self.finished = True
                     return True
                 if code == L.R_GROW_EVENTS:
                     self._grow_events()
@@ -396,13 +434,20 @@ class Simulation:
                     self._drain_captures()
                 elif code == L.R_DRAIN_SAMPLES:
                     self._drain_samples()
+                elif code == L.R_STALLED:
+                    raise Stalled(self.stall_report())
+                elif code == L.R_OVERFLOW:
+                    raise RuntimeError(
+                        "the simulator's event list or packet pool ran out of room; "
+                        "the run cannot go on (a bug in the kernel's reserves)"
+                    )
                 elif code == L.R_STOP:
                     if self.pending_faults and self.pending_faults[0].at_ns * PS - 1 < stop_ps:
                         fault = self.pending_faults.pop(0)
-                        self.g[L.G_NOW] = fault.at_ns * PS
+                        self.g[L.G_NOW_PS] = fault.at_ns * PS
                         self._apply(fault)
                     else:
-                        self.g[L.G_NOW] = stop_ps
+                        self.g[L.G_NOW_PS] = stop_ps
                         return False
                 if progress is not None:
                     self.wall_s += time.perf_counter() - started
@@ -410,6 +455,36 @@ class Simulation:
                     progress(self.progress())
         finally:
             self.wall_s += time.perf_counter() - started
+
+    def stall_report(self) -> str:
+        """One sentence: when the run stalled, which flows were stuck, where their packets were."""
+        f, fl = self.fabric, self.fl
+        state = fl[:, L.FL_STATE]
+        stuck = np.flatnonzero((state == L.ST_ACTIVE) | (state == L.ST_SENT))
+        live = self.pk[:-1, L.PK_KIND] >= 0
+        rows = np.flatnonzero(live)
+        port = self.pk[rows, L.PK_ROUTE + self.pk[rows, L.PK_HOP]]
+        owner = self.pk[rows, L.PK_FLOW]
+        shown = []
+        for i in stuck[:3]:
+            mine = port[owner == i]
+            at, count = np.unique(mine, return_counts=True)
+            where = ", ".join(
+                f"{n} at {f.port_name(int(q))}" for q, n in zip(at, count, strict=True)
+            )
+            shown.append(
+                f"flow {i} ({f.node_name[fl[i, L.FL_SRC]]} to {f.node_name[fl[i, L.FL_DST]]}, "
+                f"{fl[i, L.FL_DELIV_BYTES]:,} of {fl[i, L.FL_BYTES]:,} bytes delivered, "
+                + (f"packets: {where}" if len(mine) else "no packets in the fabric")
+                + ")"
+            )
+        since = int(self.g[L.G_PROGRESS_T_PS]) // PS
+        more = f" and {len(stuck) - 3} more" if len(stuck) > 3 else ""
+        return (
+            f"the simulation stalled at {self.now_ns / 1000:,.1f} us: no data delivered since "
+            f"{since / 1000:,.1f} us while {len(stuck)} flows were unfinished: "
+            f"{'; '.join(shown)}{more}"
+        )
 
     def progress(self) -> Progress:
         return Progress(
@@ -425,8 +500,8 @@ class Simulation:
         """Close the open sample interval and collect the buffers (call once, at the end)."""
         if int(self.g[L.G_SAMPLES]) >= self.smp.shape[1]:
             self._drain_samples()
-        now = int(self.g[L.G_NOW])
-        if now > int(self.g[L.G_SAMPLE_T]) or not self.sample_chunks:
+        now = int(self.g[L.G_NOW_PS])
+        if now > int(self.g[L.G_SAMPLE_T_PS]) or not self.sample_chunks:
             kernel.close_sample(self._state(), now)
         self._drain_samples()
         self._drain_captures()
@@ -443,20 +518,21 @@ class Simulation:
             "pfc_frames": int(g[L.G_PFC]),
             "drops": int(g[L.G_DROPS]),
             "retransmitted_bytes": int(g[L.G_RETX_BYTES]),
+            "loss_recovery": self.params["loss_recovery"],
             "simulated_ns": self.now_ns,
         }
 
     def flow_records(self) -> dict[str, np.ndarray]:
         t, fl = self.flows, self.fl
-        start = np.where(fl[:, L.FL_T_START] >= 0, fl[:, L.FL_T_START] // PS, -1)
-        end = np.where(fl[:, L.FL_T_END] >= 0, fl[:, L.FL_T_END] // PS, -1)
+        start = np.where(fl[:, L.FL_T_START_PS] >= 0, fl[:, L.FL_T_START_PS] // PS, -1)
+        end = np.where(fl[:, L.FL_T_END_PS] >= 0, fl[:, L.FL_T_END_PS] // PS, -1)
         ptr, links = self.links_used()
         return {
             "flow_id": t.flow_id, "job": t.job, "op": t.op, "step": t.step,
             "channel": t.channel, "src": t.src, "dst": t.dst, "sqpn": t.sqpn,
             "dqpn": t.dqpn, "sport": t.sport, "bytes": t.bytes,
             "start_ns": start.astype(np.int64), "end_ns": end.astype(np.int64),
-            "delivered_bytes": fl[:, L.FL_DELIV].copy(),
+            "delivered_bytes": fl[:, L.FL_DELIV_BYTES].copy(),
             "path_ptr": ptr, "path_link": links,
         }  # fmt: skip
 
@@ -483,7 +559,7 @@ class Simulation:
         arr = (
             np.concatenate(chunks, axis=1)
             if chunks
-            else np.zeros((7, 0, f.n_ports), dtype=np.int64)
+            else np.zeros((L.SM_N, 0, f.n_ports), dtype=np.int64)
         )
         rows = arr.shape[1]
         out = {name: arr[i] for i, name in enumerate(L.SERIES)}
@@ -492,37 +568,7 @@ class Simulation:
         out["interval_ns"] = self.sample_interval_ns
         return out
 
-    def collective_records(self) -> dict[str, np.ndarray]:
-        t = self.flows
-        rec = self.flow_records()
-        m = len(t.op_id)
-        start = np.full(m, -1, dtype=np.int64)
-        end = np.full(m, -1, dtype=np.int64)
-        for j, op in enumerate(t.op_id):
-            sel = t.op == op
-            if not sel.any():
-                continue
-            s = rec["start_ns"][sel]
-            e = rec["end_ns"][sel]
-            if (s >= 0).any():
-                start[j] = s[s >= 0].min()
-            if (e >= 0).all():
-                end[j] = e.max()
-        dur = np.where((end >= 0) & (end > start), end - start, 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            algbw = np.where(dur > 0, t.op_bytes * 8e9 / np.maximum(dur, 1), 0.0)
-        busbw = algbw * t.op_busbw_factor
-        return {
-            "op": t.op_id, "job": t.op_job, "kind": t.op_kind, "algorithm": t.op_algorithm,
-            "bytes": t.op_bytes, "ranks": t.op_ranks, "start_ns": start, "end_ns": end,
-            "algbw_bps": algbw, "busbw_bps": busbw,
-        }  # fmt: skip
-
     def captures(self) -> np.ndarray:
         if not self.capture_chunks:
             return np.zeros((0, L.CP_N), dtype=np.int64)
         return np.concatenate(self.capture_chunks)
-
-
-def _check_fault(fabric: Fabric, fault: Fault) -> None:
-    check_fault(fabric, fault)

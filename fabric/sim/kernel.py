@@ -1,18 +1,8 @@
 """The event loop and the components it drives: pipes (serialization, propagation),
 switch egress ports (queues + ECN + PFC), NIC senders and receivers.
 
-State is one tuple `S` of flat arrays (see `layout` for the columns):
-
-    g prm fprm   global scalars, int and float parameters
-    pt pmax      ports (one row per directed link) and their ECN Pmax
-    fl fr        flows: counters and times; DCQCN rates
-    nd act       NICs: each NIC's list of flows with data to send (act[off:off + cnt])
-    pk pc        packets: what a hop reads, their route included; the rest
-    ev           the event heap
-    path_ptr path_port   each flow's route (CSR of ports)
-    rdep_ptr rdep        the flows waiting on each flow
-    smp cap      sample rows of the port time series; capture records
-    net live ip  the routing tables (fabric.routing) for per-packet spraying
+State is one `layout.State` named tuple `S` of flat arrays (`layout` names their
+columns); congestion control is a component behind the hooks of `congestion`.
 
 `run` processes events until the flows are done, a time or event budget is
 reached, or a buffer needs room; the Python layer then grows or drains it
@@ -27,14 +17,13 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from fabric.routing import route_packet
-from fabric.sim import dcqcn, ecn, pfc
+from fabric.routing import MODE_SPRAY, Live, Net, route_packet
+from fabric.sim import congestion, ecn, pfc
 from fabric.sim.heap import pop, schedule
 from fabric.sim.layout import (
-    ACK_WIRE,
-    CC_CTS,
-    CC_DCQCN,
-    CNP_WIRE,
+    ACK_WIRE_BYTES,
+    CC_NONE,
+    CNP_WIRE_BYTES,
     CP_ARG,
     CP_BYTES,
     CP_CE,
@@ -43,50 +32,52 @@ from fabric.sim.layout import (
     CP_PORT,
     CP_PSN,
     CP_TIME,
-    CTS_WIRE,
-    DATA_OVERHEAD,
+    CTS_WIRE_BYTES,
+    DATA_OVERHEAD_BYTES,
+    DO_CNP,
+    DO_GRANT,
+    DO_KICK,
+    DO_REARM,
+    DO_REPACE,
+    DO_REQUEST,
     E_A,
     E_B,
     E_KIND,
+    E_N,
+    E_TIME_PS,
     EV_ARRIVE,
-    EV_DC_ALPHA,
-    EV_DC_RATE,
+    EV_CC_TIMER,
     EV_FLOW_START,
     EV_PFC,
     EV_PFC_REFRESH,
     EV_RETX,
+    EV_RTO,
     EV_SAMPLE,
     EV_TX,
-    FL_ALLOW,
-    FL_B_STAGE,
-    FL_BC,
     FL_BYTES,
-    FL_CHUNK,
-    FL_DELIV,
+    FL_DELIV_BYTES,
     FL_DEPS,
     FL_DQPN,
     FL_DST,
-    FL_EARLIEST,
+    FL_EARLIEST_PS,
     FL_GEN,
-    FL_GRANTED,
-    FL_LAST_CNP,
-    FL_LAST_TX,
-    FL_LAST_WIRE,
-    FL_NEXT_SEND,
+    FL_LAST_TX_PS,
+    FL_LAST_WIRE_BYTES,
+    FL_MAY_REORDER,
+    FL_NAKED,
+    FL_NEXT_SEND_PS,
     FL_PSN,
+    FL_REWIND_PS,
     FL_SLOT,
     FL_SPORT,
     FL_SRC,
     FL_STATE,
-    FL_T_END,
-    FL_T_STAGE,
-    FL_T_START,
-    FL_UNSENT,
-    FL_WINDOW,
-    FR_ALPHA,
-    FR_LINE,
-    FR_RC,
-    FR_RT,
+    FL_T_END_PS,
+    FL_T_START_PS,
+    FL_UNSENT_BYTES,
+    FR_LINE_BPS,
+    FR_RC_BPS,
+    FR_RT_BPS,
     G_CAPS,
     G_CNP,
     G_DONE,
@@ -97,10 +88,13 @@ from fabric.sim.layout import (
     G_HEAP,
     G_HOPS,
     G_NFREE,
-    G_NOW,
+    G_NOW_PS,
+    G_OVERFLOW,
     G_PFC,
+    G_PROGRESS_T_PS,
+    G_PURGING,
     G_RETX_BYTES,
-    G_SAMPLE_T,
+    G_SAMPLE_T_PS,
     G_SAMPLES,
     G_STUCK,
     K_ACK,
@@ -112,18 +106,19 @@ from fabric.sim.layout import (
     ND_CNT,
     ND_OFF,
     ND_RR,
-    P_ALPHA_TIMER_PS,
-    P_BYTE_COUNTER,
     P_CC,
-    P_CNP_INTERVAL_PS,
-    P_MTU,
-    P_RATE_TIMER_PS,
+    P_EVENT_RESERVE,
+    P_GO_BACK_N,
+    P_MTU_BYTES,
+    P_PACKET_RESERVE,
     P_RTO_PS,
     P_SAMPLE_PS,
     P_SPRAY,
+    P_STALL_PS,
     PC_ARG,
+    PC_OFFSET_BYTES,
     PC_PSN,
-    PFC_WIRE,
+    PFC_WIRE_BYTES,
     PK_BYTES,
     PK_CE,
     PK_FLOW,
@@ -132,37 +127,39 @@ from fabric.sim.layout import (
     PK_NEXT,
     PK_NHOPS,
     PK_ROUTE,
-    PK_WIRE,
+    PK_WIRE_BYTES,
+    PS_PER_NS,
     PT_ALIVE,
-    PT_BUF,
+    PT_BUF_BYTES,
     PT_CAPTURE,
     PT_DELAY_PS,
     PT_ECN_ON,
-    PT_FREE_AT,
+    PT_FREE_AT_PS,
     PT_HEAD0,
     PT_HEAD1,
-    PT_HEADROOM,
+    PT_HEADROOM_BYTES,
     PT_IS_NIC,
-    PT_KMAX,
-    PT_KMIN,
+    PT_KMAX_BYTES,
+    PT_KMIN_BYTES,
     PT_NODE,
-    PT_PAUSE_UNTIL,
+    PT_PAUSE_UNTIL_PS,
     PT_PFC_ON,
     PT_PFC_PENDING,
-    PT_QB0,
-    PT_QB1,
+    PT_PURGE,
+    PT_Q0_BYTES,
+    PT_Q1_BYTES,
     PT_QUANTA,
-    PT_RATE,
+    PT_RATE_BPS,
     PT_REFRESH,
     PT_S_DROPS,
     PT_S_ECN,
-    PT_S_PAUSED,
+    PT_S_PAUSED_PS,
     PT_S_PFC,
-    PT_S_QINT,
-    PT_S_QMAX,
-    PT_S_QT,
-    PT_S_TX,
-    PT_TXEV,
+    PT_S_QINT_BYTE_PS,
+    PT_S_QMAX_BYTES,
+    PT_S_QT_PS,
+    PT_S_TX_BYTES,
+    PT_TXEV_PS,
     PT_XOFF,
     R_DONE,
     R_DRAIN_CAPTURE,
@@ -170,11 +167,21 @@ from fabric.sim.layout import (
     R_GROW_EVENTS,
     R_GROW_PACKETS,
     R_LIMIT,
+    R_OVERFLOW,
+    R_STALLED,
     R_STOP,
+    SM_DROPS,
+    SM_ECN_MARKED,
+    SM_PAUSED_NS,
+    SM_PFC_SENT,
+    SM_QDEPTH_MAX_BYTES,
+    SM_QDEPTH_MEAN_BYTES,
+    SM_TX_BYTES,
     ST_ACTIVE,
     ST_DONE,
     ST_NOPATH,
     ST_SENT,
+    State,
 )
 from fabric.sim.queue import depth_bytes, dequeue, enqueue, settle
 
@@ -230,18 +237,22 @@ def prefetch(typingctx, arr, i, j):
 @njit(cache=True)
 def borrowed(S):
     """`S` with every array borrowed (see `_borrow`)."""
-    net, live = S[18], S[19]
-    return (
-        _borrow(S[0]), _borrow(S[1]), _borrow(S[2]), _borrow(S[3]), _borrow(S[4]),
-        _borrow(S[5]), _borrow(S[6]), _borrow(S[7]), _borrow(S[8]), _borrow(S[9]),
-        _borrow(S[10]), _borrow(S[11]), _borrow(S[12]), _borrow(S[13]), _borrow(S[14]),
-        _borrow(S[15]), _borrow(S[16]), _borrow(S[17]),
-        (
-            _borrow(net[0]), _borrow(net[1]), _borrow(net[2]), _borrow(net[3]),
-            _borrow(net[4]), _borrow(net[5]), _borrow(net[6]),
+    net, live = S.net, S.live
+    return State(
+        _borrow(S.g), _borrow(S.prm), _borrow(S.fprm), _borrow(S.pt), _borrow(S.pmax),
+        _borrow(S.fl), _borrow(S.fr), _borrow(S.nd), _borrow(S.act), _borrow(S.pk),
+        _borrow(S.pc), _borrow(S.ev), _borrow(S.path_ptr), _borrow(S.path_port),
+        _borrow(S.dep_ptr), _borrow(S.dep), _borrow(S.smp), _borrow(S.cap),
+        Net(
+            _borrow(net.nic_port), _borrow(net.nic_switch), _borrow(net.port_peer),
+            _borrow(net.adj_ptr), _borrow(net.adj_port), _borrow(net.sw_ord),
+            _borrow(net.leaf_ord),
         ),
-        (_borrow(live[0]), _borrow(live[1]), _borrow(live[2]), _borrow(live[3]), _borrow(live[4])),
-        _borrow(S[20]), _borrow(S[21]), _borrow(S[22]),
+        Live(
+            _borrow(live.port_alive), _borrow(live.dist), _borrow(live.dist0),
+            _borrow(live.seeds), _borrow(live.crc_table),
+        ),
+        _borrow(S.nic_ip), _borrow(S.load), _borrow(S.rnd),
     )  # fmt: skip
 
 
@@ -260,9 +271,9 @@ def serialization_ps(wire_bytes, rate_bps):
 @njit(cache=True, inline="always")
 def want_tx(S, p, t):
     """Make sure port p looks for work again at time t."""
-    pt, ev, g = S[3], S[11], S[0]
-    if pt[p, PT_TXEV] != t:
-        pt[p, PT_TXEV] = t
+    pt, ev, g = S.pt, S.ev, S.g
+    if pt[p, PT_TXEV_PS] != t:
+        pt[p, PT_TXEV_PS] = t
         schedule(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
 
 
@@ -275,7 +286,7 @@ def arrive_hint(p, q):
 @njit(cache=True, inline="always")
 def prefetch_next(S, ev):
     """Start loading the rows the earliest event will touch (see `prefetch`)."""
-    pt, pk = S[3], S[9]
+    pt, pk = S.pt, S.pk
     kind = ev[0, E_KIND]
     a = ev[0, E_A]
     b = ev[0, E_B]
@@ -285,23 +296,26 @@ def prefetch_next(S, ev):
         q = (b >> 32) - 1
         prefetch(pt, p, PT_ALIVE)
         prefetch(pt, p ^ 1, PT_PFC_ON)
-        prefetch(pt, p ^ 1, PT_HEADROOM)
+        prefetch(pt, p ^ 1, PT_HEADROOM_BYTES)
         if q >= 0:
-            prefetch(pt, q, PT_FREE_AT)
-            prefetch(pt, q, PT_QB0)
+            prefetch(pt, q, PT_FREE_AT_PS)
+            prefetch(pt, q, PT_Q0_BYTES)
     elif kind == EV_TX:
-        prefetch(pt, a, PT_FREE_AT)
-        prefetch(pt, a, PT_QB0)
+        prefetch(pt, a, PT_FREE_AT_PS)
+        prefetch(pt, a, PT_Q0_BYTES)
         prefetch(pt, a, PT_ECN_ON)
-        prefetch(pt, a, PT_KMIN)
+        prefetch(pt, a, PT_KMIN_BYTES)
         if b >= 0:
             prefetch(pk, b, 0)
 
 
 @njit(cache=True)
 def record(S, p, kind, f, psn, nbytes, ce, arg, now):
-    g, cap = S[0], S[17]
+    g, cap = S.g, S.cap
     c = g[G_CAPS]
+    if c >= cap.shape[0]:  # the loop keeps room for what one event sends; never reached
+        g[G_OVERFLOW] = 1
+        return
     cap[c, CP_TIME] = now
     cap[c, CP_PORT] = p
     cap[c, CP_KIND] = kind
@@ -316,13 +330,13 @@ def record(S, p, kind, f, psn, nbytes, ce, arg, now):
 @njit(cache=True, inline="always")
 def put_on_wire(S, p, i, now):
     """Port p starts sending packet i: it arrives at the far end after serialization and delay."""
-    g, pt, pk, pc, ev = S[0], S[3], S[9], S[10], S[11]
-    ser = serialization_ps(pk[i, PK_WIRE], pt[p, PT_RATE])
-    pt[p, PT_FREE_AT] = now + ser
+    g, pt, pk, pc, ev = S.g, S.pt, S.pk, S.pc, S.ev
+    ser = serialization_ps(pk[i, PK_WIRE_BYTES], pt[p, PT_RATE_BPS])
+    pt[p, PT_FREE_AT_PS] = now + ser
     h = pk[i, PK_HOP] + 1
     q = pk[i, PK_ROUTE + h] if h < pk[i, PK_NHOPS] else -1
     schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
-    pt[p, PT_S_TX] += pk[i, PK_WIRE]
+    pt[p, PT_S_TX_BYTES] += pk[i, PK_WIRE_BYTES]
     g[G_HOPS] += 1
     if pt[p, PT_CAPTURE]:
         record(
@@ -334,11 +348,11 @@ def put_on_wire(S, p, i, now):
 @njit(cache=True, inline="always")
 def put_pfc_on_wire(S, p, quanta, now):
     """Port p sends a PFC frame; its peer's port towards us is paused when it arrives."""
-    g, pt, ev = S[0], S[3], S[11]
-    ser = serialization_ps(PFC_WIRE, pt[p, PT_RATE])
-    pt[p, PT_FREE_AT] = now + ser
+    g, pt, ev = S.g, S.pt, S.ev
+    ser = serialization_ps(PFC_WIRE_BYTES, pt[p, PT_RATE_BPS])
+    pt[p, PT_FREE_AT_PS] = now + ser
     schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_PFC, p ^ 1, quanta)
-    pt[p, PT_S_TX] += PFC_WIRE
+    pt[p, PT_S_TX_BYTES] += PFC_WIRE_BYTES
     pt[p, PT_S_PFC] += 1
     g[G_PFC] += 1
     if pt[p, PT_CAPTURE]:
@@ -350,8 +364,18 @@ def put_pfc_on_wire(S, p, quanta, now):
 
 @njit(cache=True, inline="always")
 def alloc(S):
-    g, pk = S[0], S[9]
+    """A free packet row. The run loop keeps enough free for what one event allocates;
+    were that ever short, the last row (never in the free list) is handed out as scratch
+    and g[G_OVERFLOW] stops the loop."""
+    g, pk = S.g, S.pk
     i = g[G_FREE]
+    if i < 0:
+        g[G_OVERFLOW] = 1
+        i = pk.shape[0] - 1
+        pk[i, PK_NEXT] = -1
+        pk[i, PK_CE] = 0
+        pk[i, PK_HOP] = 0
+        return i
     g[G_FREE] = pk[i, PK_NEXT]
     g[G_NFREE] -= 1
     pk[i, PK_NEXT] = -1
@@ -362,7 +386,7 @@ def alloc(S):
 
 @njit(cache=True, inline="always")
 def release_packet(S, i):
-    g, pk = S[0], S[9]
+    g, pk = S.g, S.pk
     pk[i, PK_NEXT] = g[G_FREE]
     pk[i, PK_KIND] = -1
     g[G_FREE] = i
@@ -372,12 +396,16 @@ def release_packet(S, i):
 @njit(cache=True)
 def drop(S, i, p, now):
     """Packet i is lost at port p; the sender finds out after the retransmission timeout."""
-    g, prm, pt, pk, pc, ev = S[0], S[1], S[3], S[9], S[10], S[11]
+    g, prm, pt, pk, pc, ev = S.g, S.prm, S.pt, S.pk, S.pc, S.ev
     pt[p, PT_S_DROPS] += 1
     g[G_DROPS] += 1
     kind = pk[i, PK_KIND]
     f = pk[i, PK_FLOW]
     if kind == K_DATA:
+        S.fl[f, FL_MAY_REORDER] = 1
+    if kind == K_DATA and prm[P_GO_BACK_N]:
+        schedule(ev, g, now + prm[P_RTO_PS], EV_RTO, f, pc[i, PC_OFFSET_BYTES])
+    elif kind == K_DATA:
         schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, pk[i, PK_BYTES])
     elif kind == K_CTS:
         schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, -pc[i, PC_ARG])
@@ -389,7 +417,7 @@ def drop(S, i, p, now):
 @njit(cache=True)
 def send_control(S, f, kind, arg, now):
     """The receiver of flow f (or, for REQ, its sender) sends a control packet."""
-    pt, fl, pk, pc, path_ptr, path_port = S[3], S[5], S[9], S[10], S[12], S[13]
+    pt, fl, pk, pc, path_ptr, path_port = S.pt, S.fl, S.pk, S.pc, S.path_ptr, S.path_port
     a = path_ptr[f]
     n = path_ptr[f + 1] - a
     if n == 0:
@@ -402,11 +430,11 @@ def send_control(S, f, kind, arg, now):
     pk[i, PK_NHOPS] = n
     pc[i, PC_ARG] = arg
     if kind == K_CNP:
-        pk[i, PK_WIRE] = CNP_WIRE
+        pk[i, PK_WIRE_BYTES] = CNP_WIRE_BYTES
     elif kind == K_ACK:
-        pk[i, PK_WIRE] = ACK_WIRE
+        pk[i, PK_WIRE_BYTES] = ACK_WIRE_BYTES
     else:
-        pk[i, PK_WIRE] = CTS_WIRE
+        pk[i, PK_WIRE_BYTES] = CTS_WIRE_BYTES
     if kind == K_REQ:
         for j in range(n):
             pk[i, PK_ROUTE + j] = path_port[a + j]
@@ -426,7 +454,7 @@ def send_control(S, f, kind, arg, now):
 
 @njit(cache=True, inline="always")
 def list_add(S, f):
-    fl, nd, act = S[5], S[7], S[8]
+    fl, nd, act = S.fl, S.nd, S.act
     v = fl[f, FL_SRC]
     c = nd[v, ND_CNT]
     act[nd[v, ND_OFF] + c] = f
@@ -436,7 +464,7 @@ def list_add(S, f):
 
 @njit(cache=True, inline="always")
 def list_remove(S, f):
-    fl, nd, act = S[5], S[7], S[8]
+    fl, nd, act = S.fl, S.nd, S.act
     v = fl[f, FL_SRC]
     off = nd[v, ND_OFF]
     c = nd[v, ND_CNT] - 1
@@ -451,32 +479,32 @@ def list_remove(S, f):
 @njit(cache=True)
 def send_data(S, f, p, now):
     """Flow f puts its next data packet on its NIC's port p."""
-    prm, fl, fr, pk, pc = S[1], S[5], S[6], S[9], S[10]
-    path_ptr, path_port = S[12], S[13]
-    size = min(prm[P_MTU], fl[f, FL_UNSENT])
-    cc = prm[P_CC]
-    if cc == CC_CTS:
-        size = min(size, fl[f, FL_ALLOW])
-        fl[f, FL_ALLOW] -= size
-    fl[f, FL_UNSENT] -= size
+    prm, fl, fr, pk, pc = S.prm, S.fl, S.fr, S.pk, S.pc
+    path_ptr, path_port = S.path_ptr, S.path_port
+    controlled = prm[P_CC] != CC_NONE  # `none` has no hooks: the common path skips them
+    size = min(prm[P_MTU_BYTES], fl[f, FL_UNSENT_BYTES])
+    if controlled:
+        size = congestion.send_allowance(S, f, size)
+    fl[f, FL_UNSENT_BYTES] -= size
     i = alloc(S)
     pk[i, PK_FLOW] = f
     pk[i, PK_KIND] = K_DATA
     pk[i, PK_BYTES] = size
-    wire = size + DATA_OVERHEAD
-    pk[i, PK_WIRE] = wire
+    wire = size + DATA_OVERHEAD_BYTES
+    pk[i, PK_WIRE_BYTES] = wire
     psn = fl[f, FL_PSN]
     pc[i, PC_PSN] = psn
+    pc[i, PC_OFFSET_BYTES] = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES] - size
     pc[i, PC_ARG] = 0
     fl[f, FL_PSN] = psn + 1
     n = -1
     if prm[P_SPRAY]:
-        net, live, ip = S[18], S[19], S[20]
+        ip = S.nic_ip
         src = fl[f, FL_SRC]
         dst = fl[f, FL_DST]
         n = route_packet(
             src, dst, ip[src], ip[dst], fl[f, FL_SPORT], fl[f, FL_DQPN], psn & 0xFFFFFF,
-            S[22], 3, net, live, S[21], 0.0, pk[i, PK_ROUTE:],
+            S.rnd, MODE_SPRAY, S.net, S.live, S.load, 0.0, pk[i, PK_ROUTE:],
         )  # fmt: skip
     if n <= 0:
         a = path_ptr[f]
@@ -484,42 +512,46 @@ def send_data(S, f, p, now):
         for j in range(n):
             pk[i, PK_ROUTE + j] = path_port[a + j]
     pk[i, PK_NHOPS] = n
-    rc = fr[f, FR_RC]
-    fl[f, FL_LAST_TX] = now
-    fl[f, FL_LAST_WIRE] = wire
-    fl[f, FL_NEXT_SEND] = now + np.int64(np.ceil(wire * PS_PER_S_BITS / rc))
-    if cc == CC_DCQCN and rc < fr[f, FR_LINE]:
-        fl[f, FL_BC] += wire
-        if fl[f, FL_BC] >= prm[P_BYTE_COUNTER]:
-            fl[f, FL_BC] -= prm[P_BYTE_COUNTER]
-            fl[f, FL_B_STAGE] += 1
-            dcqcn.increase(fl, fr, f, prm)
-    if fl[f, FL_UNSENT] == 0:
+    rc = fr[f, FR_RC_BPS]
+    fl[f, FL_LAST_TX_PS] = now
+    fl[f, FL_LAST_WIRE_BYTES] = wire
+    fl[f, FL_NEXT_SEND_PS] = now + np.int64(np.ceil(wire * PS_PER_S_BITS / rc))
+    if controlled:
+        congestion.on_sent(S, f, wire)
+    if fl[f, FL_UNSENT_BYTES] == 0:
         list_remove(S, f)
         fl[f, FL_STATE] = ST_SENT
     put_on_wire(S, p, i, now)
 
 
 @njit(cache=True)
+def lose_path(S, f):
+    """Flow f has data to send but no route left (a fault cut its destination off)."""
+    list_remove(S, f)
+    S.fl[f, FL_STATE] = ST_NOPATH
+    S.g[G_STUCK] += 1
+
+
+@njit(cache=True)
 def nic_pick(S, p, now):
     """Round robin over the NIC's flows that may send now; -1 and a wake-up if none may."""
-    prm, fl, nd, act = S[1], S[5], S[7], S[8]
-    v = S[3][p, PT_NODE]
+    fl, nd, act = S.fl, S.nd, S.act
+    v = S.pt[p, PT_NODE]
     cnt = nd[v, ND_CNT]
     if cnt == 0:
         return -1
     off = nd[v, ND_OFF]
     rr = nd[v, ND_RR] % cnt
-    cts = prm[P_CC] == CC_CTS
+    controlled = S.prm[P_CC] != CC_NONE
     soonest = NEVER
     for j in range(cnt):
         idx = rr + j
         if idx >= cnt:
             idx -= cnt
         f = act[off + idx]
-        if cts and fl[f, FL_ALLOW] <= 0:
+        if controlled and not congestion.may_send(S, f):
             continue
-        t = fl[f, FL_NEXT_SEND]
+        t = fl[f, FL_NEXT_SEND_PS]
         if t <= now:
             nd[v, ND_RR] = idx + 1
             return f
@@ -536,73 +568,76 @@ def nic_pick(S, p, now):
 @njit(cache=True)
 def kick(S, p, now):
     """Port p starts its next frame if it is free: PFC first, then control, then data."""
-    g, pt, pmax, pk = S[0], S[3], S[4], S[9]
-    if pt[p, PT_FREE_AT] > now:
-        want_tx(S, p, pt[p, PT_FREE_AT])
+    g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
+    if pt[p, PT_FREE_AT_PS] > now:
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
         return
     if pt[p, PT_PFC_PENDING] >= 0:
         put_pfc_on_wire(S, p, pt[p, PT_PFC_PENDING], now)
         pt[p, PT_PFC_PENDING] = -1
-        want_tx(S, p, pt[p, PT_FREE_AT])
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
         return
     if pt[p, PT_HEAD0] >= 0:
         i = dequeue(pt, pk, p, 0, now)
         put_on_wire(S, p, i, now)
-        want_tx(S, p, pt[p, PT_FREE_AT])
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
         return
-    paused = pt[p, PT_PAUSE_UNTIL] > now
+    paused = pt[p, PT_PAUSE_UNTIL_PS] > now
     if pt[p, PT_IS_NIC]:
-        if S[7][pt[p, PT_NODE], ND_CNT] == 0:
+        if S.nd[pt[p, PT_NODE], ND_CNT] == 0:
             return
         if paused:
-            want_tx(S, p, pt[p, PT_PAUSE_UNTIL])
+            want_tx(S, p, pt[p, PT_PAUSE_UNTIL_PS])
             return
         f = nic_pick(S, p, now)
-        if f >= 0:
+        if f >= 0 and S.path_ptr[f + 1] == S.path_ptr[f]:
+            lose_path(S, f)
+            want_tx(S, p, now)  # another flow of this NIC may send
+        elif f >= 0:
             send_data(S, f, p, now)
-            want_tx(S, p, pt[p, PT_FREE_AT])
+            want_tx(S, p, pt[p, PT_FREE_AT_PS])
         return
     if pt[p, PT_HEAD1] < 0:
         return
     if paused:
-        want_tx(S, p, pt[p, PT_PAUSE_UNTIL])
+        want_tx(S, p, pt[p, PT_PAUSE_UNTIL_PS])
         return
     i = dequeue(pt, pk, p, 1, now)
     if pt[p, PT_ECN_ON] and pk[i, PK_CE] == 0:
-        depth = pt[p, PT_QB1] + pk[i, PK_WIRE]
-        if ecn.should_mark(g, depth, pt[p, PT_KMIN], pt[p, PT_KMAX], pmax[p]):
+        depth = pt[p, PT_Q1_BYTES] + pk[i, PK_WIRE_BYTES]
+        if ecn.should_mark(g, depth, pt[p, PT_KMIN_BYTES], pt[p, PT_KMAX_BYTES], pmax[p]):
             pk[i, PK_CE] = 1
             pt[p, PT_S_ECN] += 1
             g[G_ECN] += 1
     k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
-    if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE]):
+    if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
         send_pfc(S, k, 0, now)
     put_on_wire(S, p, i, now)
-    want_tx(S, p, pt[p, PT_FREE_AT])
+    want_tx(S, p, pt[p, PT_FREE_AT_PS])
 
 
 @njit(cache=True)
 def send_pfc(S, k, quanta, now):
     """Switch port k asks its peer to pause for `quanta` (0: resume) as soon as it can."""
-    g, pt, ev = S[0], S[3], S[11]
+    g, pt, ev = S.g, S.pt, S.ev
     if not pt[k, PT_ALIVE]:
         return
     pt[k, PT_PFC_PENDING] = quanta
     if quanta > 0 and pt[k, PT_REFRESH] == 0:
         pt[k, PT_REFRESH] = 1
-        half = pfc.pause_ps(quanta, pt[k, PT_RATE]) // 2
+        half = pfc.pause_ps(quanta, pt[k, PT_RATE_BPS]) // 2
         schedule(ev, g, now + max(half, 1), EV_PFC_REFRESH, k, 0)
-    want_tx(S, k, max(now, pt[k, PT_FREE_AT]))
+    want_tx(S, k, max(now, pt[k, PT_FREE_AT_PS]))
 
 
 @njit(cache=True)
 def arrive_at_switch(S, i, p_in, q, now):
     """Packet i came over port p_in into a switch and goes out of its port q."""
-    pt, pk = S[3], S[9]
+    pt, pk = S.pt, S.pk
     if not pt[q, PT_ALIVE]:
         drop(S, i, q, now)
         return
-    wire = pk[i, PK_WIRE]
+    wire = pk[i, PK_WIRE_BYTES]
     if pk[i, PK_KIND] == K_DATA:
         k = p_in ^ 1
         if pt[k, PT_PFC_ON]:
@@ -612,12 +647,12 @@ def arrive_at_switch(S, i, p_in, q, now):
                 return
             if verdict == pfc.ADMIT_XOFF:
                 send_pfc(S, k, pt[k, PT_QUANTA], now)
-        elif pt[q, PT_QB1] + wire > pt[q, PT_BUF]:
+        elif pt[q, PT_Q1_BYTES] + wire > pt[q, PT_BUF_BYTES]:
             drop(S, i, q, now)
             return
         enqueue(pt, pk, q, 1, i, now)
     else:
-        if pt[q, PT_QB0] + wire > pt[q, PT_BUF]:
+        if pt[q, PT_Q0_BYTES] + wire > pt[q, PT_BUF_BYTES]:
             drop(S, i, q, now)
             return
         enqueue(pt, pk, q, 0, i, now)
@@ -629,130 +664,164 @@ def arrive_at_switch(S, i, p_in, q, now):
 
 @njit(cache=True)
 def grant(S, f, now):
-    """cts: the receiver keeps up to `window` chunks of flow f granted and not yet received."""
-    fl = S[5]
-    chunk = fl[f, FL_CHUNK]
-    limit = fl[f, FL_WINDOW] * chunk
-    while fl[f, FL_GRANTED] < fl[f, FL_BYTES]:
-        n = min(chunk, fl[f, FL_BYTES] - fl[f, FL_GRANTED])
-        if fl[f, FL_GRANTED] + n - fl[f, FL_DELIV] > limit:
-            break
-        fl[f, FL_GRANTED] += n
+    """The receiver of flow f sends the grants that are due (congestion.next_grant)."""
+    while True:
+        n = congestion.next_grant(S, f)
+        if n <= 0:
+            return
         send_control(S, f, K_CTS, n, now)
 
 
 @njit(cache=True)
 def complete(S, f, now):
-    g, fl, ev, rdep_ptr, rdep = S[0], S[5], S[11], S[14], S[15]
+    g, fl, ev, dep_ptr, dep = S.g, S.fl, S.ev, S.dep_ptr, S.dep
+    if fl[f, FL_STATE] == ST_NOPATH:  # its last bytes arrived after its route was lost
+        g[G_STUCK] -= 1
     fl[f, FL_STATE] = ST_DONE
-    fl[f, FL_T_END] = now
+    fl[f, FL_T_END_PS] = now
     g[G_DONE] += 1
     send_control(S, f, K_ACK, 0, now)
-    for j in range(rdep_ptr[f], rdep_ptr[f + 1]):
-        h = rdep[j]
+    for j in range(dep_ptr[f], dep_ptr[f + 1]):
+        h = dep[j]
         fl[h, FL_DEPS] -= 1
         if fl[h, FL_DEPS] == 0:
-            schedule(ev, g, max(now, fl[h, FL_EARLIEST]), EV_FLOW_START, h, 0)
-
-
-@njit(cache=True)
-def dcqcn_timers(S, f, now):
-    g, prm, fl, ev = S[0], S[1], S[5], S[11]
-    fl[f, FL_GEN] += 1
-    gen = fl[f, FL_GEN]
-    schedule(ev, g, now + prm[P_ALPHA_TIMER_PS], EV_DC_ALPHA, f, gen)
-    schedule(ev, g, now + prm[P_RATE_TIMER_PS], EV_DC_RATE, f, gen)
+            schedule(ev, g, max(now, fl[h, FL_EARLIEST_PS]), EV_FLOW_START, h, 0)
 
 
 @njit(cache=True)
 def repace(S, f, now):
     """Flow f changed rate: its next frame is due one gap (at the new rate) after its last."""
-    fl, fr = S[5], S[6]
-    gap = np.int64(np.ceil(fl[f, FL_LAST_WIRE] * PS_PER_S_BITS / fr[f, FR_RC]))
-    fl[f, FL_NEXT_SEND] = fl[f, FL_LAST_TX] + gap
+    fl, fr = S.fl, S.fr
+    gap = np.int64(np.ceil(fl[f, FL_LAST_WIRE_BYTES] * PS_PER_S_BITS / fr[f, FR_RC_BPS]))
+    fl[f, FL_NEXT_SEND_PS] = fl[f, FL_LAST_TX_PS] + gap
     if fl[f, FL_SLOT] >= 0:
-        kick(S, S[18][0][fl[f, FL_SRC]], now)
+        kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
 
 
 @njit(cache=True)
 def deliver(S, i, now):
     """Packet i reached the NIC at the end of its route."""
-    g, prm, fprm, fl, fr, pk = S[0], S[1], S[2], S[5], S[6], S[9]
+    g, fl, pk = S.g, S.fl, S.pk
     f = pk[i, PK_FLOW]
     kind = pk[i, PK_KIND]
-    cc = prm[P_CC]
-    if kind == K_DATA:
-        fl[f, FL_DELIV] += pk[i, PK_BYTES]
-        if cc == CC_DCQCN and pk[i, PK_CE]:
-            last = fl[f, FL_LAST_CNP]
-            if last < 0 or now - last >= prm[P_CNP_INTERVAL_PS]:
-                fl[f, FL_LAST_CNP] = now
-                g[G_CNP] += 1
-                send_control(S, f, K_CNP, 0, now)
-        if cc == CC_CTS:
+    # go-back-N: data out of order (possible only after a loss, a new route or under
+    # spray; the check reads one more row) is dropped, and the first gap NAKed once
+    if (
+        kind == K_DATA
+        and S.prm[P_GO_BACK_N]
+        and (fl[f, FL_MAY_REORDER] or S.prm[P_SPRAY])
+        and S.pc[i, PC_OFFSET_BYTES] != fl[f, FL_DELIV_BYTES]
+    ):
+        gap = S.pc[i, PC_OFFSET_BYTES] > fl[f, FL_DELIV_BYTES]
+        if gap and fl[f, FL_NAKED] == 0 and fl[f, FL_STATE] != ST_DONE:
+            fl[f, FL_NAKED] = 1
+            send_control(S, f, K_ACK, fl[f, FL_DELIV_BYTES] + 1, now)
+    elif kind == K_DATA:
+        fl[f, FL_NAKED] = 0
+        fl[f, FL_DELIV_BYTES] += pk[i, PK_BYTES]
+        g[G_PROGRESS_T_PS] = now
+        todo = 0
+        if S.prm[P_CC] != CC_NONE:
+            todo = congestion.on_data(S, f, pk[i, PK_CE], now)
+        if todo & DO_CNP:
+            g[G_CNP] += 1
+            send_control(S, f, K_CNP, 0, now)
+        if todo & DO_GRANT:
             grant(S, f, now)
-        if fl[f, FL_DELIV] >= fl[f, FL_BYTES] and fl[f, FL_STATE] != ST_DONE:
+        if fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES] and fl[f, FL_STATE] != ST_DONE:
             complete(S, f, now)
+    elif kind == K_ACK and S.pc[i, PC_ARG] > 0:  # a NAK
+        go_back(S, f, S.pc[i, PC_ARG] - 1, now)
     elif kind == K_CNP:
-        if fl[f, FL_STATE] == ST_ACTIVE:
-            dcqcn.on_cnp(fl, fr, f, prm, fprm)
-            dcqcn_timers(S, f, now)
+        if fl[f, FL_STATE] == ST_ACTIVE and congestion.on_cnp(S, f, now) & DO_REPACE:
             repace(S, f, now)
     elif kind == K_CTS:
-        fl[f, FL_ALLOW] += S[10][i, PC_ARG]
-        if fl[f, FL_SLOT] >= 0:
-            kick(S, S[18][0][fl[f, FL_SRC]], now)
-    elif kind == K_REQ:
+        if congestion.on_grant(S, f, S.pc[i, PC_ARG]) & DO_KICK and fl[f, FL_SLOT] >= 0:
+            kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+    elif kind == K_REQ and congestion.on_grant_request(S, f) & DO_GRANT:
         grant(S, f, now)
     release_packet(S, i)
 
 
 @njit(cache=True)
 def start_flow(S, f, now):
-    g, prm, fl, fr, path_ptr = S[0], S[1], S[5], S[6], S[12]
+    g, fl, fr, path_ptr = S.g, S.fl, S.fr, S.path_ptr
     if path_ptr[f + 1] == path_ptr[f]:
         fl[f, FL_STATE] = ST_NOPATH
         g[G_STUCK] += 1
         return
-    fl[f, FL_T_START] = now
+    fl[f, FL_T_START_PS] = now
     fl[f, FL_STATE] = ST_ACTIVE
-    fl[f, FL_UNSENT] = fl[f, FL_BYTES]
+    g[G_PROGRESS_T_PS] = now
+    fl[f, FL_UNSENT_BYTES] = fl[f, FL_BYTES]
     if fl[f, FL_BYTES] == 0:
         complete(S, f, now)
         return
-    fr[f, FR_RC] = fr[f, FR_LINE]
-    fr[f, FR_RT] = fr[f, FR_LINE]
-    fr[f, FR_ALPHA] = 1.0
-    fl[f, FL_NEXT_SEND] = now
+    fr[f, FR_RC_BPS] = fr[f, FR_LINE_BPS]
+    fr[f, FR_RT_BPS] = fr[f, FR_LINE_BPS]
+    fl[f, FL_NEXT_SEND_PS] = now
     list_add(S, f)
-    if prm[P_CC] == CC_CTS:
+    todo = congestion.on_flow_start(S, f)
+    if todo & DO_REQUEST:
         send_control(S, f, K_REQ, 0, now)
-    else:
-        kick(S, S[18][0][fl[f, FL_SRC]], now)
+    if todo & DO_KICK:
+        kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
 
 
 @njit(cache=True)
 def retransmit(S, f, nbytes, now):
     """The sender learned of a loss: nbytes > 0 of data to send again; a lost grant
-    (-nbytes) or request (0) is repeated."""
-    g, prm, fl = S[0], S[1], S[5]
+    (-nbytes) counts as received, a lost request (0) is repeated."""
+    fl = S.fl
+    if fl[f, FL_STATE] == ST_NOPATH:
+        return
     if nbytes == 0:
         send_control(S, f, K_REQ, 0, now)
         return
     if nbytes < 0:
-        fl[f, FL_ALLOW] += -nbytes
+        congestion.on_grant(S, f, -nbytes)
+        if fl[f, FL_SLOT] >= 0:
+            kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
     else:
-        fl[f, FL_UNSENT] += nbytes
-        g[G_RETX_BYTES] += nbytes
-        if prm[P_CC] == CC_CTS:
-            fl[f, FL_ALLOW] += nbytes
-        if fl[f, FL_SLOT] < 0:
-            fl[f, FL_STATE] = ST_ACTIVE
-            if fl[f, FL_NEXT_SEND] < now:
-                fl[f, FL_NEXT_SEND] = now
-            list_add(S, f)
-    if fl[f, FL_SLOT] >= 0:
-        kick(S, S[18][0][fl[f, FL_SRC]], now)
+        resend(S, f, nbytes, now)
+
+
+@njit(cache=True)
+def resend(S, f, nbytes, now):
+    """The sender of flow f sends nbytes of its data again."""
+    g, fl = S.g, S.fl
+    fl[f, FL_UNSENT_BYTES] += nbytes
+    g[G_RETX_BYTES] += nbytes
+    congestion.on_resend(S, f, nbytes)
+    if fl[f, FL_SLOT] < 0:
+        fl[f, FL_STATE] = ST_ACTIVE
+        if fl[f, FL_NEXT_SEND_PS] < now:
+            fl[f, FL_NEXT_SEND_PS] = now
+        list_add(S, f)
+    kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+
+
+@njit(cache=True)
+def go_back(S, f, offset, now):
+    """Go-back-N: the sender of flow f sends everything again from byte `offset` on."""
+    fl = S.fl
+    state = fl[f, FL_STATE]
+    if state not in (ST_ACTIVE, ST_SENT):
+        return
+    sent = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES]
+    if offset < sent:
+        fl[f, FL_REWIND_PS] = now
+        resend(S, f, sent - offset, now)
+
+
+@njit(cache=True)
+def data_timeout(S, f, offset, now):
+    """Go-back-N: data at `offset` was lost one timeout ago. Unless the sender went back
+    since (a NAK) or the receiver has it, go back to where the receiver is."""
+    fl = S.fl
+    lost_at = now - S.prm[P_RTO_PS]
+    if fl[f, FL_REWIND_PS] < lost_at and fl[f, FL_DELIV_BYTES] <= offset:
+        go_back(S, f, fl[f, FL_DELIV_BYTES], now)
 
 
 # samples ----------------------------------------------------------------------------------
@@ -760,49 +829,91 @@ def retransmit(S, f, nbytes, now):
 
 @njit(cache=True)
 def close_sample(S, now):
-    """Write one row of every port series for [G_SAMPLE_T, now) and open the next."""
-    g, pt, smp = S[0], S[3], S[16]
+    """Write one row of every port series for [G_SAMPLE_T_PS, now) and open the next."""
+    g, pt, smp = S.g, S.pt, S.smp
     row = g[G_SAMPLES]
-    span = max(now - g[G_SAMPLE_T], 1)
+    span = max(now - g[G_SAMPLE_T_PS], 1)
     for p in range(pt.shape[0]):
         settle(pt, p, now)
         pfc.account_pause(pt, p, now)
-        smp[0, row, p] = pt[p, PT_S_TX]
-        smp[1, row, p] = pt[p, PT_S_QMAX]
-        smp[2, row, p] = pt[p, PT_S_QINT] // span
-        smp[3, row, p] = pt[p, PT_S_ECN]
-        smp[4, row, p] = pt[p, PT_S_PAUSED] // 1000
-        smp[5, row, p] = pt[p, PT_S_PFC]
-        smp[6, row, p] = pt[p, PT_S_DROPS]
-        pt[p, PT_S_TX] = 0
-        pt[p, PT_S_QMAX] = depth_bytes(pt, p)
-        pt[p, PT_S_QINT] = 0
-        pt[p, PT_S_QT] = now
+        smp[SM_TX_BYTES, row, p] = pt[p, PT_S_TX_BYTES]
+        smp[SM_QDEPTH_MAX_BYTES, row, p] = pt[p, PT_S_QMAX_BYTES]
+        smp[SM_QDEPTH_MEAN_BYTES, row, p] = pt[p, PT_S_QINT_BYTE_PS] // span
+        smp[SM_ECN_MARKED, row, p] = pt[p, PT_S_ECN]
+        smp[SM_PAUSED_NS, row, p] = pt[p, PT_S_PAUSED_PS] // PS_PER_NS
+        smp[SM_PFC_SENT, row, p] = pt[p, PT_S_PFC]
+        smp[SM_DROPS, row, p] = pt[p, PT_S_DROPS]
+        pt[p, PT_S_TX_BYTES] = 0
+        pt[p, PT_S_QMAX_BYTES] = depth_bytes(pt, p)
+        pt[p, PT_S_QINT_BYTE_PS] = 0
+        pt[p, PT_S_QT_PS] = now
         pt[p, PT_S_ECN] = 0
-        pt[p, PT_S_PAUSED] = 0
+        pt[p, PT_S_PAUSED_PS] = 0
         pt[p, PT_S_PFC] = 0
         pt[p, PT_S_DROPS] = 0
     g[G_SAMPLES] = row + 1
-    g[G_SAMPLE_T] = now
+    g[G_SAMPLE_T_PS] = now
 
 
 # faults -------------------------------------------------------------------------------------
 
 
+PURGE_ROOM = 4  # free event rows one purged packet needs: its resend, a PFC resume
+
+
 @njit(cache=True)
 def purge(S, p, now):
-    """Port p went down: what waits in its queues is lost."""
-    pt, pk = S[3], S[9]
+    """Port p went down: what waits in its queues is lost. Returns False when the event
+    list ran out of room first (or other purges wait): the loop finishes it, before any
+    other event, once the engine has grown the list."""
+    g, pt, pk, ev = S.g, S.pt, S.pk, S.ev
+    if g[G_PURGING] > pt[p, PT_PURGE]:
+        return defer_purge(S, p)
     for cls in range(2):
         while pt[p, PT_HEAD0 + 2 * cls] >= 0:
+            if g[G_HEAP] + PURGE_ROOM > ev.shape[0]:
+                return defer_purge(S, p)
             i = dequeue(pt, pk, p, cls, now)
             if cls == 1 and not pt[p, PT_IS_NIC]:
                 k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
-                if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE]):
+                if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
                     send_pfc(S, k, 0, now)
             drop(S, i, p, now)
     pt[p, PT_PFC_PENDING] = -1
     pt[p, PT_XOFF] = 0
+    if pt[p, PT_PURGE]:
+        pt[p, PT_PURGE] = 0
+        g[G_PURGING] -= 1
+    return True
+
+
+@njit(cache=True)
+def defer_purge(S, p):
+    if S.pt[p, PT_PURGE] == 0:
+        S.pt[p, PT_PURGE] = 1
+        S.g[G_PURGING] += 1
+    return False
+
+
+@njit(cache=True)
+def finish_purges(S, now):
+    """Go on with the purges that ran out of room, in port order; False: still no room."""
+    pt = S.pt
+    for p in range(pt.shape[0]):  # noqa: SIM110 (numba compiles no generators)
+        if pt[p, PT_PURGE] and not purge(S, p, now):
+            return False
+    return True
+
+
+@njit(cache=True)
+def any_flow_underway(S):
+    """Is a flow started and not finished (sending, or waiting for its data to arrive)?"""
+    fl = S.fl
+    for f in range(fl.shape[0]):
+        state = fl[f, FL_STATE]
+        if state in (ST_ACTIVE, ST_SENT):
+            return True
+    return False
 
 
 # the loop -----------------------------------------------------------------------------------
@@ -812,33 +923,40 @@ def purge(S, p, now):
 def run(S_counted, t_stop, max_events):
     """Process events in time order; returns why it stopped (see layout.R_*)."""
     S = borrowed(S_counted)
-    g, prm, pt, fl, pk, ev, smp, cap = S[0], S[1], S[3], S[5], S[9], S[11], S[16], S[17]
+    g, prm, pt, fl, pk, ev, smp, cap = S.g, S.prm, S.pt, S.fl, S.pk, S.ev, S.smp, S.cap
     n_flows = fl.shape[0]
-    e = np.empty(5, dtype=np.int64)
+    e = np.empty(E_N, dtype=np.int64)
     done_events = 0
+    event_rows = ev.shape[0] - prm[P_EVENT_RESERVE]  # the heap may fill this many
+    packet_reserve = prm[P_PACKET_RESERVE]
     while True:
+        if g[G_OVERFLOW] | g[G_PURGING]:
+            if g[G_OVERFLOW]:
+                return R_OVERFLOW
+            if not finish_purges(S, g[G_NOW_PS]):
+                return R_GROW_EVENTS
         if g[G_DONE] + g[G_STUCK] >= n_flows or g[G_HEAP] == 0:
             return R_DONE
-        if g[G_HEAP] + 64 > ev.shape[0]:
+        if g[G_HEAP] > event_rows:
             return R_GROW_EVENTS
-        if g[G_NFREE] < 16:
+        if g[G_NFREE] < packet_reserve:
             return R_GROW_PACKETS
         if g[G_CAPS] + 16 > cap.shape[0]:
             return R_DRAIN_CAPTURE
         if g[G_SAMPLES] >= smp.shape[1]:
             return R_DRAIN_SAMPLES
-        if ev[0, 0] > t_stop:
+        if ev[0, E_TIME_PS] > t_stop:
             return R_STOP
         if done_events >= max_events:
             return R_LIMIT
         pop(ev, g, e)
         if g[G_HEAP] > 0:
             prefetch_next(S, ev)
-        now = e[0]
-        kind = e[2]
-        a = e[3]
-        b = e[4]
-        g[G_NOW] = now
+        now = e[E_TIME_PS]
+        kind = e[E_KIND]
+        a = e[E_A]
+        b = e[E_B]
+        g[G_NOW_PS] = now
         g[G_EVENTS] += 1
         done_events += 1
         if kind == EV_ARRIVE:
@@ -852,8 +970,8 @@ def run(S_counted, t_stop, max_events):
                 pk[a, PK_HOP] = h + 1
                 arrive_at_switch(S, a, p, pk[a, PK_ROUTE + h + 1], now)
         elif kind == EV_TX:
-            if pt[a, PT_TXEV] == now:
-                pt[a, PT_TXEV] = -1
+            if pt[a, PT_TXEV_PS] == now:
+                pt[a, PT_TXEV_PS] = -1
             kick(S, a, now)
         elif kind == EV_FLOW_START:
             start_flow(S, a, now)
@@ -866,21 +984,25 @@ def run(S_counted, t_stop, max_events):
             pt[a, PT_REFRESH] = 0
             if pt[a, PT_XOFF] == 1:
                 send_pfc(S, a, pt[a, PT_QUANTA], now)
-        elif kind == EV_DC_ALPHA:
-            if b == fl[a, FL_GEN] and fl[a, FL_STATE] == ST_ACTIVE:
-                dcqcn.on_alpha_timer(S[6], a, S[2])
-                schedule(ev, g, now + prm[P_ALPHA_TIMER_PS], EV_DC_ALPHA, a, b)
-        elif kind == EV_DC_RATE:
-            fr = S[6]
-            if b == fl[a, FL_GEN] and fl[a, FL_STATE] == ST_ACTIVE:
-                fl[a, FL_T_STAGE] += 1
-                dcqcn.increase(fl, fr, a, prm)
-                repace(S, a, now)
-                if fr[a, FR_RC] < fr[a, FR_LINE]:
-                    schedule(ev, g, now + prm[P_RATE_TIMER_PS], EV_DC_RATE, a, b)
+        elif kind == EV_CC_TIMER:
+            gen, timer = congestion.timer_of(b)
+            if gen == fl[a, FL_GEN] and fl[a, FL_STATE] == ST_ACTIVE:
+                todo = congestion.on_timer(S, a, timer)
+                if todo & DO_REPACE:
+                    repace(S, a, now)
+                if todo & DO_REARM:
+                    schedule(ev, g, now + congestion.timer_period_ps(S, timer), EV_CC_TIMER, a, b)
         elif kind == EV_RETX:
             retransmit(S, a, b, now)
+        elif kind == EV_RTO:
+            data_timeout(S, a, b, now)
         elif kind == EV_SAMPLE:
             close_sample(S, now)
             if g[G_DONE] + g[G_STUCK] < n_flows:
+                idle = g[G_HEAP] == 0  # nothing but sampling would ever happen again
+                if idle or now - g[G_PROGRESS_T_PS] > prm[P_STALL_PS]:
+                    if any_flow_underway(S):
+                        return R_STALLED
+                    if idle:  # what is left waits on flows that found no path
+                        return R_DONE
                 schedule(ev, g, now + prm[P_SAMPLE_PS], EV_SAMPLE, 0, 0)

@@ -5,10 +5,34 @@ The kernel keeps its state in a few 2-D int64 arrays, one row per entity
 Times inside the engine are integer picoseconds (`_ps`), sizes bytes.
 """
 
+from collections import namedtuple
+
 from fabric import cc
+from fabric.routing import MAX_HOPS
+
+State = namedtuple(
+    "State",
+    "g prm fprm pt pmax fl fr nd act pk pc ev path_ptr path_port dep_ptr dep "
+    "smp cap net live nic_ip load rnd",
+)
+"""Everything the kernel reads and writes, by name (the columns of each array below):
+
+    g prm fprm           global scalars (G_*), int parameters (P_*), float parameters (FP_*)
+    pt pmax              ports, one row per directed link (PT_*), and their ECN Pmax
+    fl fr                flows: counters and times (FL_*); rates in bit/s (FR_*)
+    nd act               NICs (ND_*): each NIC's flows with data to send, act[off:off + cnt]
+    pk pc                packets: what a hop reads, the route included (PK_*); the rest (PC_*)
+    ev                   the event heap (E_*)
+    path_ptr path_port   each flow's route (CSR of ports)
+    dep_ptr dep          the flows waiting on each flow (CSR of flows)
+    smp cap              sample rows of the port series (SM_*); capture records (CP_*)
+    net live nic_ip      the routing tables (fabric.routing.Net, Live) and the NICs' IPv4
+                         addresses, for routing every packet anew (policy spray)
+    load rnd             scratch for fabric.routing.route_packet
+"""
 
 # event rows (ev[i, :])
-E_TIME, E_SEQ, E_KIND, E_A, E_B = range(5)
+E_TIME_PS, E_SEQ, E_KIND, E_A, E_B, E_N = range(6)
 
 # event kinds
 EV_ARRIVE = 0  # a = packet: its last bit reached the far end of its current hop
@@ -16,14 +40,14 @@ EV_TX = 1  # a = port: the port may start its next frame (free, resumed, paced)
 EV_FLOW_START = 2  # a = flow: dependencies met, earliest start reached
 EV_PFC = 3  # a = port being paused, b = quanta (0: resume)
 EV_PFC_REFRESH = 4  # a = port that sent an XOFF: send it again if still congested
-EV_DC_ALPHA = 5  # a = flow, b = generation: DCQCN alpha timer
-EV_DC_RATE = 6  # a = flow, b = generation: DCQCN rate-increase timer
-EV_RETX = 7  # a = flow, b = bytes: a drop noticed by the sender, to send again
-EV_SAMPLE = 8  # close one sample interval of the port time series
+EV_CC_TIMER = 5  # a = flow, b = cc_timer_arg(generation, timer): a congestion-control timer
+EV_RETX = 6  # a = flow, b = bytes: a drop noticed by the sender, to send again
+EV_SAMPLE = 7  # close one sample interval of the port time series
+EV_RTO = 8  # a = flow, b = byte offset of data lost (go-back-N): timeout, go back if still due
 
 # global scalars (g[...])
 (
-    G_NOW,
+    G_NOW_PS,
     G_HEAP,
     G_SEQ,
     G_FREE,  # head of the free packet list
@@ -34,84 +58,99 @@ EV_SAMPLE = 8  # close one sample interval of the port time series
     G_EVENTS,
     G_HOPS,  # packet-hops (frames put on a wire)
     G_SAMPLES,  # rows written to the sample buffer
-    G_SAMPLE_T,  # start of the open sample interval
+    G_SAMPLE_T_PS,  # start of the open sample interval
     G_CAPS,  # records written to the capture buffer
     G_CNP,
     G_DROPS,
     G_PFC,
     G_ECN,
     G_RETX_BYTES,
+    G_OVERFLOW,  # 1: an event or packet found no room (the loop stops with R_OVERFLOW)
+    G_PURGING,  # ports with a purge to finish (PT_PURGE) before the next event
+    G_PROGRESS_T_PS,  # when data was last delivered or a flow last started
     G_NG,
-) = range(19)
+) = range(22)
 
 # parameters (prm[...], int64; rates bit/s, times ps)
 (
-    P_CC,  # 0 none, 1 dcqcn, 2 cts
+    P_CC,  # CC_NONE, CC_DCQCN, CC_CTS
     P_SPRAY,  # 1: route every data packet anew (policy spray)
-    P_MTU,
+    P_MTU_BYTES,
     P_SAMPLE_PS,
     P_RTO_PS,
     P_CNP_INTERVAL_PS,
     P_ALPHA_TIMER_PS,
     P_RATE_TIMER_PS,
-    P_BYTE_COUNTER,
+    P_BYTE_COUNTER_BYTES,
     P_FAST_STEPS,
     P_AI_BPS,
     P_HAI_BPS,
     P_MIN_RATE_BPS,
-    P_CTS_CHUNK,
+    P_CTS_CHUNK_BYTES,
     P_CTS_WINDOW,
+    P_EVENT_RESERVE,  # free event rows kept before each event: the most one event schedules
+    P_PACKET_RESERVE,  # free packets kept before each event: the most one event allocates
+    P_STALL_PS,  # no data delivered for this long while flows are unfinished: stalled
+    P_GO_BACK_N,  # 1: go-back-N loss recovery, 0: selective repeat
     P_NPRM,
-) = range(16)
+) = range(20)
 # float parameters (fprm[...])
 FP_G, FP_NFPRM = range(2)
 
 # congestion-control kinds by their index in fabric.cc.KINDS
 CC_NONE, CC_DCQCN, CC_CTS = (cc.KINDS.index(k) for k in ("none", "dcqcn", "cts"))
 CC_KINDS = {k: i for i, k in enumerate(cc.KINDS)}
+CC_TIMER_SLOTS = 4  # an EV_CC_TIMER's b is generation * CC_TIMER_SLOTS + the component's timer
+# what a congestion-control hook asks the kernel to do next (bit flags; see `congestion`)
+DO_KICK = 1  # the sender's NIC port looks for a frame to send (if the flow has data)
+DO_REQUEST = 2  # the sender asks its receiver for grants
+DO_REPACE = 4  # the flow's rate changed: its next frame is due one gap at the new rate
+DO_REARM = 8  # the timer that fired runs again after its period
+DO_CNP = 16  # the receiver sends a CNP
+DO_GRANT = 32  # the receiver sends the grants that are due
 
 # ports (pt[p, ...]); class 0 is control (strict priority), class 1 lossless data.
 # Columns are ordered by use: what every hop reads comes first (one cache line).
 (
-    PT_FREE_AT,  # when the frame on the wire has been serialized
-    PT_TXEV,  # time of the latest EV_TX scheduled, -1 none
+    PT_FREE_AT_PS,  # when the frame on the wire has been serialized
+    PT_TXEV_PS,  # time of the latest EV_TX scheduled, -1 none
     PT_PFC_PENDING,  # quanta of a PFC frame to send next, -1 none
-    PT_PAUSE_UNTIL,
+    PT_PAUSE_UNTIL_PS,
     PT_HEAD0,  # head and tail of class c are PT_HEAD0 + 2c and PT_TAIL0 + 2c
     PT_TAIL0,
     PT_HEAD1,
     PT_TAIL1,
     PT_IS_NIC,  # the port belongs to a NIC
     PT_ALIVE,
-    PT_QB0,  # bytes queued in class c: PT_QB0 + c
-    PT_QB1,
-    PT_S_QINT,  # queue bytes x ps in the open sample
-    PT_S_QT,  # last time the integral was brought up to date
-    PT_S_QMAX,
-    PT_RATE,
+    PT_Q0_BYTES,  # bytes queued in class c: PT_Q0_BYTES + c
+    PT_Q1_BYTES,
+    PT_S_QINT_BYTE_PS,  # queue bytes x ps in the open sample
+    PT_S_QT_PS,  # last time the integral was brought up to date
+    PT_S_QMAX_BYTES,
+    PT_RATE_BPS,
     PT_DELAY_PS,
-    PT_S_TX,
+    PT_S_TX_BYTES,
     PT_CAPTURE,  # 1: record frames sent on this port
     PT_ECN_ON,
     PT_PFC_ON,
-    PT_ING,  # lossless bytes that came in over this port's link and are still buffered
+    PT_ING_BYTES,  # lossless bytes that came in over this port's link and are still buffered
     PT_XOFF,  # 1 while this port's peer is asked to pause
-    PT_XOFF_B,
-    PT_HEADROOM,
-    PT_KMIN,
-    PT_KMAX,
-    PT_XON_B,
+    PT_XOFF_BYTES,
+    PT_HEADROOM_BYTES,
+    PT_KMIN_BYTES,
+    PT_KMAX_BYTES,
+    PT_XON_BYTES,
     PT_QUANTA,
     PT_REFRESH,  # 1 while an EV_PFC_REFRESH is pending
     PT_NODE,
-    PT_PAUSE_FROM,  # paused time is counted up to here
+    PT_PAUSE_FROM_PS,  # paused time is counted up to here
     PT_S_ECN,
-    PT_S_PAUSED,
+    PT_S_PAUSED_PS,
     PT_S_PFC,
     PT_S_DROPS,
-    PT_BUF,
+    PT_BUF_BYTES,
     PT_PEER,
-    PT_PAD,
+    PT_PURGE,  # 1 while the port is down and its queues are not yet purged
     PT_N,
 ) = range(40)
 
@@ -120,34 +159,37 @@ CC_KINDS = {k: i for i, k in enumerate(cc.KINDS)}
     FL_SRC,
     FL_DST,
     FL_BYTES,
-    FL_UNSENT,  # bytes to send (retransmissions come back here)
+    FL_UNSENT_BYTES,  # bytes to send (retransmissions come back here)
     FL_PSN,
-    FL_DELIV,  # bytes the receiver has
+    FL_DELIV_BYTES,  # bytes the receiver has
     FL_DEPS,  # prerequisites not yet complete
-    FL_EARLIEST,
-    FL_T_START,
-    FL_T_END,
+    FL_EARLIEST_PS,
+    FL_T_START_PS,
+    FL_T_END_PS,
     FL_STATE,
-    FL_NEXT_SEND,  # pacing: earliest start of the next data frame
-    FL_LAST_TX,  # start of the last data frame
-    FL_LAST_WIRE,  # its bytes on the wire
-    FL_ALLOW,  # cts: granted bytes not yet sent
-    FL_GRANTED,  # cts: bytes the receiver granted so far
-    FL_LAST_CNP,  # receiver: when it last sent a CNP for this flow
-    FL_GEN,  # DCQCN timer generation
+    FL_NEXT_SEND_PS,  # pacing: earliest start of the next data frame
+    FL_LAST_TX_PS,  # start of the last data frame
+    FL_LAST_WIRE_BYTES,  # its bytes on the wire
+    FL_ALLOW_BYTES,  # cts: granted bytes not yet sent
+    FL_GRANTED_BYTES,  # cts: bytes the receiver granted so far
+    FL_LAST_CNP_PS,  # receiver: when it last sent a CNP for this flow
+    FL_GEN,  # congestion-control timer generation: a timer of an older one is void
     FL_T_STAGE,
     FL_B_STAGE,
-    FL_BC,  # bytes since the last byte-counter event
+    FL_BC_BYTES,  # bytes since the last byte-counter event
     FL_SLOT,  # index in its NIC's active list, -1 when not listed
     FL_SPORT,
     FL_DQPN,
     FL_SQPN,
     FL_PRIO,
-    FL_CHUNK,  # cts: bytes per grant
+    FL_CHUNK_BYTES,  # cts: bytes per grant
     FL_WINDOW,  # cts: grants outstanding at most
+    FL_NAKED,  # go-back-N receiver: 1 once it asked for the data after its current gap
+    FL_REWIND_PS,  # go-back-N sender: when it last went back to resend
+    FL_MAY_REORDER,  # 1 once the flow lost data or changed route: it may arrive out of order
     FL_N,
-) = range(29)
-FR_RC, FR_RT, FR_ALPHA, FR_LINE, FR_N = range(5)
+) = range(32)
+FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_N = range(5)
 ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
 
 # nodes (nd[v, ...]): a NIC's list of flows that have data to send
@@ -160,7 +202,7 @@ ND_OFF, ND_CNT, ND_RR, ND_N = range(4)
 # in pc[i, ...] (int64).
 (
     PK_NEXT,
-    PK_WIRE,  # bytes on the wire, with headers, preamble and gap
+    PK_WIRE_BYTES,  # bytes on the wire, with headers, preamble and gap
     PK_HOP,  # index in the route of the port it is on or queued at
     PK_NHOPS,
     PK_KIND,
@@ -169,24 +211,24 @@ ND_OFF, ND_CNT, ND_RR, ND_N = range(4)
     PK_BYTES,  # payload
     PK_ROUTE,
 ) = range(9)
-PK_N = 16
-MAX_HOPS = PK_N - PK_ROUTE  # the longest route a packet can carry
-PC_PSN, PC_ARG, PC_N = range(3)  # PC_ARG: cts grant bytes
+PK_N = PK_ROUTE + MAX_HOPS  # 16 int32: one cache line
+PC_PSN, PC_ARG, PC_OFFSET_BYTES, PC_N = range(4)  # PC_ARG: cts grant bytes; NAK offset + 1
+# PC_OFFSET_BYTES: where a data packet's payload starts in its flow
 K_DATA, K_CNP, K_ACK, K_CTS, K_REQ, K_PFC = range(6)
 
 # frame overheads on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12, ICRC 4,
 # FCS 4, preamble and inter-frame gap 20
 PREAMBLE_GAP = 20
-DATA_OVERHEAD = 14 + 20 + 8 + 12 + 4 + 4 + PREAMBLE_GAP
-CNP_WIRE = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP
-ACK_WIRE = 14 + 20 + 8 + 12 + 4 + 4 + 4 + PREAMBLE_GAP  # with the AETH
-CTS_WIRE = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP  # a SEND of 16 bytes
-PFC_WIRE = 64 + PREAMBLE_GAP
+DATA_OVERHEAD_BYTES = 14 + 20 + 8 + 12 + 4 + 4 + PREAMBLE_GAP
+CNP_WIRE_BYTES = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP
+ACK_WIRE_BYTES = 14 + 20 + 8 + 12 + 4 + 4 + 4 + PREAMBLE_GAP  # with the AETH
+CTS_WIRE_BYTES = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP  # a SEND of 16 bytes
+PFC_WIRE_BYTES = 64 + PREAMBLE_GAP
 
 # capture records (cap[i, ...])
 CP_TIME, CP_PORT, CP_KIND, CP_FLOW, CP_PSN, CP_BYTES, CP_CE, CP_ARG, CP_N = range(9)
 
-# sample series (smp[series, row, port])
+# sample series (smp[series, row, port]), named as the run directory names them
 SERIES = (
     "tx_bytes",
     "qdepth_max_bytes",
@@ -196,8 +238,28 @@ SERIES = (
     "pfc_sent",
     "drops",
 )
+(
+    SM_TX_BYTES,
+    SM_QDEPTH_MAX_BYTES,
+    SM_QDEPTH_MEAN_BYTES,
+    SM_ECN_MARKED,
+    SM_PAUSED_NS,
+    SM_PFC_SENT,
+    SM_DROPS,
+    SM_N,
+) = range(len(SERIES) + 1)
 
 # why a kernel call returned
-R_DONE, R_LIMIT, R_GROW_EVENTS, R_GROW_PACKETS, R_DRAIN_CAPTURE, R_DRAIN_SAMPLES, R_STOP = range(7)
+(
+    R_DONE,
+    R_LIMIT,
+    R_GROW_EVENTS,
+    R_GROW_PACKETS,
+    R_DRAIN_CAPTURE,
+    R_DRAIN_SAMPLES,
+    R_STOP,
+    R_STALLED,  # flows underway and nothing but sampling to come, or no data for P_STALL_PS
+    R_OVERFLOW,  # see G_OVERFLOW: a bug, the run cannot go on
+) = range(9)
 
 PS_PER_NS = 1000

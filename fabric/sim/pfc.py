@@ -10,15 +10,15 @@ import numpy as np
 from numba import njit
 
 from fabric.sim.layout import (
-    PT_HEADROOM,
-    PT_ING,
-    PT_PAUSE_FROM,
-    PT_PAUSE_UNTIL,
-    PT_RATE,
-    PT_S_PAUSED,
+    PT_HEADROOM_BYTES,
+    PT_ING_BYTES,
+    PT_PAUSE_FROM_PS,
+    PT_PAUSE_UNTIL_PS,
+    PT_RATE_BPS,
+    PT_S_PAUSED_PS,
     PT_XOFF,
-    PT_XOFF_B,
-    PT_XON_B,
+    PT_XOFF_BYTES,
+    PT_XON_BYTES,
 )
 
 ADMIT, ADMIT_XOFF, DROP = 0, 1, 2
@@ -27,11 +27,11 @@ ADMIT, ADMIT_XOFF, DROP = 0, 1, 2
 @njit(cache=True)
 def admit(pt, k, wire):
     """A lossless frame arrives over port k's link; ADMIT, ADMIT_XOFF (send a pause) or DROP."""
-    ing = pt[k, PT_ING] + wire
-    if ing > pt[k, PT_XOFF_B] + pt[k, PT_HEADROOM]:
+    ing = pt[k, PT_ING_BYTES] + wire
+    if ing > pt[k, PT_XOFF_BYTES] + pt[k, PT_HEADROOM_BYTES]:
         return DROP
-    pt[k, PT_ING] = ing
-    if ing > pt[k, PT_XOFF_B] and pt[k, PT_XOFF] == 0:
+    pt[k, PT_ING_BYTES] = ing
+    if ing > pt[k, PT_XOFF_BYTES] and pt[k, PT_XOFF] == 0:
         pt[k, PT_XOFF] = 1
         return ADMIT_XOFF
     return ADMIT
@@ -40,8 +40,8 @@ def admit(pt, k, wire):
 @njit(cache=True)
 def release(pt, k, wire):
     """A lossless frame that came in over port k leaves the switch; True: send a resume."""
-    pt[k, PT_ING] -= wire
-    if pt[k, PT_XOFF] == 1 and pt[k, PT_ING] <= pt[k, PT_XON_B]:
+    pt[k, PT_ING_BYTES] -= wire
+    if pt[k, PT_XOFF] == 1 and pt[k, PT_ING_BYTES] <= pt[k, PT_XON_BYTES]:
         pt[k, PT_XOFF] = 0
         return True
     return False
@@ -56,11 +56,11 @@ def pause_ps(quanta, rate_bps):
 @njit(cache=True)
 def account_pause(pt, p, now):
     """Add the paused time of port p up to `now` to its open sample."""
-    until = pt[p, PT_PAUSE_UNTIL]
-    start = pt[p, PT_PAUSE_FROM]
+    until = pt[p, PT_PAUSE_UNTIL_PS]
+    start = pt[p, PT_PAUSE_FROM_PS]
     if until > start:
-        pt[p, PT_S_PAUSED] += min(now, until) - start
-    pt[p, PT_PAUSE_FROM] = now
+        pt[p, PT_S_PAUSED_PS] += min(now, until) - start
+    pt[p, PT_PAUSE_FROM_PS] = now
 
 
 @njit(cache=True)
@@ -68,6 +68,6 @@ def pause(pt, p, quanta, now):
     """A PFC frame with `quanta` reached port p's sender (0 resumes it)."""
     account_pause(pt, p, now)
     if quanta == 0:
-        pt[p, PT_PAUSE_UNTIL] = now
+        pt[p, PT_PAUSE_UNTIL_PS] = now
     else:
-        pt[p, PT_PAUSE_UNTIL] = now + pause_ps(quanta, pt[p, PT_RATE])
+        pt[p, PT_PAUSE_UNTIL_PS] = now + pause_ps(quanta, pt[p, PT_RATE_BPS])

@@ -8,27 +8,27 @@ from numba import njit
 
 from fabric.sim.layout import (
     PK_NEXT,
-    PK_WIRE,
+    PK_WIRE_BYTES,
     PT_HEAD0,
-    PT_QB0,
-    PT_QB1,
-    PT_S_QINT,
-    PT_S_QMAX,
-    PT_S_QT,
+    PT_Q0_BYTES,
+    PT_Q1_BYTES,
+    PT_S_QINT_BYTE_PS,
+    PT_S_QMAX_BYTES,
+    PT_S_QT_PS,
     PT_TAIL0,
 )
 
 
 @njit(cache=True, inline="always")
 def depth_bytes(pt, p):
-    return pt[p, PT_QB0] + pt[p, PT_QB1]
+    return pt[p, PT_Q0_BYTES] + pt[p, PT_Q1_BYTES]
 
 
 @njit(cache=True)
 def settle(pt, p, now):
     """Bring the depth integral of port p up to `now` (before the depth changes)."""
-    pt[p, PT_S_QINT] += depth_bytes(pt, p) * (now - pt[p, PT_S_QT])
-    pt[p, PT_S_QT] = now
+    pt[p, PT_S_QINT_BYTE_PS] += depth_bytes(pt, p) * (now - pt[p, PT_S_QT_PS])
+    pt[p, PT_S_QT_PS] = now
 
 
 @njit(cache=True)
@@ -43,10 +43,10 @@ def enqueue(pt, pk, p, cls, i, now):
     else:
         pk[pt[p, tail], PK_NEXT] = i
     pt[p, tail] = i
-    pt[p, PT_QB0 + cls] += pk[i, PK_WIRE]
+    pt[p, PT_Q0_BYTES + cls] += pk[i, PK_WIRE_BYTES]
     d = depth_bytes(pt, p)
-    if d > pt[p, PT_S_QMAX]:
-        pt[p, PT_S_QMAX] = d
+    if d > pt[p, PT_S_QMAX_BYTES]:
+        pt[p, PT_S_QMAX_BYTES] = d
 
 
 @njit(cache=True)
@@ -59,7 +59,7 @@ def dequeue(pt, pk, p, cls, now):
     pt[p, head] = nxt
     if nxt < 0:
         pt[p, PT_TAIL0 + 2 * cls] = -1
-    pt[p, PT_QB0 + cls] -= pk[i, PK_WIRE]
+    pt[p, PT_Q0_BYTES + cls] -= pk[i, PK_WIRE_BYTES]
     return i
 
 
@@ -70,7 +70,7 @@ def fifo_check(pt, pk, p, cls):
     i = pt[p, PT_HEAD0 + 2 * cls]
     last = -1
     while i >= 0:
-        total += pk[i, PK_WIRE]
+        total += pk[i, PK_WIRE_BYTES]
         last = i
         i = pk[i, PK_NEXT]
     if last != pt[p, PT_TAIL0 + 2 * cls]:

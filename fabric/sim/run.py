@@ -49,6 +49,13 @@ def features(scenario: Scenario) -> dict[str, Support]:
         )
     out["links.rate"] = implemented("serialization at each link's rate, 82 bytes of overhead")
     out["ecmp.policy"] = implemented("the hash of fabric.routing at every switch")
+    out["loss_recovery"] = implemented(
+        {
+            "go-back-n": "the receiver NAKs the first gap, the sender resends from there; "
+            "a lost tail is resent after the RTO",
+            "selective": "only lost packets are resent (IRN-style selective repeat)",
+        }[scenario_features(scenario)["loss_recovery"]]
+    )
     if "captures" in out:
         out["captures"] = implemented(
             f"frames rebuilt from the simulated packets, cut at {CAPTURE_SNAPLEN} bytes"

@@ -1,0 +1,127 @@
+"""A digest of the simulator's numeric outputs, to show a change leaves results bit-identical.
+
+    python benchmarks/sim_fingerprint.py [--save FILE | --compare FILE]
+
+Runs every scenario preset (fabric/sim/scenarios), variants of two of them
+that exercise what the presets do not (clear-to-send, spraying, DCQCN on an
+incast), and the cases (a) and (b) of bench_sim.py; hashes each run's flow
+records, port series, collective records, capture records and counters.
+Prints one line per case; `--save` writes them to a JSON file and
+`--compare` checks them against one, exiting 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_sim import CASES  # noqa: E402
+
+from fabric.results import collective_records  # noqa: E402
+from fabric.scenarios import load_scenario, scenario_presets  # noqa: E402
+from fabric.sim import Simulation  # noqa: E402
+from fabric.sim.run import simulation_for  # noqa: E402
+from topologies import load_fabric  # noqa: E402
+
+CAPTURED_NICS = 2  # the ports of the first NICs and of their switch are captured
+
+
+def digest(sim: Simulation) -> str:
+    sim.close()
+    h = hashlib.sha256()
+    rec = sim.flow_records()
+    parts = {
+        "flows": rec,
+        "ports": sim.port_series(),
+        "collectives": collective_records(sim.flows, rec["start_ns"], rec["end_ns"]),
+        "captures": {"records": sim.captures()},
+        "counters": {k: v for k, v in sim.counters().items() if isinstance(v, int)},
+    }
+    for part, fields in parts.items():
+        for name in sorted(fields):
+            value = np.asarray(fields[name])
+            h.update(f"{part}.{name}:{value.dtype}:{value.shape}".encode())
+            h.update(np.ascontiguousarray(value).tobytes())
+    return h.hexdigest()
+
+
+def captured_ports(fabric) -> list[int]:
+    ports = []
+    for v in fabric.nic_ids[:CAPTURED_NICS]:
+        p = int(fabric.nic_port[v])
+        ports += [p, p ^ 1]
+    return ports
+
+
+OVERRIDE: dict = {}  # congestion-control parameters every case takes (--loss-recovery)
+
+
+def scenario_sim(scenario) -> Simulation:
+    scenario = replace(scenario, cc_params={**scenario.cc_params, **OVERRIDE})
+    return simulation_for(scenario, captured_ports(scenario.fabric))
+
+
+def cases():
+    for name in scenario_presets():
+        yield name, lambda name=name: scenario_sim(load_scenario(name))
+    variants = {
+        "incast-pfc/cts": ("incast-pfc", {"cc": "cts", "cc_params": {"cts_chunk": "64KiB"}}),
+        "incast-pfc/dcqcn": ("incast-pfc", {"cc": "dcqcn"}),
+        "incast-lossy/cts": ("incast-lossy", {"cc": "cts", "cc_params": {"rto": "50us"}}),
+        "ecmp-permutation/spray": ("ecmp-permutation", {"ecmp": "spray"}),
+    }
+    for label, (name, change) in variants.items():
+        yield (
+            label,
+            lambda name=name, change=change: scenario_sim(replace(load_scenario(name), **change)),
+        )
+    for case in ("a", "b"):
+        topo, make, size = CASES[case]
+
+        def bench(topo=topo, make=make, size=size):
+            fabric = load_fabric(topo)
+            table = make(fabric, size, 1)
+            return Simulation(
+                fabric, table, ecmp="5tuple", seed=1, cc="none", sample_interval_ns=100_000,
+                cc_params=OVERRIDE,
+            )  # fmt: skip
+
+        yield f"bench_sim ({case})", bench
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--save", type=Path)
+    group.add_argument("--compare", type=Path)
+    ap.add_argument("--loss-recovery", choices=["go-back-n", "selective"])
+    args = ap.parse_args()
+    if args.loss_recovery:
+        OVERRIDE["loss_recovery"] = args.loss_recovery
+    out = {}
+    for label, make in cases():
+        sim = make()
+        sim.run()
+        out[label] = digest(sim)
+        print(f"{label:<26} {out[label][:16]}", flush=True)
+    if args.save:
+        args.save.write_text(json.dumps(out, indent=1))
+    if args.compare:
+        before = json.loads(args.compare.read_text())
+        differ = [k for k in before if before[k] != out.get(k)]
+        if differ:
+            print(f"DIFFERENT: {', '.join(differ)}")
+            sys.exit(1)
+        print(f"all {len(before)} digests identical")
+
+
+if __name__ == "__main__":
+    main()
