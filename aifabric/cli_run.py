@@ -69,13 +69,22 @@ def _progress_printer():
     "link at 20 Mb/s, slower if the replay could not keep up with every sender.",
 )
 @click.option("--seed", type=int, default=None, help="Override the scenario's seed.")
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a key of the scenario's tables, e.g. ecmp.policy=eecmp (repeatable).",
+)
+@click.option("--force", is_flag=True, help="Replace the output directory if it exists.")
 @json_option
-def run(scenario, output, engine, captures, switch, scale, seed, as_json):
+def run(scenario, output, engine, captures, switch, scale, seed, assignments, force, as_json):
     """Run SCENARIO (a scenario preset or a TOML file) and write a run directory."""
     from dataclasses import replace
     from pathlib import Path
 
-    from fabric.rundir import RunWriter
+    from fabric.overrides import parse_assignment
+    from fabric.rundir import RunWriter, remove_run_dir
     from fabric.sim.scenario_spec import load_scenario, resolve_port
 
     if switch is not None and engine != "mininet":
@@ -92,13 +101,16 @@ def run(scenario, output, engine, captures, switch, scale, seed, as_json):
     else:
         from fabric.sim.run import run_scenario as run_engine
 
-    sc = load_scenario(scenario, seed=seed)
+    overrides = [parse_assignment(text) for text in assignments]
+    sc = load_scenario(scenario, seed=seed, overrides=overrides)
     names = [c for item in captures for c in item.split(",") if c]
     if names:
         sc = replace(sc, captures=tuple(dict.fromkeys((*sc.captures, *names))))
     for name in sc.captures:
         resolve_port(sc.fabric, name)
     path = Path(output or f"runs/{sc.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    if force:
+        remove_run_dir(path)
     writer = RunWriter(path, engine, sc.to_dict())
     previous = signal.signal(signal.SIGTERM, _interrupt)  # `kill` ends the run like Ctrl-C
     try:

@@ -207,3 +207,21 @@ class Run:
 
     def captures(self) -> list[Path]:
         return sorted((self.path / "captures").glob("*.pcap*"))
+
+
+def remove_run_dir(path: str | Path) -> None:
+    """Delete a run directory so it can be written again (`run --force`, a sweep's rerun).
+
+    Only a directory with a run.json, or an empty one, is removed: a mistyped
+    `-o ~` must not delete a home directory.
+    """
+    import shutil
+
+    path = Path(path)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise AifabricError(f"{path} is not a directory")
+    if any(path.iterdir()) and not (path / "run.json").is_file():
+        raise AifabricError(f"{path} is not a run directory (no run.json); not replacing it")
+    shutil.rmtree(path)

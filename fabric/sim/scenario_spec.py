@@ -35,6 +35,7 @@ from fabric.cc import DEFAULTS as CC_DEFAULTS
 from fabric.cc import KINDS as CONGESTION_CONTROLS
 from fabric.errors import AifabricError, SpecError, UnitError
 from fabric.model import Fabric, Role
+from fabric.overrides import ECMP_KEYS, apply_overrides
 from fabric.routing import POLICIES
 from fabric.scenario import Fault, Scenario
 from fabric.specfile import Presets
@@ -54,13 +55,16 @@ def scenario_presets() -> list[str]:
     return PRESETS.names()
 
 
-def load_scenario(source: str | Path, *, seed: int | None = None) -> Scenario:
-    """A scenario preset name or TOML path -> a `Scenario` with its flows generated."""
+def load_scenario(source: str | Path, *, seed: int | None = None, overrides=None) -> Scenario:
+    """A scenario preset name or TOML path -> a `Scenario` with its flows generated;
+    `overrides` (dotted key -> value, see fabric.overrides) are laid over the file."""
     text, stem, folder = PRESETS.read(source)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"scenario {stem} is not valid TOML: {e}") from None
+    if overrides:
+        raw = apply_overrides(raw, overrides, folder=folder)
     return scenario_from_dict(raw, stem, folder=folder, seed=seed)
 
 
@@ -127,7 +131,7 @@ def scenario_from_dict(
     if not isinstance(captures, list) or not all(isinstance(c, str) for c in captures):
         raise SpecError(f"scenario {name}: scenario.captures must be a list of port names")
 
-    ecmp = _check_keys(name, "ecmp", raw.get("ecmp", {}), ("policy", "same_seed"))
+    ecmp = _check_keys(name, "ecmp", raw.get("ecmp", {}), ECMP_KEYS)
     policy = ecmp.get("policy", "5tuple")
     if policy not in POLICIES:
         raise SpecError(
