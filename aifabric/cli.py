@@ -231,4 +231,4 @@ def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
 
 
 # Command modules add their commands to `main` when imported.
-from aifabric import cli_analysis, cli_emu, cli_run, cli_traffic  # noqa: E402, F401
+from aifabric import cli_analysis, cli_emu, cli_run, cli_sweep, cli_traffic  # noqa: E402, F401

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric.errors import SpecError
+from fabric.specfile import relative_to
 
 ECMP_KEYS = ("policy", "same_seed")
 
@@ -133,11 +134,7 @@ def _inline_workload(raw: dict, folder: Path | None) -> dict:
 
     head = raw.get("scenario", {})
     if isinstance(head, dict) and "workload" in head and "workload" not in raw:
-        source = str(head["workload"])
-        if folder is not None and (source.endswith(".toml") or "/" in source):
-            path = Path(source)
-            source = str(path if path.is_absolute() else folder / path)
-        text, name, _ = PRESETS.read(source)
+        text, name, _ = PRESETS.read(relative_to(str(head["workload"]), folder))
         try:
             raw["workload"] = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:

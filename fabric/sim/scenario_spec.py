@@ -38,7 +38,7 @@ from fabric.model import Fabric, Role
 from fabric.overrides import ECMP_KEYS, apply_overrides
 from fabric.routing import POLICIES
 from fabric.scenario import Fault, Scenario
-from fabric.specfile import Presets
+from fabric.specfile import Presets, check_table, relative_to
 from fabric.units import parse_time
 
 TABLES = ("scenario", "workload", "ecmp", "queue", "congestion_control", "faults")
@@ -69,22 +69,7 @@ def load_scenario(source: str | Path, *, seed: int | None = None, overrides=None
 
 
 def _check_keys(name: str, table: str, body: Any, keys) -> dict:
-    if not isinstance(body, dict):
-        raise SpecError(f"scenario {name}: [{table}] must be a table")
-    for key in body:
-        if key not in keys:
-            raise SpecError(
-                f"scenario {name}: unknown key {table}.{key}; [{table}] takes {', '.join(keys)}"
-            )
-    return body
-
-
-def _relative(value: str, folder: Path | None) -> str:
-    if folder is not None and (value.endswith(".toml") or "/" in value):
-        path = Path(value)
-        if not path.is_absolute():
-            return str(folder / path)
-    return value
+    return check_table(f"scenario {name}", table, body, keys)
 
 
 def scenario_from_dict(
@@ -102,7 +87,7 @@ def scenario_from_dict(
     name = head.get("name", stem)
     if "topology" not in head:
         raise SpecError(f"scenario {name}: scenario.topology is missing (a topology preset)")
-    topology = _relative(str(head["topology"]), folder)
+    topology = relative_to(str(head["topology"]), folder)
     fabric = topologies.load_fabric(topology)
     queue = raw.get("queue")
     if queue is not None:
@@ -114,7 +99,7 @@ def scenario_from_dict(
             "file, or as a [workload] table"
         )
     if "workload" in head:
-        workload = traffic.load_workload(_relative(str(head["workload"]), folder))
+        workload = traffic.load_workload(relative_to(str(head["workload"]), folder))
     else:
         workload = traffic.workload_from_dict(raw["workload"], name)
 

@@ -1,0 +1,88 @@
+"""The figures one run contributes to a sweep's results table.
+
+Column names carry their unit (`_ns`, `_gbps`, `_bytes`); per-job figures
+end in `@JOB` (`busbw_gbps@allreduce`), per collective of a job with several
+kinds in `@JOB/KIND-ALGORITHM`; ECMP figures per switch tier end in `.TIER`
+(`ecmp_max_mean.rtsw>ctsw`). Everything is read from the run directory
+through the analysis library; only the ideal times come from the flow table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def job_names(workload: dict) -> list[str]:
+    """A name per job: its `name`, else its collective, pattern or model; made unique."""
+    bodies = workload.get("jobs") if isinstance(workload.get("jobs"), list) else [workload]
+    names = []
+    for i, body in enumerate(bodies):
+        name = body.get("name") or next(
+            (str(body[k]) for k in ("collective", "pattern", "model") if k in body), f"job{i}"
+        )
+        names.append(name if name not in names else f"{name}{i}")
+    return names
+
+
+def point_metrics(path, scenario, groups) -> dict[str, Any]:
+    """The results-table columns of the run directory `path` of `scenario`."""
+    import numpy as np
+
+    from analysis.metrics import run_metrics
+    from fabric.rundir import Run
+    from traffic.stats import op_stats
+
+    run = Run(path)
+    m = run_metrics(run, top=1)
+    summary = run.meta.get("results", {}).get("summary", {})
+    cong = m["congestion"] or {}
+    row: dict[str, Any] = {}
+    if "completion" in groups:
+        row["completion_ns"] = summary.get("completion_ns")
+        row["flows_unfinished"] = m["flows"]["count"] - m["flows"]["finished"]
+    if "fct" in groups:
+        row["fct_p50_ns"] = m["fct_ns"]["p50"]
+        row["fct_p99_ns"] = m["fct_ns"]["p99"]
+    if "ecn" in groups:
+        row["ecn_marked"] = cong.get("ecn_marked")
+        row["cnp_sent"] = summary.get("cnp_sent")
+    if "pfc" in groups:
+        row["pfc_frames"] = cong.get("pfc_frames")
+        row["paused_ns"] = cong.get("paused_ns")
+    if "drops" in groups:
+        row["drops"] = cong.get("drops")
+    if "queue" in groups:
+        row["max_queue_bytes"] = cong.get("qdepth_max_bytes")
+    if "ecmp" in groups:
+        for t in m["ecmp"]["tiers"]:
+            row[f"ecmp_max_mean.{t['tier']}"] = t["bytes"]["max_mean"]
+            row[f"ecmp_jain.{t['tier']}"] = t["bytes"]["jain"]
+            row[f"ecmp_collisions.{t['tier']}"] = t["collisions"]
+            row[f"ecmp_collisions_expected.{t['tier']}"] = t["collisions_expected"]
+
+    names = job_names(scenario.workload)
+    ideal = {op["op"]: op["ideal_ns"] for op in op_stats(scenario.fabric, scenario.flows)}
+    flows = run.flows()
+    for j, name in enumerate(names):
+        ops = [o for o in m["collectives"]["ops"] if o["job"] == j]
+        if "completion" in groups and flows is not None:
+            mine = flows["job"] == j
+            start, end = flows["start_ns"][mine], flows["end_ns"][mine]
+            took = int(end.max() - start.min()) if mine.any() and (end >= 0).all() else None
+            row[f"time_ns@{name}"] = took
+            row[f"ideal_ns@{name}"] = sum(ideal.get(o["op"], 0) for o in ops) or None
+            row[f"efficiency@{name}"] = (
+                row[f"ideal_ns@{name}"] / took if took and row[f"ideal_ns@{name}"] else None
+            )
+        if "busbw" in groups:
+            done = [o for o in ops if o["busbw_bps"] is not None and o["algorithm"] != "-"]
+            if done:
+                row[f"busbw_gbps@{name}"] = float(np.mean([o["busbw_bps"] for o in done])) / 1e9
+                row[f"algbw_gbps@{name}"] = float(np.mean([o["algbw_bps"] for o in done])) / 1e9
+            labels = sorted({f"{o['kind']}-{o['algorithm']}" for o in done})
+            for label in labels if len(labels) > 1 else ():
+                mine = [o for o in done if f"{o['kind']}-{o['algorithm']}" == label]
+                row[f"busbw_gbps@{name}/{label}"] = (
+                    float(np.mean([o["busbw_bps"] for o in mine])) / 1e9
+                )
+    return row

@@ -1,0 +1,273 @@
+"""A sweep's HTML report: one self-contained page (plotly.js inlined) that opens offline.
+
+Top to bottom: what the sweep tested and, for an experiment, the finding,
+the measured effect with its 95% interval beside the published figure; the
+effects against the baseline; then per metric a table per configuration
+(mean, std, min/max, interval; one row per job when there are several), the
+metric per configuration with error bars, and every seed's value as a
+scatter; busbw against message size on a log axis when the size is swept.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from experiments.results import SweepResults, open_sweep
+
+SIZE_KEYS = ("workload.size",)
+
+_STYLE = """<style>
+body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; max-width: 1200px; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 2em; }
+table { border-collapse: collapse; margin: 0.5em 0; }
+td, th { padding: 0.2em 0.8em; border-bottom: 1px solid #ddd; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+p.finding { font-size: 1.05em; } p.note { color: #666; font-size: 0.9em; }
+</style>"""
+
+
+def _label(config: dict) -> str:
+    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in config.items()) or "all runs"
+
+
+def improvement(effect: dict, higher_is_better: bool) -> tuple:
+    """(change, low, high) turned so that positive is better."""
+    sign = 1 if higher_is_better else -1
+    vals = (effect["change"], effect["change_low"], effect["change_high"])
+    if vals[0] is None:
+        return (None, None, None)
+    if vals[1] is None:
+        return (sign * vals[0], None, None)
+    lo, hi = sorted((sign * vals[1], sign * vals[2]))
+    return (sign * vals[0], lo, hi)
+
+
+def headline_effects(res: SweepResults) -> list[dict]:
+    """The effects the report leads with: those matching [report] headline, else the best."""
+    effects = res.effects()
+    report = res.report
+    better = bool(report.get("higher_is_better", True))
+    if not effects:
+        return []
+    wanted = report.get("headline")
+    if wanted:
+        return [
+            e
+            for e in effects
+            if all(str(e["configuration"].get(k)) == str(v) for k, v in wanted.items())
+        ]
+    scored = [e for e in effects if e["change"] is not None]
+    return [max(scored, key=lambda e: improvement(e, better)[0])] if scored else []
+
+
+def percent(x) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def finding_lines(res: SweepResults) -> list[str]:
+    """The finding, the measured effect(s) with intervals, and the published figure, as text."""
+    report = res.report
+    better = bool(report.get("higher_is_better", True))
+    lines = []
+    if report.get("finding"):
+        lines.append(f"finding:   {report['finding']}")
+    seeds = len(res.spec.get("seeds", []))
+    for e in headline_effects(res):
+        change, lo, hi = improvement(e, better)
+        interval = f" (95% interval {percent(lo)} to {percent(hi)})" if lo is not None else ""
+        lines.append(
+            f"measured:  {_label(e['configuration'])}: {percent(change)} {report.get('metric')} "
+            f"improvement against {_label(report.get('baseline', {}))}{interval}, "
+            f"{e['pairs']} of {seeds} seeds paired"
+        )
+    if report.get("published"):
+        lines.append(f"published: {report['published']}")
+    verdict = _verdict(res)
+    if verdict:
+        lines.append(f"verdict:   {verdict}")
+    return lines
+
+
+def _verdict(res: SweepResults) -> str:
+    """Agreement in direction with the published effect, judged on the headline intervals."""
+    report = res.report
+    published = report.get("published_effect")
+    if published is None:
+        return ""
+    better = bool(report.get("higher_is_better", True))
+    heads = [improvement(e, better) for e in headline_effects(res)]
+    heads = [h for h in heads if h[1] is not None]
+    if not heads:
+        return "too few seeds for an interval; no verdict"
+    sign = 1 if published > 0 else -1
+    agree = [h for h in heads if sign * h[1] > 0 and sign * h[2] > 0]
+    against = [h for h in heads if sign * h[1] < 0 and sign * h[2] < 0]
+    if len(agree) == len(heads):
+        return f"agrees in direction with the published {percent(published)} (every interval)"
+    if against:
+        return f"disagrees: the published effect is {percent(published)}, the measured one opposite"
+    return f"inconclusive against the published {percent(published)}: an interval spans zero"
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    def cell(v):
+        if isinstance(v, float):
+            return f'<td class="num">{v:.4g}</td>'
+        if isinstance(v, int):
+            return f'<td class="num">{v}</td>'
+        return f"<td>{html.escape(str(v))}</td>"
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _num(v):
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def _metric_figures(res: SweepResults, column: str, rows: list[dict]):
+    import plotly.graph_objects as go
+
+    keys = res.keys
+    labels = [_label({k: r[k] for k in keys}) for r in rows]
+    means = [r["mean"] for r in rows]
+    plus = [(r["ci_high"] - r["mean"]) if r["ci_high"] is not None else 0 for r in rows]
+    bars = go.Figure(
+        go.Bar(x=labels, y=means, error_y={"type": "data", "array": plus, "visible": True})
+    )
+    bars.update_layout(
+        title=f"{column}: mean per configuration, 95% interval over seeds",
+        yaxis_title=column, height=420, margin={"b": 140},
+    )  # fmt: skip
+    frame = res.frame[res.frame["status"] == "complete"]
+    scatter = go.Figure()
+    for seed in sorted(frame["seed"].unique()):
+        mine = frame[frame["seed"] == seed]
+        configs = mine[keys].itertuples(index=False) if keys else [()] * len(mine)
+        scatter.add_trace(
+            go.Scatter(
+                x=[_label(dict(zip(keys, t, strict=True))) for t in configs],
+                y=mine[column],
+                mode="markers",
+                name=f"seed {seed}",
+            )
+        )
+    scatter.update_layout(
+        title=f"{column}: every seed", yaxis_title=column, height=420, margin={"b": 140}
+    )
+    return [bars, scatter]
+
+
+def _size_figure(res: SweepResults, rows: list[dict]):
+    """busbw against message size (nccl-tests style), one line per other configuration."""
+    import plotly.graph_objects as go
+
+    from fabric.units import parse_size
+
+    size_key = next(k for k in SIZE_KEYS if k in res.keys)
+    others = [k for k in res.keys if k != size_key]
+    fig = go.Figure()
+    lines: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["metric"] != "busbw_gbps":
+            continue
+        lines.setdefault((r["job"], *(r[k] for k in others)), []).append(r)
+    for key, pts in lines.items():
+        pts.sort(key=lambda r: parse_size(r[size_key]))
+        fig.add_trace(
+            go.Scatter(
+                x=[parse_size(r[size_key]) for r in pts],
+                y=[r["mean"] for r in pts],
+                error_y={"type": "data", "visible": True,
+                         "array": [(r["ci_high"] - r["mean"]) if r["ci_high"] is not None else 0
+                                   for r in pts]},
+                mode="lines+markers",
+                name=_label({"job": key[0], **dict(zip(others, key[1:], strict=True))}),
+            )
+        )  # fmt: skip
+    fig.update_layout(
+        title="busbw against message size", height=460,
+        xaxis={"type": "log", "title": "message size (bytes)"}, yaxis_title="busbw (Gb/s)",
+    )  # fmt: skip
+    return fig
+
+
+def build_report(directory, metrics: list[str] | None = None) -> str:
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
+    res = open_sweep(directory)
+    spec, report = res.spec, res.report
+    frame = res.frame
+    rows = res.aggregate(metrics or None)
+    keys = res.keys
+    parts = [f"<h1>{html.escape(spec.get('name', 'sweep'))}</h1>"]
+    if spec.get("description"):
+        parts.append(f"<p>{html.escape(spec['description'])}</p>")
+    complete = int((frame["status"] == "complete").sum()) if len(frame) else 0
+    parts.append(
+        f'<p class="note">{len(frame)} runs ({complete} complete) of '
+        f"{html.escape(str(spec.get('scenario')))}; varied: {html.escape(', '.join(keys))}; "
+        f"seeds {html.escape(str(spec.get('seeds')))}.</p>"
+    )
+    for line in finding_lines(res):
+        head, _, text = line.partition(":")
+        parts.append(f'<p class="finding"><b>{html.escape(head)}</b>: {html.escape(text)}</p>')
+    effects = res.effects()
+    if effects:
+        better = bool(report.get("higher_is_better", True))
+        parts.append(f"<h2>Against the baseline: {html.escape(str(report.get('metric')))}</h2>")
+        parts.append(
+            _table(
+                ["configuration", "seeds paired", "mean", "baseline mean", "improvement",
+                 "95% interval"],
+                [[_label(e["configuration"]), e["pairs"], _num(e["mean"]),
+                  _num(e["baseline_mean"]), percent(improvement(e, better)[0]),
+                  _interval(improvement(e, better))] for e in effects],
+            )
+        )  # fmt: skip
+    if any(k in keys for k in SIZE_KEYS) and any(r["metric"] == "busbw_gbps" for r in rows):
+        parts.append("<h2>busbw against message size</h2>")
+        parts.append(pio.to_html(_size_figure(res, rows), full_html=False, include_plotlyjs=False))
+    for column in dict.fromkeys(r["column"] for r in rows):
+        mine = [r for r in rows if r["column"] == column]
+        parts.append(f"<h2>{html.escape(column)}</h2>")
+        parts.append(
+            _table(
+                [*keys, "job", "n", "mean", "std", "min", "max", "95% low", "95% high"],
+                [[*(r[k] for k in keys), r["job"] or "-", r["n"], _num(r["mean"]),
+                  _num(r["std"]), _num(r["min"]), _num(r["max"]), _num(r["ci_low"]),
+                  _num(r["ci_high"])] for r in mine],
+            )
+        )  # fmt: skip
+        for fig in _metric_figures(res, column, mine):
+            parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=False))
+    failed = frame[frame["status"] != "complete"] if len(frame) else frame
+    if len(failed):
+        parts.append("<h2>Runs that did not complete</h2>")
+        parts.append(
+            _table(
+                ["run", "status", "error"],
+                [[r.run_dir, r.status, "" if isinstance(r.error, float) else r.error]
+                 for r in failed.itertuples()],
+            )
+        )  # fmt: skip
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>{html.escape(spec.get('name', 'sweep'))}</title>",
+            _STYLE,
+            f'<script type="text/javascript">{get_plotlyjs()}</script>',
+            "</head><body>",
+            *parts,
+            "</body></html>",
+        ]
+    )
+
+
+def _interval(triple) -> str:
+    _, lo, hi = triple
+    return "-" if lo is None else f"{percent(lo)} to {percent(hi)}"

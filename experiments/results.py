@@ -1,0 +1,81 @@
+"""A finished (or interrupted) sweep read back: its spec, its table, its aggregates."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fabric.errors import AifabricError
+
+HEADLINE = ("busbw_gbps", "time_ns", "efficiency", "completion_ns")
+
+
+@dataclass
+class SweepResults:
+    path: Path
+    spec: dict[str, Any]  # sweep.json
+    frame: Any  # pandas.DataFrame of results.csv
+
+    @property
+    def keys(self) -> list[str]:
+        return list(self.spec.get("keys", []))
+
+    @property
+    def report(self) -> dict[str, Any]:
+        return dict(self.spec.get("report", {}))
+
+    def columns(self, wanted: list[str] | None = None) -> list[str]:
+        """Metric columns: those named (or every job's or tier's column of a metric named
+        without @JOB or .TIER),
+        else the report's metric, else the headline ones (busbw, job time, efficiency)."""
+        from experiments.stats import metric_columns, split_metric
+
+        have = metric_columns(self.frame, self.keys)
+        if not wanted:
+            if self.report.get("metric") in have:
+                wanted = [self.report["metric"]]
+            else:
+                wanted = list(HEADLINE)
+        out = []
+        for name in wanted:
+            if name in have:
+                out.append(name)
+                continue
+            matches = [c for c in have if name in (split_metric(c)[0], c.split(".")[0])]
+            if not matches and name not in HEADLINE:
+                raise AifabricError(
+                    f"the results have no metric {name!r}; they have {', '.join(have)}"
+                )
+            out.extend(matches)
+        return list(dict.fromkeys(out))
+
+    def aggregate(self, wanted: list[str] | None = None) -> list[dict]:
+        from experiments.stats import aggregate
+
+        return aggregate(self.frame, self.keys, self.columns(wanted))
+
+    def effects(self) -> list[dict]:
+        from experiments.stats import effects
+
+        report = self.report
+        column = report.get("metric")
+        if not report.get("baseline") or column not in self.frame:
+            return []
+        return effects(self.frame, self.keys, column, report["baseline"])
+
+
+def open_sweep(path: str | Path) -> SweepResults:
+    import pandas as pd
+
+    path = Path(path)
+    spec_file, table = path / "sweep.json", path / "results.csv"
+    if not spec_file.is_file() or not table.is_file():
+        raise AifabricError(f"{path} is not a sweep directory (no sweep.json and results.csv)")
+    try:
+        spec = json.loads(spec_file.read_text())
+        frame = pd.read_csv(table)
+    except (OSError, ValueError) as e:
+        raise AifabricError(f"{path}: cannot read the sweep: {e}") from None
+    return SweepResults(path, spec, frame)
