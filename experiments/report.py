@@ -31,16 +31,11 @@ def _label(config: dict) -> str:
     return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in config.items()) or "all runs"
 
 
-def improvement(effect: dict, higher_is_better: bool) -> tuple:
-    """(change, low, high) turned so that positive is better."""
-    sign = 1 if higher_is_better else -1
-    vals = (effect["change"], effect["change_low"], effect["change_high"])
-    if vals[0] is None:
-        return (None, None, None)
-    if vals[1] is None:
-        return (sign * vals[0], None, None)
-    lo, hi = sorted((sign * vals[1], sign * vals[2]))
-    return (sign * vals[0], lo, hi)
+def gain(effect: dict, higher_is_better: bool) -> float | None:
+    """The effect's change turned so that positive is better."""
+    if effect["change"] is None:
+        return None
+    return effect["change"] if higher_is_better else -effect["change"]
 
 
 def headline_effects(res: SweepResults) -> list[dict]:
@@ -58,11 +53,21 @@ def headline_effects(res: SweepResults) -> list[dict]:
             if all(str(e["configuration"].get(k)) == str(v) for k, v in wanted.items())
         ]
     scored = [e for e in effects if e["change"] is not None]
-    return [max(scored, key=lambda e: improvement(e, better)[0])] if scored else []
+    return [max(scored, key=lambda e: gain(e, better))] if scored else []
 
 
 def percent(x) -> str:
     return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def _effect_text(e: dict, better: bool) -> str:
+    """`+45.2% (better), 95% interval +30.1% to +60.3%`: the change of the metric."""
+    g = gain(e, better)
+    word = "" if not g else (" (better)" if g > 0 else " (worse)")
+    text = f"{percent(e['change'])}{word}"
+    if e["change_low"] is not None:
+        text += f", 95% interval {percent(e['change_low'])} to {percent(e['change_high'])}"
+    return text
 
 
 def finding_lines(res: SweepResults) -> list[str]:
@@ -74,12 +79,10 @@ def finding_lines(res: SweepResults) -> list[str]:
         lines.append(f"finding:   {report['finding']}")
     seeds = len(res.spec.get("seeds", []))
     for e in headline_effects(res):
-        change, lo, hi = improvement(e, better)
-        interval = f" (95% interval {percent(lo)} to {percent(hi)})" if lo is not None else ""
         lines.append(
-            f"measured:  {_label(e['configuration'])}: {percent(change)} {report.get('metric')} "
-            f"improvement against {_label(report.get('baseline', {}))}{interval}, "
-            f"{e['pairs']} of {seeds} seeds paired"
+            f"measured:  {report.get('metric')} {_effect_text(e, better)} with "
+            f"{_label(e['configuration'])} against {_label(report.get('baseline', {}))} "
+            f"({e['pairs']} of {seeds} seeds paired)"
         )
     if report.get("published"):
         lines.append(f"published: {report['published']}")
@@ -90,24 +93,29 @@ def finding_lines(res: SweepResults) -> list[str]:
 
 
 def _verdict(res: SweepResults) -> str:
-    """Agreement in direction with the published effect, judged on the headline intervals."""
-    report = res.report
-    published = report.get("published_effect")
+    """Agreement in direction with the published effect (a relative change of the metric),
+    judged on the headline effects' intervals."""
+    published = res.report.get("published_effect")
     if published is None:
         return ""
-    better = bool(report.get("higher_is_better", True))
-    heads = [improvement(e, better) for e in headline_effects(res)]
-    heads = [h for h in heads if h[1] is not None]
+    heads = [e for e in headline_effects(res) if e["change_low"] is not None]
     if not heads:
         return "too few seeds for an interval; no verdict"
     sign = 1 if published > 0 else -1
-    agree = [h for h in heads if sign * h[1] > 0 and sign * h[2] > 0]
-    against = [h for h in heads if sign * h[1] < 0 and sign * h[2] < 0]
-    if len(agree) == len(heads):
+    agree = [e for e in heads if sign * e["change_low"] > 0 and sign * e["change_high"] > 0]
+    against = [e for e in heads if sign * e["change_low"] < 0 and sign * e["change_high"] < 0]
+    n = len(heads)
+    if len(agree) == n:
         return f"agrees in direction with the published {percent(published)} (every interval)"
     if against:
-        return f"disagrees: the published effect is {percent(published)}, the measured one opposite"
-    return f"inconclusive against the published {percent(published)}: an interval spans zero"
+        return (
+            f"disagrees in {len(against)} of {n}: the published change is {percent(published)}, "
+            "the measured one is the opposite"
+        )
+    return (
+        f"agrees in {len(agree)} of {n}; the rest are inconclusive (an interval spans zero) "
+        f"against the published {percent(published)}"
+    )
 
 
 def _table(headers: list[str], rows: list[list]) -> str:
@@ -221,11 +229,9 @@ def build_report(directory, metrics: list[str] | None = None) -> str:
         parts.append(f"<h2>Against the baseline: {html.escape(str(report.get('metric')))}</h2>")
         parts.append(
             _table(
-                ["configuration", "seeds paired", "mean", "baseline mean", "improvement",
-                 "95% interval"],
+                ["configuration", "seeds paired", "mean", "baseline mean", "change"],
                 [[_label(e["configuration"]), e["pairs"], _num(e["mean"]),
-                  _num(e["baseline_mean"]), percent(improvement(e, better)[0]),
-                  _interval(improvement(e, better))] for e in effects],
+                  _num(e["baseline_mean"]), _effect_text(e, better)] for e in effects],
             )
         )  # fmt: skip
     if any(k in keys for k in SIZE_KEYS) and any(r["metric"] == "busbw_gbps" for r in rows):
@@ -266,8 +272,3 @@ def build_report(directory, metrics: list[str] | None = None) -> str:
             "</body></html>",
         ]
     )
-
-
-def _interval(triple) -> str:
-    _, lo, hi = triple
-    return "-" if lo is None else f"{percent(lo)} to {percent(hi)}"

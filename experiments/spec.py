@@ -31,7 +31,7 @@ A spec is TOML (or the same from `aifabric sweep SCENARIO --vary ...` flags):
     headline = { "ecmp.policy" = "pinned" }     # the effects quoted first (default: the best)
     finding = "..."                     # the claim the sweep tests
     published = "..."                   # the published figure, quoted beside the measurement
-    published_effect = 0.40             # the same as a relative change of `metric`
+    published_effect = 0.40             # the same as a relative change of `metric` (+40%)
 
     [full]                              # `experiment run --full`: seeds, set, grid, zip
     seeds = "1-10"                      # replacing the ones above
@@ -82,8 +82,8 @@ class Sweep:
     scenario: str  # preset name or absolute path
     seeds: tuple[int, ...]
     fixed: dict[str, Any] = field(default_factory=dict)
-    grid: dict[str, dict[str, Any]] = field(default_factory=dict)  # key -> label -> value
-    zip: dict[str, dict[str, Any]] = field(default_factory=dict)
+    grid: dict[str, list[tuple[Any, Any]]] = field(default_factory=dict)  # key -> (label, value)
+    zip: dict[str, list[tuple[Any, Any]]] = field(default_factory=dict)
     metrics: tuple[str, ...] = METRIC_GROUPS
     engine: str = "sim"
     description: str = ""
@@ -95,9 +95,8 @@ class Sweep:
 
     def configurations(self) -> list[dict[str, tuple[str, Any]]]:
         """Each configuration: varied key -> (label, value)."""
-        zipped = [list(v.items()) for v in self.zip.values()]
-        zip_rows = list(zip(*zipped, strict=True)) if zipped else [()]
-        grid_rows = itertools.product(*(list(v.items()) for v in self.grid.values()))
+        zip_rows = list(zip(*self.zip.values(), strict=True)) if self.zip else [()]
+        grid_rows = itertools.product(*self.grid.values())
         out = []
         for g in grid_rows:
             for z in zip_rows:
@@ -219,15 +218,15 @@ def flatten_keys(section: str, body: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _values(section: str, key: str, value: Any) -> dict[str, Any]:
-    """A list of values, or a table of named values -> label -> value."""
+def _values(section: str, key: str, value: Any) -> list[tuple[Any, Any]]:
+    """A list of values, or a table of named values -> [(label, value)]."""
     if isinstance(value, dict) and value:
-        return dict(value)
+        return list(value.items())
     if isinstance(value, list) and value:
         labels = [v if isinstance(v, str | int | float | bool) else repr(v) for v in value]
-        if len(set(map(str, labels))) != len(labels):
+        if section == "grid" and len(set(map(str, labels))) != len(labels):
             raise SpecError(f"[{section}] {key}: the values repeat")
-        return dict(zip(labels, value, strict=True))
+        return list(zip(labels, value, strict=True))
     raise SpecError(f"[{section}] {key} must be a non-empty list of values or a table of them")
 
 

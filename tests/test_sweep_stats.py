@@ -181,3 +181,45 @@ def test_busbw_against_size_on_a_log_axis(tmp_path):
     assert "busbw against message size" in page
     assert '"type":"log"' in page
     assert "[1048576,67108864]" in page.replace(" ", "")
+
+
+def test_every_shipped_experiment_loads_every_configuration():
+    from experiments.catalog import experiment_names, experiment_spec
+    from experiments.spec import load_sweep
+    from fabric.sim.scenario_spec import load_scenario
+
+    names = experiment_names()
+    assert names == ["busbw-vs-size", "congestion-control", "ecmp-entropy", "oversubscription",
+                     "path-pinning"]  # fmt: skip
+    for name in names:
+        for full in (False, True):
+            sweep = load_sweep(experiment_spec(name), full=full)
+            assert len(sweep.seeds) >= 3, name
+            report = sweep.report
+            assert report["metric"] and report["finding"] and report["published"], name
+            for key in report.get("baseline", {}):
+                assert key in sweep.keys, (name, key)
+        seen = set()
+        for point in sweep.points():
+            config = tuple(sorted(point.labels.items()))
+            if config in seen:
+                continue
+            seen.add(config)
+            sc = load_scenario(sweep.scenario, seed=1, overrides=list(point.overrides))
+            for key, value in point.overrides:
+                if key == "ecmp.policy":
+                    assert sc.ecmp == value
+                if key == "congestion_control.kind":
+                    assert sc.cc == value
+        assert len(seen) == len(sweep.configurations()), name
+
+
+def test_experiment_list_and_unknown_names():
+    r = CliRunner().invoke(main, ["experiment", "list", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {e["name"]: e for e in json.loads(r.output)}
+    assert rows["ecmp-entropy"]["runs"] == 2 * 4 * 2 * 3
+    assert rows["path-pinning"]["runs"] == 2 * 2 * 2 * 3
+    bad = CliRunner().invoke(main, ["experiment", "run", "ecmp-entropi", "-o", "x"])
+    assert bad.exit_code == 1
+    assert bad.output.startswith("Error: unknown experiment 'ecmp-entropi'; the experiments are")
