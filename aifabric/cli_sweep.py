@@ -102,20 +102,9 @@ def _run(spec, output, workers, scheduler, as_json) -> dict:
 
 
 def _fmt(value, column: str = "") -> str:
-    """A figure as people read it: times and sizes with units, other numbers to 4 digits."""
-    from experiments.stats import split_metric
-    from fabric.units import format_size, format_time
+    from experiments.report import format_value
 
-    if value is None:
-        return "-"
-    metric = split_metric(column)[0].split(".")[0]
-    if metric.endswith("_ns") and isinstance(value, int | float):
-        return format_time(int(round(value)))
-    if metric.endswith("_bytes") and isinstance(value, int | float):
-        return format_size(int(round(value)))
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    return format_value(value, column)
 
 
 @sweep.command("show")
@@ -139,22 +128,23 @@ def sweep_show(directory, metrics, as_json):
         f"{res.spec.get('name')}: {len(frame)} runs in the table, {done} complete, "
         f"{len(frame) - done} not"
     )
-    for column in dict.fromkeys(r["column"] for r in rows):
-        mine = [r for r in rows if r["column"] == column]
+    for metric in dict.fromkeys(r["metric"] for r in rows):
+        mine = [r for r in rows if r["metric"] == metric]
         click.echo()
         click.echo(
             render(
-                [*res.keys, "n", "mean", "std", "min", "max", "95% interval"],
+                [*res.keys, "job", "n", "mean", "std", "min", "max", "95% interval"],
                 [
                     [
                         *(_fmt(r[k]) for k in res.keys),
+                        r["job"] or "-",
                         r["n"],
-                        *(_fmt(r[s], column) for s in ("mean", "std", "min", "max")),
-                        _interval(r["ci_low"], r["ci_high"], column),
+                        *(_fmt(r[s], metric) for s in ("mean", "std", "min", "max")),
+                        _interval(r["ci_low"], r["ci_high"], metric),
                     ]
                     for r in mine
                 ],  # fmt: skip
-                title=column,
+                title=metric,
             )
         )
     if effects:

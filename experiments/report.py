@@ -118,53 +118,89 @@ def _verdict(res: SweepResults) -> str:
     )
 
 
-def _table(headers: list[str], rows: list[list]) -> str:
-    def cell(v):
-        if isinstance(v, float):
-            return f'<td class="num">{v:.4g}</td>'
-        if isinstance(v, int):
-            return f'<td class="num">{v}</td>'
-        return f"<td>{html.escape(str(v))}</td>"
+def format_value(value, column: str = "") -> str:
+    """A figure as people read it: times and sizes with units, other numbers to 4 digits."""
+    from experiments.stats import split_metric
+    from fabric.units import format_size, format_time
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    metric = split_metric(column)[0].split(".")[0]
+    if metric.endswith("_ns") and isinstance(value, int | float):
+        return format_time(int(round(value)))
+    if metric.endswith("_bytes") and isinstance(value, int | float):
+        return format_size(int(round(value)))
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _table(headers: list[str], rows: list[list], words: int) -> str:
+    """An HTML table; the first `words` columns left-aligned, the rest figures."""
+
+    def cell(i, v):
+        css = "" if i < words else ' class="num"'
+        return f"<td{css}>{html.escape(str(v))}</td>"
 
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>" + "".join(cell(i, v) for i, v in enumerate(row)) + "</tr>" for row in rows
+    )
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _num(v):
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else v
+def _short(values) -> str:
+    return " / ".join(str(v) for v in values) or "all runs"
 
 
-def _metric_figures(res: SweepResults, column: str, rows: list[dict]):
+def _axis(res: SweepResults, column: str) -> tuple[str, float]:
+    """The y-axis title of a metric and the factor its values are divided by."""
+    metric = column.split("@")[0]
+    if metric.split(".")[0].endswith("_ns"):
+        return f"{column.replace('_ns', '')} (us)", 1e3
+    return column, 1.0
+
+
+def _metric_figures(res: SweepResults, metric: str, rows: list[dict]):
+    """The metric per configuration with error bars, and every seed; one colour per job."""
     import plotly.graph_objects as go
 
     keys = res.keys
-    labels = [_label({k: r[k] for k in keys}) for r in rows]
-    means = [r["mean"] for r in rows]
-    plus = [(r["ci_high"] - r["mean"]) if r["ci_high"] is not None else 0 for r in rows]
-    bars = go.Figure(
-        go.Bar(x=labels, y=means, error_y={"type": "data", "array": plus, "visible": True})
-    )
-    bars.update_layout(
-        title=f"{column}: mean per configuration, 95% interval over seeds",
-        yaxis_title=column, height=420, margin={"b": 140},
-    )  # fmt: skip
+    title, scale = _axis(res, metric)
+    xaxis = {"title": _short(k.rsplit(".", 1)[-1] for k in keys), "type": "category"}
+    jobs = list(dict.fromkeys(r["job"] for r in rows))
+    bars, scatter = go.Figure(), go.Figure()
     frame = res.frame[res.frame["status"] == "complete"]
-    scatter = go.Figure()
-    for seed in sorted(frame["seed"].unique()):
-        mine = frame[frame["seed"] == seed]
-        configs = mine[keys].itertuples(index=False) if keys else [()] * len(mine)
+    for job in jobs:
+        mine = [r for r in rows if r["job"] == job]
+        name = job or "fabric"
+        bars.add_trace(
+            go.Bar(
+                x=[_short(r[k] for k in keys) for r in mine],
+                y=[r["mean"] / scale if r["mean"] is not None else None for r in mine],
+                error_y={"type": "data", "visible": True,
+                         "array": [(r["ci_high"] - r["mean"]) / scale
+                                   if r["ci_high"] is not None else 0 for r in mine]},
+                name=name,
+            )
+        )  # fmt: skip
+        column = mine[0]["column"]
+        configs = frame[keys].itertuples(index=False) if keys else [()] * len(frame)
         scatter.add_trace(
             go.Scatter(
-                x=[_label(dict(zip(keys, t, strict=True))) for t in configs],
-                y=mine[column],
+                x=[_short(t) for t in configs],
+                y=frame[column] / scale,
+                text=[f"seed {s}" for s in frame["seed"]],
                 mode="markers",
-                name=f"seed {seed}",
+                marker={"size": 9, "opacity": 0.7},
+                name=name,
             )
         )
-    scatter.update_layout(
-        title=f"{column}: every seed", yaxis_title=column, height=420, margin={"b": 140}
-    )
+    bars.update_layout(
+        title=f"{metric}: mean per configuration, 95% interval over seeds",
+        yaxis_title=title, xaxis=xaxis, height=440, barmode="group",
+    )  # fmt: skip
+    scatter.update_layout(title=f"{metric}: every seed", yaxis_title=title, xaxis=xaxis, height=440)
     return [bars, scatter]
 
 
@@ -230,25 +266,29 @@ def build_report(directory, metrics: list[str] | None = None) -> str:
         parts.append(
             _table(
                 ["configuration", "seeds paired", "mean", "baseline mean", "change"],
-                [[_label(e["configuration"]), e["pairs"], _num(e["mean"]),
-                  _num(e["baseline_mean"]), _effect_text(e, better)] for e in effects],
+                [[_label(e["configuration"]), e["pairs"], format_value(e["mean"], e["column"]),
+                  format_value(e["baseline_mean"], e["column"]), _effect_text(e, better)]
+                 for e in effects],
+                1,
             )
         )  # fmt: skip
     if any(k in keys for k in SIZE_KEYS) and any(r["metric"] == "busbw_gbps" for r in rows):
         parts.append("<h2>busbw against message size</h2>")
         parts.append(pio.to_html(_size_figure(res, rows), full_html=False, include_plotlyjs=False))
-    for column in dict.fromkeys(r["column"] for r in rows):
-        mine = [r for r in rows if r["column"] == column]
-        parts.append(f"<h2>{html.escape(column)}</h2>")
+    for metric in dict.fromkeys(r["metric"] for r in rows):
+        mine = [r for r in rows if r["metric"] == metric]
+        parts.append(f"<h2>{html.escape(metric)}</h2>")
         parts.append(
             _table(
                 [*keys, "job", "n", "mean", "std", "min", "max", "95% low", "95% high"],
-                [[*(r[k] for k in keys), r["job"] or "-", r["n"], _num(r["mean"]),
-                  _num(r["std"]), _num(r["min"]), _num(r["max"]), _num(r["ci_low"]),
-                  _num(r["ci_high"])] for r in mine],
+                [[*(r[k] for k in keys), r["job"] or "-", r["n"],
+                  *(format_value(r[s], metric)
+                    for s in ("mean", "std", "min", "max", "ci_low", "ci_high"))]
+                 for r in mine],
+                len(keys) + 1,
             )
         )  # fmt: skip
-        for fig in _metric_figures(res, column, mine):
+        for fig in _metric_figures(res, metric, mine):
             parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=False))
     failed = frame[frame["status"] != "complete"] if len(frame) else frame
     if len(failed):
@@ -258,6 +298,7 @@ def build_report(directory, metrics: list[str] | None = None) -> str:
                 ["run", "status", "error"],
                 [[r.run_dir, r.status, "" if isinstance(r.error, float) else r.error]
                  for r in failed.itertuples()],
+                3,
             )
         )  # fmt: skip
     return "\n".join(

@@ -28,16 +28,13 @@ class SweepResults:
 
     def columns(self, wanted: list[str] | None = None) -> list[str]:
         """Metric columns: those named (or every job's or tier's column of a metric named
-        without @JOB or .TIER),
-        else the report's metric, else the headline ones (busbw, job time, efficiency)."""
+        without @JOB or .TIER), else the report's metric and the headline ones (busbw, job
+        time, efficiency, completion)."""
         from experiments.stats import metric_columns, split_metric
 
         have = metric_columns(self.frame, self.keys)
         if not wanted:
-            if self.report.get("metric") in have:
-                wanted = [self.report["metric"]]
-            else:
-                wanted = list(HEADLINE)
+            wanted = [m for m in (self.report.get("metric"),) if m in have] + list(HEADLINE)
         out = []
         for name in wanted:
             if name in have:

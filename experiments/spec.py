@@ -250,6 +250,9 @@ def sweep_from_dict(raw: dict, name: str, *, folder: Path | None = None, full: b
     scenario = relative_to(str(head["scenario"]), folder)
     if scenario.endswith(".toml") or "/" in scenario:
         scenario = str(Path(scenario).resolve())
+    from fabric.sim.scenario_spec import PRESETS
+
+    PRESETS.read(scenario)  # a missing file or an unknown preset: one sentence, now
     fixed = flatten_keys("set", body["set"])
     grid = {k: _values("grid", k, v) for k, v in flatten_keys("grid", body["grid"]).items()}
     zipped = {k: _values("zip", k, v) for k, v in flatten_keys("zip", body["zip"]).items()}

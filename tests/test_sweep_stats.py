@@ -73,6 +73,8 @@ def test_grid_zip_and_named_values_expand_into_points():
         ({"sweep": {"scenario": "demo"}, "vary": {}}, "unknown section [vary]"),
         ({"sweep": {}}, "sweep.scenario is missing"),
         ({"sweep": {"scenario": "demo", "metrics": ["speed"]}}, "choose from busbw"),
+        ({"sweep": {"scenario": "dmeo"}}, "unknown scenario preset 'dmeo'"),
+        ({"sweep": {"scenario": "no/such.toml"}}, "does not exist"),
     ],
 )  # fmt: skip
 def test_bad_specs_are_one_sentence(raw, says):
@@ -147,11 +149,16 @@ def test_show_aggregates_as_worked_out_by_hand(results):
     assert e["baseline_mean"] == 110 and e["mean"] == 165
 
 
-def test_show_prints_per_job_tables(results):
+def test_show_prints_per_job_rows(results):
     r = CliRunner().invoke(main, ["sweep", "show", str(results), "--metric", "time_ns"])
     assert r.exit_code == 0, r.output
-    assert "time_ns@ring" in r.output and "time_ns@incast" in r.output
-    assert "900ns" in r.output  # the 5tuple ring's mean of 1000, 900 and 800 ns, with its unit
+    lines = r.output.splitlines()
+    table = lines[lines.index("time_ns") + 1 :]
+    rows = [line.split() for line in table[2:6]]
+    assert [(row[0], row[1]) for row in rows] == [
+        ("5tuple", "ring"), ("5tuple", "incast"), ("eecmp", "ring"), ("eecmp", "incast")
+    ]  # fmt: skip
+    assert rows[0][3] == "900ns"  # the 5tuple ring's mean of 1000, 900 and 800 ns, with its unit
     assert "+50.0%" in r.output  # the effect table
 
 
@@ -164,7 +171,28 @@ def test_report_states_finding_effect_and_published_figure(results, tmp_path):
     assert "+50.0%" in page
     assert "agrees in direction with the published +40.0%" in page  # [+50%, +50%] is above 0
     assert "Boom" in page  # the failed run is listed with its error
-    assert page.count("Plotly.newPlot") == 2  # error bars and the per-seed scatter
+    assert page.count("Plotly.newPlot") == 4  # busbw and job time: error bars, every seed
+
+
+def test_the_plots_show_the_aggregates_and_every_seed(results):
+    from experiments.report import _metric_figures
+    from experiments.results import open_sweep
+
+    res = open_sweep(results)
+    rows = [r for r in res.aggregate(["time_ns"]) if r["metric"] == "time_ns"]
+    bars, seeds = _metric_figures(res, "time_ns", rows)
+    ring, incast = bars.data
+    assert (ring.name, incast.name) == ("ring", "incast")
+    assert list(ring.x) == ["5tuple", "eecmp"]
+    assert list(ring.y) == pytest.approx([0.9, 0.65])  # microseconds: (1000+900+800)/3, 650
+    # half widths: 4.303 * 100 / sqrt(3) ns and 12.706 * 70.71 / sqrt(2) ns
+    assert list(ring.error_y.array) == pytest.approx(
+        [4.3027 * 100 / math.sqrt(3) / 1e3, 12.7062 * math.sqrt(5000) / math.sqrt(2) / 1e3],
+        rel=1e-4,
+    )
+    ring_seeds, _ = seeds.data
+    assert list(ring_seeds.y) == pytest.approx([1.0, 0.9, 0.8, 0.7, 0.6])  # the 5 complete runs
+    assert list(ring_seeds.text) == ["seed 1", "seed 2", "seed 3", "seed 1", "seed 3"]
 
 
 def test_busbw_against_size_on_a_log_axis(tmp_path):
