@@ -78,6 +78,11 @@ def _run(spec, output, workers, scheduler, as_json) -> dict:
     import sys
 
     from aifabric.cli_run import _interrupt
+
+    if workers is not None and scheduler is not None:
+        raise click.UsageError(
+            "--workers sizes a local cluster; with --scheduler the cluster has its own"
+        )
     from experiments.runner import run_sweep, stderr_progress
 
     previous = signal.signal(signal.SIGTERM, _interrupt)

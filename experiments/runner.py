@@ -31,6 +31,7 @@ from typing import Any
 from experiments.spec import Point, Sweep
 from fabric.errors import AifabricError
 
+BAR = 24  # characters of the progress bar
 RESULT_COLUMNS = ("point", "run_dir", "seed", "status", "error", "scenario_hash", "wall_s")
 
 
@@ -142,8 +143,10 @@ class Progress:
         eta = ""
         if self.done and left:
             eta = f"  about {_duration(elapsed / self.done * left)} left"
+        filled = round(BAR * finished / self.total) if self.total else BAR
+        bar = "#" * filled + "." * (BAR - filled)
         return (
-            f"  points {finished}/{self.total} done  {self.failed} failed"
+            f"  [{bar}] {finished}/{self.total} points done  {self.failed} failed"
             f"  {_duration(elapsed)} elapsed{eta}"
         )
 

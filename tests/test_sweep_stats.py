@@ -251,3 +251,17 @@ def test_experiment_list_and_unknown_names():
     bad = CliRunner().invoke(main, ["experiment", "run", "ecmp-entropi", "-o", "x"])
     assert bad.exit_code == 1
     assert bad.output.startswith("Error: unknown experiment 'ecmp-entropi'; the experiments are")
+
+
+def test_sweep_misuse_is_refused_before_anything_runs(tmp_path):
+    out = tmp_path / "never"
+    both = CliRunner().invoke(main, ["sweep", "demo", "--vary", "ecmp.policy=5tuple,eecmp",
+                                     "--workers", "2", "--scheduler", "tcp://127.0.0.1:9",
+                                     "-o", str(out)])  # fmt: skip
+    assert both.exit_code == 2 and "--workers sizes a local cluster" in both.output
+    typo = CliRunner().invoke(
+        main, ["sweep", "demo", "--vary", "ecmp.polcy=5tuple", "-o", str(out)]
+    )
+    assert typo.exit_code == 1
+    assert typo.output == "Error: unknown key ecmp.polcy: [ecmp] takes policy, same_seed\n"
+    assert not out.exists()
