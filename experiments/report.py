@@ -218,6 +218,7 @@ def _size_figure(res: SweepResults, rows: list[dict]):
         if r["metric"] != "busbw_gbps":
             continue
         lines.setdefault((r["job"], *(r[k] for k in others)), []).append(r)
+    jobs = {key[0] for key in lines}
     for key, pts in lines.items():
         pts.sort(key=lambda r: parse_size(r[size_key]))
         fig.add_trace(
@@ -228,7 +229,10 @@ def _size_figure(res: SweepResults, rows: list[dict]):
                          "array": [(r["ci_high"] - r["mean"]) if r["ci_high"] is not None else 0
                                    for r in pts]},
                 mode="lines+markers",
-                name=_label({"job": key[0], **dict(zip(others, key[1:], strict=True))}),
+                name=_label(
+                    {**({"job": key[0]} if len(jobs) > 1 else {}),
+                     **dict(zip(others, key[1:], strict=True))}
+                ),
             )
         )  # fmt: skip
     fig.update_layout(

@@ -259,6 +259,8 @@ def sweep_from_dict(raw: dict, name: str, *, folder: Path | None = None, full: b
     lengths = {len(v) for v in zipped.values()}
     if len(lengths) > 1:
         raise SpecError(f"sweep {name}: the [zip] keys must have as many values each")
+    if "scenario.seed" in {*fixed, *grid, *zipped}:
+        raise SpecError(f"sweep {name}: give seeds as sweep.seeds (--seeds), not scenario.seed")
     both = set(grid) & set(zipped) | (set(fixed) & (set(grid) | set(zipped)))
     if both:
         raise SpecError(f"sweep {name}: {sorted(both)[0]} is given twice ([set], [grid], [zip])")

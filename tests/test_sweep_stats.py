@@ -74,6 +74,8 @@ def test_grid_zip_and_named_values_expand_into_points():
         ({"sweep": {}}, "sweep.scenario is missing"),
         ({"sweep": {"scenario": "demo", "metrics": ["speed"]}}, "choose from busbw"),
         ({"sweep": {"scenario": "dmeo"}}, "unknown scenario preset 'dmeo'"),
+        ({"sweep": {"scenario": "demo"}, "grid": {"scenario.seed": [1, 2]}},
+         "give seeds as sweep.seeds"),
         ({"sweep": {"scenario": "no/such.toml"}}, "does not exist"),
     ],
 )  # fmt: skip
