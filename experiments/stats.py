@@ -106,6 +106,9 @@ def aggregate(frame, keys: list[str], metrics: list[str] | None = None) -> list[
         for col in cols:
             if col not in rows:
                 continue
+            stats = describe(rows[col].tolist())
+            if stats["n"] == 0 and len(rows):
+                continue  # the column does not apply here (a job this configuration lacks)
             metric, job = split_metric(col)
             out.append(
                 {
@@ -113,7 +116,7 @@ def aggregate(frame, keys: list[str], metrics: list[str] | None = None) -> list[
                     "job": job,
                     "metric": metric,
                     "column": col,
-                    **describe(rows[col].tolist()),
+                    **stats,
                     "seeds": [int(s) for s in rows["seed"]],
                 }
             )
