@@ -40,8 +40,7 @@ def scenario_hash(scenario_dict: dict) -> str:
     from fabric.rundir import _jsonable
 
     text = json.dumps(scenario_dict, sort_keys=True, default=_jsonable, separators=(",", ":"))
-    canonical = json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _run_engine(engine: str, scenario, path: Path) -> dict:
