@@ -40,12 +40,31 @@ def sweep():
     """
 
 
+output_option = click.option(
+    "-o", "--output", required=True, type=click.Path(file_okay=False),
+    help="The sweep's folder: sweep.json, results.csv and runs/ (created, or resumed).",
+)  # fmt: skip
+
+
 @sweep.command("run")
 @click.argument("source")
-@click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Folder.")
-@click.option("--vary", multiple=True, metavar="KEY=A,B,...", help="Grid over values.")
-@click.option("--zip", "together", multiple=True, metavar="KEY=A,B,...", help="Vary together.")
-@click.option("--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Fixed override.")
+@output_option
+@click.option(
+    "--vary",
+    multiple=True,
+    metavar="KEY=A,B,...",
+    help="Vary KEY over the values, in every combination with other --vary keys.",
+)
+@click.option(
+    "--zip",
+    "together",
+    multiple=True,
+    metavar="KEY=A,B,...",
+    help="Vary KEY with the other --zip keys, position by position.",
+)
+@click.option(
+    "--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Override KEY in every run."
+)
 @click.option("--seeds", default=None, help="Seeds: 1-5, 1,3,7 [default: the spec's, or 1].")
 @click.option("--full", is_flag=True, help="A spec's [full] size.")
 @workers_option
@@ -223,7 +242,7 @@ def experiment_list(as_json):
 
 @experiment.command("run")
 @click.argument("name")
-@click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Folder.")
+@output_option
 @click.option("--full", is_flag=True, help="The larger size, closer to the paper's scale.")
 @click.option("--seeds", default=None, help="Override the spec's seeds (1-5, 1,3,7).")
 @workers_option
