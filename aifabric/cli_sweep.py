@@ -142,9 +142,9 @@ def sweep_show(directory, metrics, as_json):
 
     res = open_sweep(directory)
     rows = res.aggregate(list(metrics))
-    effects = res.effects()
+    contrasts = [{**c, "effects": res.effects(c)} for c in res.contrasts()]
     if as_json:
-        emit_json({"sweep": res.spec.get("name"), "aggregate": rows, "effects": effects})
+        emit_json({"sweep": res.spec.get("name"), "aggregate": rows, "contrasts": contrasts})
         return
     frame = res.frame
     done = int((frame["status"] == "complete").sum()) if len(frame) else 0
@@ -171,16 +171,17 @@ def sweep_show(directory, metrics, as_json):
                 title=metric,
             )
         )
-    if effects:
-        click.echo()
-        click.echo(_effects_table(effects, res.report))
+    for contrast in contrasts:
+        if contrast["effects"]:
+            click.echo()
+            click.echo(_effects_table(contrast, res.report))
 
 
 def _interval(lo, hi, column: str = "") -> str:
     return "-" if lo is None else f"[{_fmt(lo, column)}, {_fmt(hi, column)}]"
 
 
-def _effects_table(effects: list[dict], report: dict) -> str:
+def _effects_table(contrast: dict, report: dict) -> str:
     from experiments.report import percent
 
     rows = [
@@ -194,13 +195,14 @@ def _effects_table(effects: list[dict], report: dict) -> str:
             if e["change_low"] is None
             else f"[{percent(e['change_low'])}, {percent(e['change_high'])}]",
         ]
-        for e in effects
+        for e in contrast["effects"]
     ]
-    base = ", ".join(f"{k}={v}" for k, v in report.get("baseline", {}).items())
+    base = ", ".join(f"{k}={v}" for k, v in contrast["baseline"].items())
+    label = f"{contrast['label']}: " if contrast.get("label") else ""
     return render(
         ["configuration", "seeds", "mean", "baseline", "change", "95% interval"],
         rows,
-        title=f"{report.get('metric')} against the baseline ({base}), paired by seed",
+        title=f"{label}{report.get('metric')} against the baseline ({base}), paired by seed",
     )
 
 

@@ -38,14 +38,11 @@ def gain(effect: dict, higher_is_better: bool) -> float | None:
     return effect["change"] if higher_is_better else -effect["change"]
 
 
-def headline_effects(res: SweepResults) -> list[dict]:
-    """The effects the report leads with: those matching [report] headline, else the best."""
-    effects = res.effects()
-    report = res.report
-    better = bool(report.get("higher_is_better", True))
-    if not effects:
-        return []
-    wanted = report.get("headline")
+def headline_effects(res: SweepResults, contrast: dict) -> list[dict]:
+    """The effects a contrast leads with: those matching its headline, else the best."""
+    effects = res.effects(contrast)
+    better = bool(res.report.get("higher_is_better", True))
+    wanted = contrast.get("headline")
     if wanted:
         return [
             e
@@ -71,34 +68,38 @@ def _effect_text(e: dict, better: bool) -> str:
 
 
 def finding_lines(res: SweepResults) -> list[str]:
-    """The finding, the measured effect(s) with intervals, and the published figure, as text."""
+    """The finding, the measured effects with intervals, and the published figure, as text."""
     report = res.report
     better = bool(report.get("higher_is_better", True))
     lines = []
     if report.get("finding"):
         lines.append(f"finding:   {report['finding']}")
     seeds = len(res.spec.get("seeds", []))
-    for e in headline_effects(res):
-        lines.append(
-            f"measured:  {report.get('metric')} {_effect_text(e, better)} with "
-            f"{_label(e['configuration'])} against {_label(report.get('baseline', {}))} "
-            f"({e['pairs']} of {seeds} seeds paired)"
-        )
+    for contrast in res.contrasts():
+        what = f"{contrast['label']}: " if contrast.get("label") else ""
+        for e in headline_effects(res, contrast):
+            lines.append(
+                f"measured:  {what}{report.get('metric')} {_effect_text(e, better)} with "
+                f"{_label(e['configuration'])} against {_label(contrast['baseline'])} "
+                f"({e['pairs']} of {seeds} seeds paired)"
+            )
     if report.get("published"):
         lines.append(f"published: {report['published']}")
-    verdict = _verdict(res)
-    if verdict:
-        lines.append(f"verdict:   {verdict}")
+    for contrast in res.contrasts():
+        verdict = _verdict(res, contrast)
+        if verdict:
+            what = f"{contrast['label']}: " if contrast.get("label") else ""
+            lines.append(f"verdict:   {what}{verdict}")
     return lines
 
 
-def _verdict(res: SweepResults) -> str:
+def _verdict(res: SweepResults, contrast: dict) -> str:
     """Agreement in direction with the published effect (a relative change of the metric),
     judged on the headline effects' intervals."""
-    published = res.report.get("published_effect")
+    published = contrast.get("published_effect")
     if published is None:
         return ""
-    heads = [e for e in headline_effects(res) if e["change_low"] is not None]
+    heads = [e for e in headline_effects(res, contrast) if e["change_low"] is not None]
     if not heads:
         return "too few seeds for an interval; no verdict"
     sign = 1 if published > 0 else -1
@@ -263,10 +264,13 @@ def build_report(directory, metrics: list[str] | None = None) -> str:
     for line in finding_lines(res):
         head, _, text = line.partition(":")
         parts.append(f'<p class="finding"><b>{html.escape(head)}</b>: {html.escape(text)}</p>')
-    effects = res.effects()
-    if effects:
-        better = bool(report.get("higher_is_better", True))
-        parts.append(f"<h2>Against the baseline: {html.escape(str(report.get('metric')))}</h2>")
+    better = bool(report.get("higher_is_better", True))
+    for contrast in res.contrasts():
+        effects = res.effects(contrast)
+        if not effects:
+            continue
+        title = contrast.get("label") or f"against {_label(contrast['baseline'])}"
+        parts.append(f"<h2>{html.escape(title)}: {html.escape(str(report.get('metric')))}</h2>")
         parts.append(
             _table(
                 ["configuration", "seeds paired", "mean", "baseline mean", "change"],

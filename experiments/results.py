@@ -53,14 +53,24 @@ class SweepResults:
 
         return aggregate(self.frame, self.keys, self.columns(wanted))
 
-    def effects(self) -> list[dict]:
+    def contrasts(self) -> list[dict]:
+        """The comparisons the report makes: [report] baseline (and headline, label,
+        published_effect), then each of [[report.contrasts]]."""
+        report = self.report
+        keys = ("baseline", "headline", "label", "published_effect")
+        first = [{k: report[k] for k in keys if k in report}] if report.get("baseline") else []
+        return first + list(report.get("contrasts", []))
+
+    def effects(self, contrast: dict | None = None) -> list[dict]:
+        """Every configuration against the baseline of `contrast` (default: the first)."""
         from experiments.stats import effects
 
-        report = self.report
-        column = report.get("metric")
-        if not report.get("baseline") or column not in self.frame:
+        if contrast is None:
+            contrast = (self.contrasts() or [{}])[0]
+        column = self.report.get("metric")
+        if not contrast.get("baseline") or column not in self.frame:
             return []
-        return effects(self.frame, self.keys, column, report["baseline"])
+        return effects(self.frame, self.keys, column, contrast["baseline"])
 
 
 def open_sweep(path: str | Path) -> SweepResults:

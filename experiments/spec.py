@@ -29,6 +29,10 @@ A spec is TOML (or the same from `aifabric sweep SCENARIO --vary ...` flags):
     higher_is_better = true
     baseline = { "ecmp.policy" = "5tuple" }    # effects: each configuration against this
     headline = { "ecmp.policy" = "pinned" }     # the effects quoted first (default: the best)
+    label = "fragmentation"                     # what the comparison is called
+
+    [[report.contrasts]]                        # more comparisons, each with the keys
+    baseline = { "ecmp.policy" = "5tuple" }     # baseline, headline, label, published_effect
     finding = "..."                     # the claim the sweep tests
     published = "..."                   # the published figure, quoted beside the measurement
     published_effect = 0.40             # the same as a relative change of `metric` (+40%)
@@ -57,9 +61,10 @@ from fabric.specfile import check_table, relative_to
 SECTIONS = ("sweep", "set", "grid", "zip", "report", "full")
 SWEEP_KEYS = ("name", "description", "scenario", "seeds", "metrics", "engine")
 REPORT_KEYS = (
-    "metric", "higher_is_better", "baseline", "headline", "finding", "published",
-    "published_effect",
+    "metric", "higher_is_better", "baseline", "headline", "label", "finding", "published",
+    "published_effect", "contrasts",
 )  # fmt: skip
+CONTRAST_KEYS = ("baseline", "headline", "label", "published_effect")
 FULL_KEYS = ("seeds", "set", "grid", "zip")
 METRIC_GROUPS = ("busbw", "completion", "ecmp", "ecn", "pfc", "drops", "fct", "queue")
 ENGINES = ("sim",)
@@ -272,6 +277,24 @@ def sweep_from_dict(raw: dict, name: str, *, folder: Path | None = None, full: b
     engine = head.get("engine", "sim")
     if engine not in ENGINES:
         raise SpecError(f"sweep {name}: sweep.engine = {engine!r}; sweeps run on the simulator")
+    keys = [*grid, *zipped]
+    contrasts = report.get("contrasts", [])
+    if not isinstance(contrasts, list):
+        raise SpecError(f"sweep {name}: report.contrasts must be [[report.contrasts]] tables")
+    report = {**report, "contrasts": [dict(c) for c in contrasts if isinstance(c, dict)]}
+    for i, contrast in enumerate([report, *report["contrasts"]]):
+        where = "report" if i == 0 else f"report.contrasts.{i - 1}"
+        if i:
+            _checked(name, where, contrast, CONTRAST_KEYS)
+        for part in ("baseline", "headline"):
+            if part not in contrast:
+                continue
+            contrast[part] = flatten_keys(f"{where}.{part}", contrast[part])
+            for key in contrast[part]:
+                if key not in keys:
+                    raise SpecError(
+                        f"sweep {name}: {where}.{part} names {key}, which the sweep does not vary"
+                    )
     return Sweep(
         name=str(head.get("name", name)),
         scenario=scenario,

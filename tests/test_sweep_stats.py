@@ -76,6 +76,9 @@ def test_grid_zip_and_named_values_expand_into_points():
         ({"sweep": {"scenario": "dmeo"}}, "unknown scenario preset 'dmeo'"),
         ({"sweep": {"scenario": "demo"}, "grid": {"scenario.seed": [1, 2]}},
          "give seeds as sweep.seeds"),
+        ({"sweep": {"scenario": "demo"}, "grid": {"workload.qps": [1, 2]},
+          "report": {"contrasts": [{"baseline": {"ecmp.policy": "5tuple"}}]}},
+         "report.contrasts.0.baseline names ecmp.policy, which the sweep does not vary"),
         ({"sweep": {"scenario": "no/such.toml"}}, "does not exist"),
     ],
 )  # fmt: skip
@@ -118,7 +121,9 @@ def results(tmp_path):
         "name": "hand", "scenario": "demo", "seeds": [1, 2, 3], "keys": ["ecmp.policy"],
         "report": {"metric": "busbw_gbps@ring", "baseline": {"ecmp.policy": "5tuple"},
                    "higher_is_better": True, "finding": "eecmp spreads better",
-                   "published": "40% (made up for the test)", "published_effect": 0.4},
+                   "published": "40% (made up for the test)", "published_effect": 0.4,
+                   "contrasts": [{"baseline": {"ecmp.policy": "eecmp"}, "label": "reverse",
+                                  "published_effect": -0.2}]},
     }  # fmt: skip
     (tmp_path / "sweep.json").write_text(json.dumps(spec))
     return tmp_path
@@ -146,7 +151,12 @@ def test_show_aggregates_as_worked_out_by_hand(results):
     one = rows[("eecmp", "time_ns@incast")]  # 60 and 60: no spread, an interval of width 0
     assert (one["std"], one["ci_low"], one["ci_high"]) == (0, 60, 60)
     # effects, paired by seed: seed 1 (150-100)/100 = 0.5, seed 3 (180-120)/120 = 0.5
-    (e,) = out["effects"]
+    contrast, reverse = out["contrasts"]
+    assert contrast["baseline"] == {"ecmp.policy": "5tuple"}
+    assert reverse["label"] == "reverse" and reverse["effects"][0]["change"] == pytest.approx(
+        -1 / 3
+    )
+    (e,) = contrast["effects"]
     assert e["configuration"] == {"ecmp.policy": "eecmp"} and e["pairs"] == 2
     assert e["change"] == pytest.approx(0.5) and e["change_low"] == pytest.approx(0.5)
     assert e["baseline_mean"] == 110 and e["mean"] == 165
@@ -175,6 +185,19 @@ def test_report_states_finding_effect_and_published_figure(results, tmp_path):
     assert "+50.0%" in page
     assert "agrees in direction with the published +40.0%" in page  # [+50%, +50%] is above 0
     assert "Boom" in page  # the failed run is listed with its error
+    from experiments.report import finding_lines
+    from experiments.results import open_sweep
+
+    lines = finding_lines(open_sweep(results))
+    # 5tuple against eecmp, seed by seed: (100-150)/150 and (120-180)/180, both -1/3
+    assert lines[2] == (
+        "measured:  reverse: busbw_gbps@ring -33.3% (worse), 95% interval -33.3% to -33.3% "
+        "with policy=5tuple against policy=eecmp (2 of 3 seeds paired)"
+    )
+    assert (
+        lines[-1] == "verdict:   reverse: agrees in direction with the published -20.0% "
+        "(every interval)"
+    )
     assert page.count("Plotly.newPlot") == 4  # busbw and job time: error bars, every seed
 
 
@@ -251,7 +274,7 @@ def test_experiment_list_and_unknown_names():
     assert r.exit_code == 0, r.output
     rows = {e["name"]: e for e in json.loads(r.output)}
     assert rows["ecmp-entropy"]["runs"] == 2 * 4 * 2 * 3
-    assert rows["path-pinning"]["runs"] == 2 * 2 * 2 * 3
+    assert rows["path-pinning"]["runs"] == 2 * 2 * 3 * 3
     bad = CliRunner().invoke(main, ["experiment", "run", "ecmp-entropi", "-o", "x"])
     assert bad.exit_code == 1
     assert bad.output.startswith("Error: unknown experiment 'ecmp-entropi'; the experiments are")
