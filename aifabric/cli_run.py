@@ -111,25 +111,37 @@ def _engine_options(name: str, given: dict) -> dict:
     "link at 20 Mb/s, slower if the replay could not keep up with every sender.",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Override the seed.")
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a key of the scenario's tables, e.g. ecmp.policy=eecmp (repeatable).",
+)
+@click.option("--force", is_flag=True, help="Replace the output directory if it is a run's.")
 @json_option
 @click.pass_context
-def run(ctx, scenario, output, engine_name, captures, switch, scale, seed, as_json):
+def run(
+    ctx, scenario, output, engine_name, captures, switch, scale, seed, assignments, force, as_json
+):
     """Run SCENARIO (a scenario preset or a TOML file) and write a run directory."""
     from pathlib import Path
 
     from fabric.engines import EXIT_INTERRUPTED, Interrupted, Stop, run_scenario
-    from fabric.rundir import check_run_dir
+    from fabric.overrides import parse_assignment
+    from fabric.rundir import check_run_dir, remove_run_dir
     from fabric.scenarios import load_scenario, with_captures
     from fabric.warmup import ensure_warm
 
     options = _engine_options(engine_name, {"switch": switch, "scale": scale})
     if output:
-        check_run_dir(output)
+        check_run_dir(output, replace=force)
     stop = Stop()
     with stop.handling():
         try:
             stop.enter("load", "abortable")
-            sc = load_scenario(scenario, seed=seed)
+            overrides = [parse_assignment(text) for text in assignments]
+            sc = load_scenario(scenario, seed=seed, overrides=overrides)
             names = [c for item in captures for c in item.split(",") if c]
             if names:
                 sc = with_captures(sc, names)
@@ -139,6 +151,10 @@ def run(ctx, scenario, output, engine_name, captures, switch, scale, seed, as_js
             notice_compiles()  # and any compile after
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
             path = Path(output or f"runs/{sc.name}-{stamp}")
+            if force:
+                stop.enter("replace", "shielded")
+                remove_run_dir(path)  # only now: a mistake above keeps the old run
+                stop.enter("load", "abortable")
             summary = run_scenario(
                 engine_name, sc, path, options=options, progress=_ProgressPrinter(), stop=stop
             )

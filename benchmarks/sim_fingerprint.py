@@ -2,7 +2,7 @@
 
     python benchmarks/sim_fingerprint.py [--save FILE | --compare FILE]
 
-Runs every scenario preset (fabric/sim/scenarios), variants of two of them
+Runs every scenario preset (fabric/scenarios/presets), variants of two of them
 that exercise what the presets do not (clear-to-send, spraying, DCQCN on an
 incast), and the cases (a) and (b) of bench_sim.py; hashes each run's flow
 records, port series, collective records, capture records and counters.

@@ -33,7 +33,7 @@ import shutil
 import time
 from pathlib import Path
 
-PACKAGES = ("fabric", "traffic", "analysis", "topologies", "aifabric")
+PACKAGES = ("fabric", "traffic", "analysis", "topologies", "aifabric", "experiments")
 KEEP_OLD_DAYS = 7
 
 

@@ -46,13 +46,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from fabric._numba_cache import PACKAGES
 from fabric.errors import AifabricError
 from fabric.model import Role
 from fabric.rundir import RunWriter, check_run_dir
 from fabric.scenario import Scenario
 
 EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
-PROJECT_PACKAGES = ("fabric", "traffic", "topologies", "analysis", "aifabric")
 ENGINES = {"sim": "fabric.sim.run", "mininet": "fabric.emu.engine"}  # name -> module with ENGINE
 SUPPORT = ("implemented", "approximated", "refused")
 
@@ -105,7 +105,7 @@ def engine(name: str) -> Engine:
     try:
         module = importlib.import_module(ENGINES[name])
     except ModuleNotFoundError as e:
-        if (e.name or "").partition(".")[0] in PROJECT_PACKAGES:
+        if (e.name or "").partition(".")[0] in PACKAGES:
             raise  # our own code is broken: not a missing dependency
         raise AifabricError(
             f"the {name} engine is not available in this installation: "

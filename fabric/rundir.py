@@ -105,15 +105,27 @@ def versions() -> dict[str, str]:
     }
 
 
-def check_run_dir(path: str | Path) -> None:
-    """One sentence, before any work, when `path` cannot become a new run directory."""
+def check_run_dir(path: str | Path, *, replace: bool = False) -> None:
+    """One sentence, before any work, when `path` cannot become a new run directory;
+    with `replace`, an existing run directory will do (`remove_run_dir` clears it when
+    the run is about to start), unless a live run is writing it."""
     path = where = Path(path)
     try:
         if path.exists():
             if not path.is_dir():
                 raise AifabricError(f"run directory {path} exists and is not a directory")
             if any(path.iterdir()):
-                raise AifabricError(f"run directory {path} already exists and is not empty")
+                if not replace:
+                    raise AifabricError(
+                        f"run directory {path} already exists and is not empty "
+                        "(--force replaces a run directory)"
+                    )
+                if not (path / "run.json").is_file():
+                    raise AifabricError(
+                        f"{path} is not a run directory (no run.json); not replacing it"
+                    )
+                if effective_status(path) == "running":
+                    raise AifabricError(f"{path} belongs to a run in progress; not replacing it")
         else:
             where = path.parent
             while not where.exists():
@@ -305,3 +317,21 @@ class Run:
 
     def captures(self) -> list[Path]:
         return sorted((self.path / "captures").glob("*.pcap*"))
+
+
+def remove_run_dir(path: str | Path) -> None:
+    """Delete a run directory so it can be written again (`run --force`, a sweep's rerun).
+
+    Only a directory with a run.json, or an empty one, is removed: a mistyped
+    `-o ~` must not delete a home directory.
+    """
+    import shutil
+
+    path = Path(path)
+    if not path.exists():
+        return
+    if not path.is_dir():
+        raise AifabricError(f"{path} is not a directory")
+    if any(path.iterdir()) and not (path / "run.json").is_file():
+        raise AifabricError(f"{path} is not a run directory (no run.json); not replacing it")
+    shutil.rmtree(path)

@@ -53,6 +53,25 @@ def parse_keys(what: str, where: str, body: dict, keys: dict[str, Key]) -> dict[
     return out
 
 
+def check_table(what: str, table: str, body: Any, keys) -> dict:
+    """`body` if it is a table of known keys; else one sentence naming the table or key."""
+    if not isinstance(body, dict):
+        raise SpecError(f"{what}: [{table}] must be a table")
+    for key in body:
+        if key not in keys:
+            raise SpecError(f"{what}: unknown key {table}.{key}; [{table}] takes {', '.join(keys)}")
+    return body
+
+
+def relative_to(value: str, folder: Path | None) -> str:
+    """A file named in a spec, relative to the spec's folder; a preset name unchanged."""
+    if folder is not None and (Path(value).suffix or "/" in value):
+        path = Path(value)
+        if not path.is_absolute():
+            return str(folder / path)
+    return value
+
+
 def as_int(value):
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError("must be a whole number")

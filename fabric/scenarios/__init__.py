@@ -44,9 +44,10 @@ from fabric.cc import DEFAULTS as CC_DEFAULTS
 from fabric.cc import KINDS as CONGESTION_CONTROLS
 from fabric.errors import AifabricError, SpecError, UnitError
 from fabric.model import Fabric, Role
+from fabric.overrides import ECMP_KEYS, apply_overrides
 from fabric.routing import POLICIES
 from fabric.scenario import Fault, Scenario
-from fabric.specfile import Presets
+from fabric.specfile import Presets, check_table, relative_to
 from fabric.units import parse_time
 from topologies.spec import QUEUE_ROLES, queue_profiles
 
@@ -66,33 +67,21 @@ def scenario_presets() -> list[str]:
     return PRESETS.names()
 
 
-def load_scenario(source: str | Path, *, seed: int | None = None) -> Scenario:
-    """A scenario preset name or TOML path -> a `Scenario` with its flows generated."""
+def load_scenario(source: str | Path, *, seed: int | None = None, overrides=None) -> Scenario:
+    """A scenario preset name or TOML path -> a `Scenario` with its flows generated;
+    `overrides` (dotted key -> value, see fabric.overrides) are laid over the file."""
     text, stem, folder = PRESETS.read(source)
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"scenario {stem} is not valid TOML: {e}") from None
+    if overrides:
+        raw = apply_overrides(raw, overrides, folder=folder)
     return scenario_from_dict(raw, stem, folder=folder, seed=seed)
 
 
 def _check_keys(name: str, table: str, body: Any, keys) -> dict:
-    if not isinstance(body, dict):
-        raise SpecError(f"scenario {name}: [{table}] must be a table")
-    for key in body:
-        if key not in keys:
-            raise SpecError(
-                f"scenario {name}: unknown key {table}.{key}; [{table}] takes {', '.join(keys)}"
-            )
-    return body
-
-
-def _relative(value: str, folder: Path | None) -> str:
-    if folder is not None and (Path(value).suffix or "/" in value):
-        path = Path(value)
-        if not path.is_absolute():
-            return str(folder / path)
-    return value
+    return check_table(f"scenario {name}", table, body, keys)
 
 
 def scenario_from_dict(
@@ -107,7 +96,7 @@ def scenario_from_dict(
     name = head.get("name", stem)
     if "topology" not in head:
         raise SpecError(f"scenario {name}: scenario.topology is missing (a topology preset)")
-    topology = _relative(str(head["topology"]), folder)
+    topology = relative_to(str(head["topology"]), folder)
     fabric = topologies.load_fabric(topology)
     queue = raw.get("queue")
     if queue is not None:
@@ -119,7 +108,7 @@ def scenario_from_dict(
             "file, or as a [workload] table"
         )
     if "workload" in head:
-        workload = traffic.load_workload(_relative(str(head["workload"]), folder))
+        workload = traffic.load_workload(relative_to(str(head["workload"]), folder))
     else:
         workload = traffic.workload_from_dict(raw["workload"], name)
 
@@ -137,7 +126,7 @@ def scenario_from_dict(
         raise SpecError(f"scenario {name}: scenario.captures must be a list of port names")
     captures = port_names(fabric, captures, f"scenario {name}: scenario.captures: ")
 
-    ecmp = _check_keys(name, "ecmp", raw.get("ecmp", {}), ("policy", "same_seed"))
+    ecmp = _check_keys(name, "ecmp", raw.get("ecmp", {}), ECMP_KEYS)
     policy = ecmp.get("policy", "5tuple")
     if policy not in POLICIES:
         raise SpecError(

@@ -1,0 +1,273 @@
+"""`aifabric sweep ...` and `aifabric experiment ...` (registered on import by aifabric.cli)."""
+
+from __future__ import annotations
+
+import click
+
+from aifabric.cli import Group, emit_json, json_option, main
+from aifabric.table import render
+
+
+class DefaultRun(Group):
+    """A group whose first argument, when it is not a subcommand, goes to `run`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("-h", "--help"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Worker processes of the local Dask cluster [default: one per core].",
+)
+scheduler_option = click.option(
+    "--scheduler",
+    metavar="tcp://HOST:PORT",
+    default=None,
+    help="Send the points to an existing Dask cluster instead of a local one.",
+)
+
+
+@main.group(cls=DefaultRun)
+def sweep():
+    """Sweeps: a scenario over keys and seeds, every point a run directory.
+
+    `aifabric sweep SPEC -o DIR` or `aifabric sweep SCENARIO --vary KEY=A,B --seeds 1-5 -o DIR`.
+    """
+
+
+output_option = click.option(
+    "-o", "--output", required=True, type=click.Path(file_okay=False),
+    help="The sweep's folder: sweep.json, results.csv and runs/ (created, or resumed).",
+)  # fmt: skip
+
+
+@sweep.command("run")
+@click.argument("source")
+@output_option
+@click.option(
+    "--vary",
+    multiple=True,
+    metavar="KEY=A,B,...",
+    help="Vary KEY over the values, in every combination with other --vary keys.",
+)
+@click.option(
+    "--zip",
+    "together",
+    multiple=True,
+    metavar="KEY=A,B,...",
+    help="Vary KEY with the other --zip keys, position by position.",
+)
+@click.option(
+    "--set", "assignments", multiple=True, metavar="KEY=VALUE", help="Override KEY in every run."
+)
+@click.option("--seeds", default=None, help="Seeds: 1-5, 1,3,7 [default: the spec's, or 1].")
+@click.option("--full", is_flag=True, help="A spec's [full] size.")
+@workers_option
+@scheduler_option
+@json_option
+def sweep_run(source, output, vary, together, assignments, seeds, full, workers, scheduler,
+              as_json):  # fmt: skip
+    """Run SOURCE, a sweep spec or a scenario with --vary/--zip/--set/--seeds, into OUTPUT."""
+    from experiments.spec import is_sweep_file, load_sweep, parse_seeds, sweep_from_flags
+
+    if is_sweep_file(source):
+        if vary or together or assignments:
+            raise click.UsageError("--vary, --zip and --set go with a scenario, not a sweep spec")
+        spec = load_sweep(source, full=full)
+        if seeds is not None:
+            from dataclasses import replace
+
+            spec = replace(spec, seeds=parse_seeds(seeds))
+    else:
+        if full:
+            raise click.UsageError("--full goes with a sweep spec that has a [full] section")
+        spec = sweep_from_flags(
+            source, vary=vary, together=together, assignments=assignments, seeds=seeds or "1"
+        )
+    _run(spec, output, workers, scheduler, as_json)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt  # `kill` stops a sweep as Ctrl-C does: cleanly, resumable
+
+
+def _run(spec, output, workers, scheduler, as_json) -> dict:
+    import signal
+    import sys
+
+    if workers is not None and scheduler is not None:
+        raise click.UsageError(
+            "--workers sizes a local cluster; with --scheduler the cluster has its own"
+        )
+    from experiments.runner import run_sweep, stderr_progress
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        outcome = run_sweep(
+            spec, output, workers=workers, scheduler=scheduler, echo=stderr_progress()
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    sys.stderr.write("\n")
+    if as_json:
+        emit_json(outcome)
+    else:
+        click.echo(
+            f"{outcome['done']} of {outcome['points']} points done ({outcome['reused']} "
+            f"from before, {outcome['failed']} failed); results in {outcome['results']}"
+        )
+    if outcome["interrupted"]:
+        click.echo("interrupted: run the same command again to resume", err=True)
+        raise SystemExit(130)
+    return outcome
+
+
+def _fmt(value, column: str = "") -> str:
+    from experiments.report import format_value
+
+    return format_value(value, column)
+
+
+@sweep.command("show")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--metric", "metrics", multiple=True, help="A results column, or a metric name "
+              "for every job's column (busbw_gbps) [default: the headline ones].")  # fmt: skip
+@json_option
+def sweep_show(directory, metrics, as_json):
+    """Per configuration: mean, std, min/max and the 95% interval over seeds."""
+    from experiments.results import open_sweep
+
+    res = open_sweep(directory)
+    rows = res.aggregate(list(metrics))
+    contrasts = [{**c, "effects": res.effects(c)} for c in res.contrasts()]
+    if as_json:
+        emit_json({"sweep": res.spec.get("name"), "aggregate": rows, "contrasts": contrasts})
+        return
+    frame = res.frame
+    done = int((frame["status"] == "complete").sum()) if len(frame) else 0
+    click.echo(
+        f"{res.spec.get('name')}: {len(frame)} runs in the table, {done} complete, "
+        f"{len(frame) - done} not"
+    )
+    for metric in dict.fromkeys(r["metric"] for r in rows):
+        mine = [r for r in rows if r["metric"] == metric]
+        click.echo()
+        click.echo(
+            render(
+                [*res.keys, "job", "n", "mean", "std", "min", "max", "95% interval"],
+                [
+                    [
+                        *(_fmt(r[k]) for k in res.keys),
+                        r["job"] or "-",
+                        r["n"],
+                        *(_fmt(r[s], metric) for s in ("mean", "std", "min", "max")),
+                        _interval(r["ci_low"], r["ci_high"], metric),
+                    ]
+                    for r in mine
+                ],  # fmt: skip
+                title=metric,
+            )
+        )
+    for contrast in contrasts:
+        if contrast["effects"]:
+            click.echo()
+            click.echo(_effects_table(contrast, res.report))
+
+
+def _interval(lo, hi, column: str = "") -> str:
+    return "-" if lo is None else f"[{_fmt(lo, column)}, {_fmt(hi, column)}]"
+
+
+def _effects_table(contrast: dict, report: dict) -> str:
+    from experiments.report import percent
+
+    rows = [
+        [
+            ", ".join(f"{k}={v}" for k, v in e["configuration"].items()),
+            e["pairs"],
+            _fmt(e["mean"], e["column"]),
+            _fmt(e["baseline_mean"], e["column"]),
+            percent(e["change"]),
+            "-"
+            if e["change_low"] is None
+            else f"[{percent(e['change_low'])}, {percent(e['change_high'])}]",
+        ]
+        for e in contrast["effects"]
+    ]
+    base = ", ".join(f"{k}={v}" for k, v in contrast["baseline"].items())
+    label = f"{contrast['label']}: " if contrast.get("label") else ""
+    return render(
+        ["configuration", "seeds", "mean", "baseline", "change", "95% interval"],
+        rows,
+        title=f"{label}{report.get('metric')} against the baseline ({base}), paired by seed",
+    )
+
+
+@sweep.command("report")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="HTML file.")
+@click.option("--metric", "metrics", multiple=True, help="Metrics to plot (as for show).")
+def sweep_report(directory, output, metrics):
+    """One self-contained HTML page: aggregates, error bars, per-seed spread, effects."""
+    from experiments.report import build_report
+    from fabric.files import write_atomic
+
+    write_atomic(output, build_report(directory, list(metrics)))
+    click.echo(f"wrote {output}", err=True)
+
+
+@main.group(cls=Group)
+def experiment():
+    """Published findings reproduced as sweeps (editable specs shipped with aifabric)."""
+
+
+@experiment.command("list")
+@json_option
+def experiment_list(as_json):
+    """The experiments, what each tests, and where its spec is."""
+    from experiments.catalog import experiments
+
+    rows = experiments()
+    if as_json:
+        emit_json(rows)
+        return
+    click.echo(
+        render(["experiment", "runs", "full", "tests"],
+               [[r["name"], r["runs"], r["runs_full"], r["description"]] for r in rows])
+    )  # fmt: skip
+    click.echo()
+    click.echo("specs: " + (rows[0]["spec"].rsplit("/", 1)[0] if rows else "-"))
+
+
+@experiment.command("run")
+@click.argument("name")
+@output_option
+@click.option("--full", is_flag=True, help="The larger size, closer to the paper's scale.")
+@click.option("--seeds", default=None, help="Override the spec's seeds (1-5, 1,3,7).")
+@workers_option
+@scheduler_option
+def experiment_run(name, output, full, seeds, workers, scheduler):
+    """Run experiment NAME, write OUTPUT/report.html and print its finding."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from experiments.catalog import experiment_spec
+    from experiments.report import build_report, finding_lines
+    from experiments.results import open_sweep
+    from experiments.spec import load_sweep, parse_seeds
+    from fabric.files import write_atomic
+
+    spec = load_sweep(experiment_spec(name), full=full)
+    if seeds is not None:
+        spec = replace(spec, seeds=parse_seeds(seeds))
+    _run(spec, output, workers, scheduler, False)
+    report = Path(output) / "report.html"
+    write_atomic(report, build_report(output))
+    for line in finding_lines(open_sweep(output)):
+        click.echo(line)
+    click.echo(f"report: {report}")

@@ -1,0 +1,323 @@
+"""A sweep's HTML report: one self-contained page (plotly.js inlined) that opens offline.
+
+Top to bottom: what the sweep tested and, for an experiment, the finding,
+the measured effect with its 95% interval beside the published figure; the
+effects against the baseline; then per metric a table per configuration
+(mean, std, min/max, interval; one row per job when there are several), the
+metric per configuration with error bars, and every seed's value as a
+scatter; busbw against message size on a log axis when the size is swept.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+
+from experiments.results import SweepResults, open_sweep
+
+SIZE_KEYS = ("workload.size",)
+
+_STYLE = """<style>
+body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; max-width: 1200px; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 2em; }
+table { border-collapse: collapse; margin: 0.5em 0; }
+td, th { padding: 0.2em 0.8em; border-bottom: 1px solid #ddd; text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+p.finding { font-size: 1.05em; } p.note { color: #666; font-size: 0.9em; }
+</style>"""
+
+
+def _label(config: dict) -> str:
+    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in config.items()) or "all runs"
+
+
+def gain(effect: dict, higher_is_better: bool) -> float | None:
+    """The effect's change turned so that positive is better."""
+    if effect["change"] is None:
+        return None
+    return effect["change"] if higher_is_better else -effect["change"]
+
+
+def headline_effects(res: SweepResults, contrast: dict) -> list[dict]:
+    """The effects a contrast leads with: those matching its headline, else the best."""
+    effects = res.effects(contrast)
+    better = bool(res.report.get("higher_is_better", True))
+    wanted = contrast.get("headline")
+    if wanted:
+        return [
+            e
+            for e in effects
+            if all(str(e["configuration"].get(k)) == str(v) for k, v in wanted.items())
+        ]
+    scored = [e for e in effects if e["change"] is not None]
+    return [max(scored, key=lambda e: gain(e, better))] if scored else []
+
+
+def percent(x) -> str:
+    return "-" if x is None else f"{x * 100:+.1f}%"
+
+
+def _effect_text(e: dict, better: bool) -> str:
+    """`+45.2% (better), 95% interval +30.1% to +60.3%`: the change of the metric."""
+    g = gain(e, better)
+    word = "" if not g else (" (better)" if g > 0 else " (worse)")
+    text = f"{percent(e['change'])}{word}"
+    if e["change_low"] is not None:
+        text += f", 95% interval {percent(e['change_low'])} to {percent(e['change_high'])}"
+    return text
+
+
+def finding_lines(res: SweepResults) -> list[str]:
+    """The finding, the measured effects with intervals, and the published figure, as text."""
+    report = res.report
+    better = bool(report.get("higher_is_better", True))
+    lines = []
+    if report.get("finding"):
+        lines.append(f"finding:   {report['finding']}")
+    seeds = len(res.spec.get("seeds", []))
+    for contrast in res.contrasts():
+        what = f"{contrast['label']}: " if contrast.get("label") else ""
+        for e in headline_effects(res, contrast):
+            lines.append(
+                f"measured:  {what}{report.get('metric')} {_effect_text(e, better)} with "
+                f"{_label(e['configuration'])} against {_label(contrast['baseline'])} "
+                f"({e['pairs']} of {seeds} seeds paired)"
+            )
+    if report.get("published"):
+        lines.append(f"published: {report['published']}")
+    for contrast in res.contrasts():
+        verdict = _verdict(res, contrast)
+        if verdict:
+            what = f"{contrast['label']}: " if contrast.get("label") else ""
+            lines.append(f"verdict:   {what}{verdict}")
+    return lines
+
+
+def _verdict(res: SweepResults, contrast: dict) -> str:
+    """Agreement in direction with the published effect (a relative change of the metric),
+    judged on the headline effects' intervals."""
+    published = contrast.get("published_effect")
+    if published is None:
+        return ""
+    heads = [e for e in headline_effects(res, contrast) if e["change_low"] is not None]
+    if not heads:
+        return "too few seeds for an interval; no verdict"
+    sign = 1 if published > 0 else -1
+    agree = [e for e in heads if sign * e["change_low"] > 0 and sign * e["change_high"] > 0]
+    against = [e for e in heads if sign * e["change_low"] < 0 and sign * e["change_high"] < 0]
+    n = len(heads)
+    if len(agree) == n:
+        return f"agrees in direction with the published {percent(published)} (every interval)"
+    if against:
+        return (
+            f"disagrees in {len(against)} of {n}: the published change is {percent(published)}, "
+            "the measured one is the opposite"
+        )
+    return (
+        f"agrees in {len(agree)} of {n}; the rest are inconclusive (an interval spans zero) "
+        f"against the published {percent(published)}"
+    )
+
+
+def format_value(value, column: str = "") -> str:
+    """A figure as people read it: times and sizes with units, other numbers to 4 digits."""
+    from experiments.stats import split_metric
+    from fabric.units import format_size, format_time
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    metric = split_metric(column)[0].split(".")[0]
+    if metric.endswith("_ns") and isinstance(value, int | float):
+        return format_time(int(round(value)))
+    if metric.endswith("_bytes") and isinstance(value, int | float):
+        return format_size(int(round(value)))
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _table(headers: list[str], rows: list[list], words: int) -> str:
+    """An HTML table; the first `words` columns left-aligned, the rest figures."""
+
+    def cell(i, v):
+        css = "" if i < words else ' class="num"'
+        return f"<td{css}>{html.escape(str(v))}</td>"
+
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(cell(i, v) for i, v in enumerate(row)) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _short(values) -> str:
+    return " / ".join(str(v) for v in values) or "all runs"
+
+
+def _axis(res: SweepResults, column: str) -> tuple[str, float]:
+    """The y-axis title of a metric and the factor its values are divided by."""
+    metric = column.split("@")[0]
+    if metric.split(".")[0].endswith("_ns"):
+        return f"{column.replace('_ns', '')} (us)", 1e3
+    return column, 1.0
+
+
+def _metric_figures(res: SweepResults, metric: str, rows: list[dict]):
+    """The metric per configuration with error bars, and every seed; one colour per job."""
+    import plotly.graph_objects as go
+
+    keys = res.keys
+    title, scale = _axis(res, metric)
+    xaxis = {"title": _short(k.rsplit(".", 1)[-1] for k in keys), "type": "category"}
+    jobs = list(dict.fromkeys(r["job"] for r in rows))
+    bars, scatter = go.Figure(), go.Figure()
+    frame = res.frame[res.frame["status"] == "complete"]
+    for job in jobs:
+        mine = [r for r in rows if r["job"] == job]
+        name = job or "fabric"
+        bars.add_trace(
+            go.Bar(
+                x=[_short(r[k] for k in keys) for r in mine],
+                y=[r["mean"] / scale if r["mean"] is not None else None for r in mine],
+                error_y={"type": "data", "visible": True,
+                         "array": [(r["ci_high"] - r["mean"]) / scale
+                                   if r["ci_high"] is not None else 0 for r in mine]},
+                name=name,
+            )
+        )  # fmt: skip
+        column = mine[0]["column"]
+        configs = frame[keys].itertuples(index=False) if keys else [()] * len(frame)
+        scatter.add_trace(
+            go.Scatter(
+                x=[_short(t) for t in configs],
+                y=frame[column] / scale,
+                text=[f"seed {s}" for s in frame["seed"]],
+                mode="markers",
+                marker={"size": 9, "opacity": 0.7},
+                name=name,
+            )
+        )
+    bars.update_layout(
+        title=f"{metric}: mean per configuration, 95% interval over seeds",
+        yaxis_title=title, xaxis=xaxis, height=440, barmode="group",
+    )  # fmt: skip
+    scatter.update_layout(title=f"{metric}: every seed", yaxis_title=title, xaxis=xaxis, height=440)
+    return [bars, scatter]
+
+
+def _size_figure(res: SweepResults, rows: list[dict]):
+    """busbw against message size (nccl-tests style), one line per other configuration."""
+    import plotly.graph_objects as go
+
+    from fabric.units import parse_size
+
+    size_key = next(k for k in SIZE_KEYS if k in res.keys)
+    others = [k for k in res.keys if k != size_key]
+    fig = go.Figure()
+    lines: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["metric"] != "busbw_gbps":
+            continue
+        lines.setdefault((r["job"], *(r[k] for k in others)), []).append(r)
+    jobs = {key[0] for key in lines}
+    for key, pts in lines.items():
+        pts.sort(key=lambda r: parse_size(r[size_key]))
+        fig.add_trace(
+            go.Scatter(
+                x=[parse_size(r[size_key]) for r in pts],
+                y=[r["mean"] for r in pts],
+                error_y={"type": "data", "visible": True,
+                         "array": [(r["ci_high"] - r["mean"]) if r["ci_high"] is not None else 0
+                                   for r in pts]},
+                mode="lines+markers",
+                name=_label(
+                    {**({"job": key[0]} if len(jobs) > 1 else {}),
+                     **dict(zip(others, key[1:], strict=True))}
+                ),
+            )
+        )  # fmt: skip
+    fig.update_layout(
+        title="busbw against message size", height=460,
+        xaxis={"type": "log", "title": "message size (bytes)"}, yaxis_title="busbw (Gb/s)",
+    )  # fmt: skip
+    return fig
+
+
+def build_report(directory, metrics: list[str] | None = None) -> str:
+    import plotly.io as pio
+    from plotly.offline import get_plotlyjs
+
+    res = open_sweep(directory)
+    spec, report = res.spec, res.report
+    frame = res.frame
+    rows = res.aggregate(metrics or None)
+    keys = res.keys
+    parts = [f"<h1>{html.escape(spec.get('name', 'sweep'))}</h1>"]
+    if spec.get("description"):
+        parts.append(f"<p>{html.escape(spec['description'])}</p>")
+    complete = int((frame["status"] == "complete").sum()) if len(frame) else 0
+    parts.append(
+        f'<p class="note">{len(frame)} runs ({complete} complete) of '
+        f"{html.escape(str(spec.get('scenario')))}; varied: {html.escape(', '.join(keys))}; "
+        f"seeds {html.escape(str(spec.get('seeds')))}.</p>"
+    )
+    for line in finding_lines(res):
+        head, _, text = line.partition(":")
+        parts.append(f'<p class="finding"><b>{html.escape(head)}</b>: {html.escape(text)}</p>')
+    better = bool(report.get("higher_is_better", True))
+    for contrast in res.contrasts():
+        effects = res.effects(contrast)
+        if not effects:
+            continue
+        title = contrast.get("label") or f"against {_label(contrast['baseline'])}"
+        parts.append(f"<h2>{html.escape(title)}: {html.escape(str(report.get('metric')))}</h2>")
+        parts.append(
+            _table(
+                ["configuration", "seeds paired", "mean", "baseline mean", "change"],
+                [[_label(e["configuration"]), e["pairs"], format_value(e["mean"], e["column"]),
+                  format_value(e["baseline_mean"], e["column"]), _effect_text(e, better)]
+                 for e in effects],
+                1,
+            )
+        )  # fmt: skip
+    if any(k in keys for k in SIZE_KEYS) and any(r["metric"] == "busbw_gbps" for r in rows):
+        parts.append("<h2>busbw against message size</h2>")
+        parts.append(pio.to_html(_size_figure(res, rows), full_html=False, include_plotlyjs=False))
+    for metric in dict.fromkeys(r["metric"] for r in rows):
+        mine = [r for r in rows if r["metric"] == metric]
+        parts.append(f"<h2>{html.escape(metric)}</h2>")
+        parts.append(
+            _table(
+                [*keys, "job", "n", "mean", "std", "min", "max", "95% low", "95% high"],
+                [[*(r[k] for k in keys), r["job"] or "-", r["n"],
+                  *(format_value(r[s], metric)
+                    for s in ("mean", "std", "min", "max", "ci_low", "ci_high"))]
+                 for r in mine],
+                len(keys) + 1,
+            )
+        )  # fmt: skip
+        for fig in _metric_figures(res, metric, mine):
+            parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=False))
+    failed = frame[frame["status"] != "complete"] if len(frame) else frame
+    if len(failed):
+        parts.append("<h2>Runs that did not complete</h2>")
+        parts.append(
+            _table(
+                ["run", "status", "error"],
+                [[r.run_dir, r.status, "" if isinstance(r.error, float) else r.error]
+                 for r in failed.itertuples()],
+                3,
+            )
+        )  # fmt: skip
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>{html.escape(spec.get('name', 'sweep'))}</title>",
+            _STYLE,
+            f'<script type="text/javascript">{get_plotlyjs()}</script>',
+            "</head><body>",
+            *parts,
+            "</body></html>",
+        ]
+    )

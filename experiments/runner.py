@@ -1,0 +1,280 @@
+"""Running a sweep: every point a Dask task that writes an ordinary run directory.
+
+    DIR/sweep.json     the sweep as run: base scenario, keys, seeds, report settings
+    DIR/results.csv    one row per finished run (RESULT_COLUMNS, the varied keys, metrics)
+    DIR/runs/NAME/     each point's run directory (fabric.rundir)
+
+Points run on a Dask `LocalCluster` (one single-threaded worker process per
+core unless told otherwise) or on an existing cluster by its scheduler's
+address; workers write the run directories (shared storage for a cluster of
+machines) and return the point's metrics; the client builds the table and
+rewrites it atomically after every point, so an interrupted sweep leaves a
+table that agrees with its run directories. Run again, a sweep skips every
+point whose run directory is complete and records the same scenario (its
+hash), and runs the rest.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments.spec import Point, Sweep
+from fabric.errors import AifabricError
+
+BAR = 24  # characters of the progress bar
+RESULT_COLUMNS = ("point", "run_dir", "seed", "status", "error", "scenario_hash", "wall_s")
+
+
+def scenario_hash(scenario_dict: dict) -> str:
+    """A digest of what run.json records as the scenario (JSON, keys sorted)."""
+    from fabric.rundir import _jsonable
+
+    text = json.dumps(scenario_dict, sort_keys=True, default=_jsonable, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _run_engine(engine: str, scenario, path: Path) -> dict:
+    """Run `scenario` into a new run directory at `path`; the engine's summary."""
+    from fabric.engines import run_scenario
+
+    return run_scenario(engine, scenario, path)
+
+
+def run_point(base: str, overrides, seed: int, path: str, engine: str, groups) -> dict:
+    """One point, on a worker: load, run, measure. Errors become a failed row, not a raise."""
+    from experiments.metrics import point_metrics
+    from fabric.scenarios import load_scenario
+
+    started = time.monotonic()
+    row: dict[str, Any] = {}
+    try:
+        sc = load_scenario(base, seed=seed, overrides=list(overrides))
+        row["scenario_hash"] = scenario_hash(sc.to_dict())
+        summary = _run_engine(engine, sc, Path(path))
+        row["status"] = summary.get("status", "complete")
+        row.update(point_metrics(path, sc, groups))
+    except Exception as e:
+        message = str(e) if isinstance(e, AifabricError) else f"{type(e).__name__}: {e}"
+        row.update(status="failed", error=message)
+    row["wall_s"] = round(time.monotonic() - started, 3)
+    return row
+
+
+def reusable_row(sweep: Sweep, point: Point, path: Path) -> dict | None:
+    """The metrics of a finished point whose run directory still matches it, else None."""
+    from experiments.metrics import point_metrics
+    from fabric.rundir import Run
+    from fabric.scenarios import load_scenario
+
+    if not (path / "run.json").is_file():
+        return None
+    try:
+        run = Run(path)
+    except AifabricError:
+        return None
+    if run.status != "complete":
+        return None
+    try:
+        sc = load_scenario(sweep.scenario, seed=point.seed, overrides=list(point.overrides))
+    except AifabricError:
+        return None
+    digest = scenario_hash(sc.to_dict())
+    if scenario_hash(run.meta.get("scenario", {})) != digest:
+        return None
+    row = {"status": "complete", "scenario_hash": digest, "wall_s": run.meta.get("wall_time_s")}
+    row.update(point_metrics(path, sc, sweep.metrics))
+    return row
+
+
+def write_table(path: Path, sweep: Sweep, points: list[Point], rows: dict[int, dict]) -> None:
+    """results.csv: one row per finished point, in point order; written atomically."""
+    from fabric.files import write_atomic
+
+    keys = sweep.keys
+    metric_cols: dict[str, None] = {}
+    for i in sorted(rows):
+        for col in rows[i]:
+            if col not in RESULT_COLUMNS:
+                metric_cols[col] = None
+    cols = ["point", *keys, "seed", "status", "error", *sorted(metric_cols), "scenario_hash"]
+    cols += ["wall_s", "run_dir"]
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for i in sorted(rows):
+        p = points[i]
+        w.writerow(
+            {
+                **{k: ("" if v is None else v) for k, v in rows[i].items()},
+                **p.labels,
+                "point": p.index,
+                "seed": p.seed,
+                "run_dir": f"runs/{p.name}",
+            }
+        )
+    write_atomic(path, out.getvalue())
+
+
+@dataclass
+class Progress:
+    total: int
+    reused: int
+    done: int = 0
+    failed: int = 0
+    started: float = 0.0
+
+    def line(self) -> str:
+        finished = self.reused + self.done
+        elapsed = time.monotonic() - self.started
+        left = self.total - finished
+        eta = ""
+        if self.done and left:
+            eta = f"  about {_duration(elapsed / self.done * left)} left"
+        filled = round(BAR * finished / self.total) if self.total else BAR
+        bar = "#" * filled + "." * (BAR - filled)
+        return (
+            f"  [{bar}] {finished}/{self.total} points done  {self.failed} failed"
+            f"  {_duration(elapsed)} elapsed{eta}"
+        )
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def default_workers() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def connect(workers: int | None = None, scheduler: str | None = None):
+    """(client, cluster): to `scheduler` if given (cluster None), else a new LocalCluster."""
+    from dask.distributed import Client, LocalCluster
+
+    if scheduler:
+        try:
+            return Client(scheduler, timeout="10s"), None
+        except (OSError, TimeoutError) as e:
+            raise AifabricError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
+    cluster = LocalCluster(
+        n_workers=workers or default_workers(),
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        memory_limit=0,
+        silence_logs=logging.ERROR,
+    )
+    return Client(cluster), cluster
+
+
+def run_sweep(
+    sweep: Sweep,
+    out: str | Path,
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    echo=None,
+) -> dict:
+    """Run every point not already done; returns counts and whether it was interrupted.
+
+    Ctrl-C cancels what is queued or running and leaves results.csv holding
+    exactly the points that finished; the same call again resumes.
+    """
+    from fabric.rundir import remove_run_dir, write_json
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs").mkdir(exist_ok=True)
+    write_json(out / "sweep.json", sweep.to_dict())
+    points = sweep.points()
+    table = out / "results.csv"
+    rows: dict[int, dict] = {}
+    todo = []
+    for p in points:
+        row = reusable_row(sweep, p, out / "runs" / p.name)
+        if row is None:
+            todo.append(p)
+        else:
+            rows[p.index] = row
+    progress = Progress(len(points), len(rows), started=time.monotonic())
+    write_table(table, sweep, points, rows)
+    show = echo or (lambda text: None)
+    show(f"{sweep.name}: {len(points)} points, {len(rows)} already done, {len(todo)} to run")
+    interrupted = False
+    if todo:
+        for p in todo:
+            remove_run_dir(out / "runs" / p.name)
+        client, cluster = connect(workers, scheduler)
+        futures = {}
+        try:
+            from dask.distributed import as_completed
+
+            for p in todo:
+                path = str((out / "runs" / p.name).resolve())
+                fut = client.submit(
+                    run_point, sweep.scenario, p.overrides, p.seed, path, sweep.engine,
+                    sweep.metrics, key=f"aifabric-point-{p.index}-{time.time_ns()}", pure=False,
+                )  # fmt: skip
+                futures[fut] = p
+            show(progress.line())
+            for fut in as_completed(futures):
+                p = futures[fut]
+                try:
+                    row = fut.result()
+                except Exception as e:  # the worker died under it
+                    row = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+                rows[p.index] = row
+                progress.done += 1
+                progress.failed += row.get("status") == "failed"
+                write_table(table, sweep, points, rows)
+                show(progress.line())
+        except KeyboardInterrupt:
+            interrupted = True
+            client.cancel(list(futures))
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()
+            if interrupted:  # points that finished while the sweep stopped
+                for p in todo:
+                    if p.index not in rows:
+                        row = reusable_row(sweep, p, out / "runs" / p.name)
+                        if row is not None:
+                            rows[p.index] = row
+            write_table(table, sweep, points, rows)
+    return {
+        "points": len(points),
+        "done": len(rows),
+        "reused": progress.reused,
+        "ran": progress.done,
+        "failed": sum(1 for r in rows.values() if r.get("status") == "failed"),
+        "interrupted": interrupted,
+        "results": str(table),
+    }
+
+
+def stderr_progress():
+    """Progress on stderr: redrawn in place on a terminal, one line per update otherwise."""
+    tty = sys.stderr.isatty()
+
+    def show(text: str) -> None:
+        if tty:
+            sys.stderr.write("\r" + text + "   ")
+        else:
+            sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+    return show

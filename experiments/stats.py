@@ -1,0 +1,164 @@
+"""Results across seeds: per-configuration statistics and effects, with 95% t-intervals.
+
+A configuration is one combination of the varied keys; its seeds are the
+sample. The interval is Student's t: mean +- t(0.975, n-1) s / sqrt(n), with
+s the sample standard deviation (n-1 in the denominator). An effect compares
+a configuration with the baseline in the same group (the other varied keys
+equal), seed by seed: the relative change (x - b) / b of each seed's pair,
+and the interval of its mean.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def t_cdf_two_sided(t: float, dof: int) -> float:
+    """P(|T| < t) for Student's t with `dof` degrees of freedom (a closed form for whole dof:
+    Abramowitz and Stegun 26.7.3 and 26.7.4)."""
+    theta = math.atan(t / math.sqrt(dof))
+    c2 = math.cos(theta) ** 2
+    if dof % 2:
+        total, term = 0.0, math.cos(theta)
+        for k in range(1, (dof - 1) // 2 + 1):
+            total += term
+            term *= c2 * (2 * k) / (2 * k + 1)
+        return 2 / math.pi * (theta + math.sin(theta) * total) if dof > 1 else 2 * theta / math.pi
+    total, term = 0.0, 1.0
+    for k in range(1, dof // 2 + 1):
+        total += term
+        term *= c2 * (2 * k - 1) / (2 * k)
+    return math.sin(theta) * total
+
+
+def t_quantile(dof: int, level: float = 0.95) -> float:
+    """The t value with P(|T| < t) = level (the two-sided `level` interval's multiplier)."""
+    if dof < 1:
+        raise ValueError("a t interval needs at least two values")
+    lo, hi = 0.0, 1.0
+    while t_cdf_two_sided(hi, dof) < level:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if t_cdf_two_sided(mid, dof) < level else (lo, mid)
+    return (lo + hi) / 2
+
+
+def describe(values) -> dict[str, Any]:
+    """n, mean, std, min, max and the 95% interval of the mean (None where undefined)."""
+    x = np.asarray([v for v in values if v is not None and not _nan(v)], dtype=np.float64)
+    n = len(x)
+    out: dict[str, Any] = {"n": n, "mean": None, "std": None, "min": None, "max": None,
+                           "ci_low": None, "ci_high": None}  # fmt: skip
+    if not n:
+        return out
+    out.update(mean=float(x.mean()), min=float(x.min()), max=float(x.max()))
+    if n > 1:
+        std = float(x.std(ddof=1))
+        half = t_quantile(n - 1) * std / math.sqrt(n)
+        out.update(std=std, ci_low=out["mean"] - half, ci_high=out["mean"] + half)
+    return out
+
+
+def _nan(v) -> bool:
+    return isinstance(v, float) and math.isnan(v)
+
+
+def metric_columns(frame, keys: list[str]) -> list[str]:
+    """The numeric result columns of a results table (not the keys or bookkeeping)."""
+    from experiments.runner import RESULT_COLUMNS
+
+    skip = set(keys) | set(RESULT_COLUMNS)
+    return [c for c in frame.columns if c not in skip and frame[c].dtype.kind in "fiu"]
+
+
+def split_metric(column: str) -> tuple[str, str]:
+    """`busbw_gbps@allreduce` -> ("busbw_gbps", "allreduce"); a fabric-wide one -> (c, "")."""
+    metric, _, job = column.rpartition("@")
+    return (metric, job) if metric else (column, "")
+
+
+def configurations(frame, keys: list[str]) -> list[tuple]:
+    """The configurations of a results table, in the order they first appear."""
+    if not keys:
+        return [()]
+    seen = dict.fromkeys(tuple(row) for row in frame[keys].itertuples(index=False))
+    return list(seen)
+
+
+def _select(frame, keys: list[str], config: tuple):
+    mask = np.ones(len(frame), dtype=bool)
+    for k, v in zip(keys, config, strict=True):
+        mask &= frame[k].astype(str).to_numpy() == str(v)
+    return frame[mask]
+
+
+def aggregate(frame, keys: list[str], metrics: list[str] | None = None) -> list[dict]:
+    """Per configuration and metric column: the configuration, job, metric and `describe`."""
+    done = frame[frame["status"] == "complete"]
+    cols = metrics or metric_columns(frame, keys)
+    out = []
+    for config in configurations(frame, keys):
+        rows = _select(done, keys, config)
+        for col in cols:
+            if col not in rows:
+                continue
+            stats = describe(rows[col].tolist())
+            if stats["n"] == 0 and len(rows):
+                continue  # the column does not apply here (a job this configuration lacks)
+            metric, job = split_metric(col)
+            out.append(
+                {
+                    **dict(zip(keys, config, strict=True)),
+                    "job": job,
+                    "metric": metric,
+                    "column": col,
+                    **stats,
+                    "seeds": [int(s) for s in rows["seed"]],
+                }
+            )
+    return out
+
+
+def effects(frame, keys: list[str], column: str, baseline: dict[str, Any]) -> list[dict]:
+    """Every configuration against the baseline of its group, paired by seed.
+
+    `baseline` fixes some varied keys (e.g. ecmp.policy = 5tuple); the group
+    of a configuration is its values of the other keys. `change` is the mean
+    relative change (x - b) / b over the seeds both ran, with its interval.
+    """
+    unknown = [k for k in baseline if k not in keys]
+    if unknown:
+        from fabric.errors import AifabricError
+
+        raise AifabricError(f"the baseline names {unknown[0]}, which the sweep does not vary")
+    done = frame[frame["status"] == "complete"]
+    group_keys = [k for k in keys if k not in baseline]
+    out = []
+    for config in configurations(frame, keys):
+        values = dict(zip(keys, config, strict=True))
+        if all(str(values[k]) == str(v) for k, v in baseline.items()):
+            continue
+        base_config = tuple(baseline.get(k, values[k]) for k in keys)
+        mine = _select(done, keys, config).set_index("seed")[column].dropna()
+        base = _select(done, keys, base_config).set_index("seed")[column].dropna()
+        seeds = sorted(set(mine.index) & set(base.index))
+        change = [(mine[s] - base[s]) / base[s] for s in seeds if base[s]]
+        stats = describe(change)
+        out.append(
+            {
+                "configuration": values,
+                "group": {k: values[k] for k in group_keys},
+                "column": column,
+                "mean": float(mine.mean()) if len(mine) else None,
+                "baseline_mean": float(base.mean()) if len(base) else None,
+                "pairs": len(change),
+                "change": stats["mean"],
+                "change_low": stats["ci_low"],
+                "change_high": stats["ci_high"],
+            }
+        )
+    return out

@@ -1,0 +1,179 @@
+"""Sweeps on Dask: a local cluster, a real scheduler with two workers, and Ctrl-C then resume.
+
+Kept small for a shared 2-core machine: lab-small, a few points, single-threaded workers.
+The workers inherit this process's environment (PYTHONPATH, NUMBA_CACHE_DIR).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from aifabric.cli import main
+from experiments.runner import scenario_hash
+from fabric.rundir import Run
+from tests.test_sweep_overrides import TINY
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_a_sweep_on_a_local_cluster_of_two_workers(tiny, tmp_path):
+    from analysis.metrics import run_metrics
+
+    out = tmp_path / "sweep"
+    r = invoke("sweep", tiny, "--vary", "ecmp.policy=5tuple,eecmp", "--vary", "workload.gpus=8,64",
+               "--seeds", "1", "--workers", 2, "-o", out, "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    outcome = json.loads(r.output[r.output.index("{") :])
+    assert (outcome["points"], outcome["ran"], outcome["failed"]) == (4, 4, 2)
+    table = pd.read_csv(out / "results.csv")
+    assert list(table["ecmp.policy"]) == ["5tuple", "5tuple", "eecmp", "eecmp"]
+    assert list(table["workload.gpus"]) == [8, 64, 8, 64]
+    failed = table[table["status"] == "failed"]
+    assert list(failed["workload.gpus"]) == [64, 64]
+    assert all("does not fit on fabric lab-small" in e for e in failed["error"])
+    done = table[table["status"] == "complete"]
+    assert len(done) == 2
+    for _, row in done.iterrows():
+        run = Run(out / row["run_dir"])
+        assert run.status == "complete"
+        assert run.meta["scenario"]["ecmp"]["policy"] == row["ecmp.policy"]
+        assert row["scenario_hash"] == scenario_hash(run.meta["scenario"])
+        m = run_metrics(run)
+        (op,) = m["collectives"]["ops"]
+        assert row["busbw_gbps@allreduce"] == pytest.approx(op["busbw_bps"] / 1e9)
+        assert row["fct_p99_ns"] == pytest.approx(m["fct_ns"]["p99"])
+        assert row["pfc_frames"] == m["congestion"]["pfc_frames"]
+        time_ns, ideal = row["time_ns@allreduce"], row["ideal_ns@allreduce"]
+        assert time_ns == op["time_ns"] and 0 < ideal < time_ns
+        assert row["efficiency@allreduce"] == pytest.approx(ideal / time_ns)
+    assert any(c.startswith("ecmp_max_mean.") for c in table.columns)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """A real `dask scheduler` and two `dask worker` processes on 127.0.0.1."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    dask = [sys.executable, "-m", "dask"]
+    with open(tmp_path / "dask.log", "w") as logs:
+        procs = [
+            subprocess.Popen([*dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                              "--no-dashboard"], env=_env(), stdout=logs, stderr=logs)
+        ]  # fmt: skip
+        for i in range(2):
+            procs.append(
+                subprocess.Popen([*dask, "worker", address, "--nthreads", "1", "--nworkers", "1",
+                                  "--no-dashboard", "--memory-limit", "0", "--name", f"w{i}"],
+                                 env=_env(), stdout=logs, stderr=logs, cwd=tmp_path)
+            )  # fmt: skip
+        try:
+            from dask.distributed import Client
+
+            with Client(address, timeout="30s") as client:
+                client.wait_for_workers(2, timeout=60)
+            yield address
+        finally:
+            for p in reversed(procs):
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+def test_a_sweep_sent_to_an_existing_scheduler(tiny, tmp_path, dask_cluster, monkeypatch):
+    import dask.distributed
+
+    def no_local_cluster(*args, **kwargs):
+        raise AssertionError("a sweep given --scheduler must not start a local cluster")
+
+    monkeypatch.setattr(dask.distributed, "LocalCluster", no_local_cluster)
+    out = tmp_path / "sweep"
+    r = invoke("sweep", tiny, "--vary", "ecmp.policy=5tuple,eecmp", "--seeds", "1-2",
+               "--scheduler", dask_cluster, "-o", out)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "4 of 4 points done (0 from before, 0 failed)" in r.output
+    table = pd.read_csv(out / "results.csv")
+    assert list(table["status"]) == ["complete"] * 4
+    assert list(table["seed"]) == [1, 2, 1, 2]
+    from dask.distributed import Client
+
+    with Client(dask_cluster) as client:
+        pids = set(client.run(os.getpid).values())
+    assert len(pids) == 2 and os.getpid() not in pids
+    for row in table.itertuples():
+        assert Run(out / row.run_dir).status == "complete"
+
+
+def test_an_interrupted_sweep_resumes_without_rerunning_finished_points(tiny, tmp_path):
+    out = tmp_path / "sweep"
+    args = [sys.executable, "-m", "aifabric", "sweep", str(tiny), "--set", "workload.size=32MiB",
+            "--set", "workload.gpus=16", "--vary", "ecmp.policy=5tuple,eecmp,pinned,spray",
+            "--workers", "1", "-o", str(out)]  # fmt: skip
+    proc = subprocess.Popen(args, env=_env(), start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    table = out / "results.csv"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if table.is_file() and len(table.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "run the same command again to resume" in err
+    first = pd.read_csv(table)
+    finished = first[first["status"] == "complete"]
+    assert 1 <= len(finished) < 4, "the interrupt came too late to test anything"
+    # the table agrees with the run directories: every row's run is complete
+    started = {}
+    for row in finished.itertuples():
+        run = Run(out / row.run_dir)
+        assert run.status == "complete"
+        started[row.run_dir] = run.meta["started_at"], (out / row.run_dir / "run.json").stat()
+    again = subprocess.run(args[:-2] + ["-o", str(out), "--json"], env=_env(),
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    outcome = json.loads(again.stdout)
+    assert outcome["reused"] == len(finished) and outcome["ran"] == 4 - len(finished)
+    final = pd.read_csv(table)
+    assert list(final["status"]) == ["complete"] * 4
+    for run_dir, (stamp, stat) in started.items():
+        now = (out / run_dir / "run.json").stat()
+        assert Run(out / run_dir).meta["started_at"] == stamp
+        assert (now.st_ino, now.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)

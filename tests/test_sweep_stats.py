@@ -1,0 +1,294 @@
+"""Sweep specs, and results across seeds checked against figures worked out by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from aifabric.cli import main
+from experiments.spec import parse_seeds, split_values, sweep_from_dict, sweep_from_flags
+from experiments.stats import t_cdf_two_sided, t_quantile
+from fabric.errors import SpecError
+
+# Student's t, two-sided 95%: the printed tables' values
+T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 29: 2.045}
+
+
+@pytest.mark.parametrize("dof, t", sorted(T_TABLE.items()))
+def test_t_quantile_matches_the_tables(dof, t):
+    assert t_quantile(dof) == pytest.approx(t, abs=6e-4)
+    assert t_cdf_two_sided(t_quantile(dof), dof) == pytest.approx(0.95, abs=1e-9)
+
+
+def test_seeds_and_values():
+    assert parse_seeds("1-3") == (1, 2, 3)
+    assert parse_seeds("1,3,7-8") == (1, 3, 7, 8)
+    assert parse_seeds([4, 2, 4]) == (4, 2)
+    assert parse_seeds(5) == (5,)
+    with pytest.raises(SpecError, match="runs backwards"):
+        parse_seeds("5-1")
+    assert split_values("5tuple,eecmp") == ["5tuple", "eecmp"]
+    assert split_values("1,4,8") == [1, 4, 8]
+    assert split_values('[1, 2],[3],"a,b"') == [[1, 2], [3], "a,b"]
+
+
+def test_grid_zip_and_named_values_expand_into_points():
+    raw = {
+        "sweep": {"scenario": "demo", "seeds": "1-2"},
+        "set": {"queue": {"ecn_kmin": "50KiB"}},
+        "grid": {"ecmp": {"policy": ["5tuple", "eecmp"]},
+                 "faults": {"none": [], "down": [{"link": "a--b"}]}},
+        "zip": {"workload.placement": ["packed", "fragmented"], "workload.gpus": [8, 12]},
+    }  # fmt: skip
+    sweep = sweep_from_dict(raw, "t")
+    assert sweep.keys == ["ecmp.policy", "faults", "workload.placement", "workload.gpus"]
+    points = sweep.points()
+    assert len(points) == 2 * 2 * 2 * 2  # policies x faults x zip positions x seeds
+    first = points[0]
+    assert first.labels == {"ecmp.policy": "5tuple", "faults": "none",
+                            "workload.placement": "packed", "workload.gpus": 8}  # fmt: skip
+    assert dict(first.overrides) == {"queue.ecn_kmin": "50KiB", "ecmp.policy": "5tuple",
+                                     "faults": [], "workload.placement": "packed",
+                                     "workload.gpus": 8}  # fmt: skip
+    assert first.name == (
+        "ecmp.policy=5tuple,faults=none,workload.placement=packed,workload.gpus=8,seed=1"
+    )
+    assert {p.name for p in points} == {p.name for p in sweep.points()}
+    assert len({p.name for p in points}) == len(points)
+    zipped = {(p.labels["workload.placement"], p.labels["workload.gpus"]) for p in points}
+    assert zipped == {("packed", 8), ("fragmented", 12)}
+
+
+@pytest.mark.parametrize(
+    "raw, says",
+    [
+        ({"sweep": {"scenario": "demo"}, "grid": {"ecmp.polcy": [1]}}, "unknown key ecmp.polcy"),
+        ({"sweep": {"scenario": "demo"}, "zip": {"workload.qps": [1, 2], "workload.gpus": [8]}},
+         "as many values"),
+        ({"sweep": {"scenario": "demo"}, "set": {"workload.qps": 1},
+          "grid": {"workload.qps": [1, 2]}}, "workload.qps is given twice"),
+        ({"sweep": {"scenario": "demo"}, "vary": {}}, "unknown section [vary]"),
+        ({"sweep": {}}, "sweep.scenario is missing"),
+        ({"sweep": {"scenario": "demo", "metrics": ["speed"]}}, "choose from busbw"),
+        ({"sweep": {"scenario": "dmeo"}}, "unknown scenario preset 'dmeo'"),
+        ({"sweep": {"scenario": "demo"}, "grid": {"scenario.seed": [1, 2]}},
+         "give seeds as sweep.seeds"),
+        ({"sweep": {"scenario": "demo"}, "grid": {"workload.qps": [1, 2]},
+          "report": {"contrasts": [{"baseline": {"ecmp.policy": "5tuple"}}]}},
+         "report.contrasts.0.baseline names ecmp.policy, which the sweep does not vary"),
+        ({"sweep": {"scenario": "no/such.toml"}}, "does not exist"),
+    ],
+)  # fmt: skip
+def test_bad_specs_are_one_sentence(raw, says):
+    with pytest.raises(SpecError) as e:
+        sweep_from_dict(raw, "t")
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_flags_make_the_same_sweep_as_a_spec():
+    flags = sweep_from_flags(
+        "demo", vary=["ecmp.policy=5tuple,eecmp", "workload.qps=1,4,8"], seeds="1-5"
+    )
+    spec = sweep_from_dict(
+        {"sweep": {"scenario": "demo", "seeds": "1-5"},
+         "grid": {"ecmp.policy": ["5tuple", "eecmp"], "workload.qps": [1, 4, 8]}},
+        "demo",
+    )  # fmt: skip
+    assert flags.points() == spec.points()
+    assert len(flags.points()) == 30
+
+
+# A results table small enough to work out by hand. busbw of (5tuple, eecmp) x seeds 1-3,
+# and a second job whose time is only known for some runs.
+HEADER = "point,ecmp.policy,seed,status,error,busbw_gbps@ring,time_ns@ring,time_ns@incast"
+CSV = f"""{HEADER},time_ns@absent,run_dir
+0,5tuple,1,complete,,100,1000,50,5,runs/a
+1,5tuple,2,complete,,110,900,,,runs/b
+2,5tuple,3,complete,,120,800,70,,runs/c
+3,eecmp,1,complete,,150,700,60,,runs/d
+4,eecmp,2,failed,Boom,,,,,runs/e
+5,eecmp,3,complete,,180,600,60,,runs/f
+"""
+
+
+@pytest.fixture
+def results(tmp_path):
+    (tmp_path / "results.csv").write_text(CSV)
+    spec = {
+        "name": "hand", "scenario": "demo", "seeds": [1, 2, 3], "keys": ["ecmp.policy"],
+        "report": {"metric": "busbw_gbps@ring", "baseline": {"ecmp.policy": "5tuple"},
+                   "higher_is_better": True, "finding": "eecmp spreads better",
+                   "published": "40% (made up for the test)", "published_effect": 0.4,
+                   "contrasts": [{"baseline": {"ecmp.policy": "eecmp"}, "label": "reverse",
+                                  "published_effect": -0.2}]},
+    }  # fmt: skip
+    (tmp_path / "sweep.json").write_text(json.dumps(spec))
+    return tmp_path
+
+
+def test_show_aggregates_as_worked_out_by_hand(results):
+    r = CliRunner().invoke(main, ["sweep", "show", str(results), "--json",
+                                  "--metric", "busbw_gbps", "--metric", "time_ns"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    rows = {(a["ecmp.policy"], a["column"]): a for a in out["aggregate"]}
+    a = rows[("5tuple", "busbw_gbps@ring")]
+    # 100, 110, 120: mean 110, s = 10, half width 4.303 * 10 / sqrt(3)
+    assert (a["n"], a["mean"], a["std"], a["min"], a["max"]) == (3, 110, 10, 100, 120)
+    assert a["ci_high"] - a["mean"] == pytest.approx(4.3027 * 10 / math.sqrt(3), rel=1e-4)
+    assert a["job"] == "ring" and a["metric"] == "busbw_gbps" and a["seeds"] == [1, 2, 3]
+    b = rows[("eecmp", "busbw_gbps@ring")]
+    # the failed seed 2 is left out: 150, 180 -> mean 165, s = 21.21, t(1) = 12.706
+    assert (b["n"], b["mean"], b["min"], b["max"]) == (2, 165, 150, 180)
+    assert b["std"] == pytest.approx(math.sqrt(450))
+    assert b["ci_low"] == pytest.approx(165 - 12.7062 * math.sqrt(450) / math.sqrt(2), rel=1e-4)
+    c = rows[("5tuple", "time_ns@incast")]  # 50 and 70; seed 2 has no value
+    assert (c["n"], c["mean"], c["job"]) == (2, 60, "incast")
+    assert ("eecmp", "time_ns@absent") not in rows  # no value in any run of the configuration
+    one = rows[("eecmp", "time_ns@incast")]  # 60 and 60: no spread, an interval of width 0
+    assert (one["std"], one["ci_low"], one["ci_high"]) == (0, 60, 60)
+    # effects, paired by seed: seed 1 (150-100)/100 = 0.5, seed 3 (180-120)/120 = 0.5
+    contrast, reverse = out["contrasts"]
+    assert contrast["baseline"] == {"ecmp.policy": "5tuple"}
+    assert reverse["label"] == "reverse" and reverse["effects"][0]["change"] == pytest.approx(
+        -1 / 3
+    )
+    (e,) = contrast["effects"]
+    assert e["configuration"] == {"ecmp.policy": "eecmp"} and e["pairs"] == 2
+    assert e["change"] == pytest.approx(0.5) and e["change_low"] == pytest.approx(0.5)
+    assert e["baseline_mean"] == 110 and e["mean"] == 165
+
+
+def test_show_prints_per_job_rows(results):
+    r = CliRunner().invoke(main, ["sweep", "show", str(results), "--metric", "time_ns@ring",
+                                  "--metric", "time_ns@incast"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    table = lines[lines.index("time_ns") + 1 :]
+    rows = [line.split() for line in table[2:6]]
+    assert [(row[0], row[1]) for row in rows] == [
+        ("5tuple", "ring"), ("5tuple", "incast"), ("eecmp", "ring"), ("eecmp", "incast")
+    ]  # fmt: skip
+    assert rows[0][3] == "900ns"  # the 5tuple ring's mean of 1000, 900 and 800 ns, with its unit
+    assert "+50.0%" in r.output  # the effect table
+
+
+def test_report_states_finding_effect_and_published_figure(results, tmp_path):
+    out = tmp_path / "r.html"
+    r = CliRunner().invoke(main, ["sweep", "report", str(results), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "eecmp spreads better" in page and "40% (made up for the test)" in page
+    assert "+50.0%" in page
+    assert "agrees in direction with the published +40.0%" in page  # [+50%, +50%] is above 0
+    assert "Boom" in page  # the failed run is listed with its error
+    from experiments.report import finding_lines
+    from experiments.results import open_sweep
+
+    lines = finding_lines(open_sweep(results))
+    # 5tuple against eecmp, seed by seed: (100-150)/150 and (120-180)/180, both -1/3
+    assert lines[2] == (
+        "measured:  reverse: busbw_gbps@ring -33.3% (worse), 95% interval -33.3% to -33.3% "
+        "with policy=5tuple against policy=eecmp (2 of 3 seeds paired)"
+    )
+    assert (
+        lines[-1] == "verdict:   reverse: agrees in direction with the published -20.0% "
+        "(every interval)"
+    )
+    assert page.count("Plotly.newPlot") == 4  # busbw and job time: error bars, every seed
+
+
+def test_the_plots_show_the_aggregates_and_every_seed(results):
+    from experiments.report import _metric_figures
+    from experiments.results import open_sweep
+
+    res = open_sweep(results)
+    rows = res.aggregate(["time_ns@ring", "time_ns@incast"])
+    bars, seeds = _metric_figures(res, "time_ns", rows)
+    ring, incast = bars.data
+    assert (ring.name, incast.name) == ("ring", "incast")
+    assert list(ring.x) == ["5tuple", "eecmp"]
+    assert list(ring.y) == pytest.approx([0.9, 0.65])  # microseconds: (1000+900+800)/3, 650
+    # half widths: 4.303 * 100 / sqrt(3) ns and 12.706 * 70.71 / sqrt(2) ns
+    assert list(ring.error_y.array) == pytest.approx(
+        [4.3027 * 100 / math.sqrt(3) / 1e3, 12.7062 * math.sqrt(5000) / math.sqrt(2) / 1e3],
+        rel=1e-4,
+    )
+    ring_seeds, _ = seeds.data
+    assert list(ring_seeds.y) == pytest.approx([1.0, 0.9, 0.8, 0.7, 0.6])  # the 5 complete runs
+    assert list(ring_seeds.text) == ["seed 1", "seed 2", "seed 3", "seed 1", "seed 3"]
+
+
+def test_busbw_against_size_on_a_log_axis(tmp_path):
+    rows = ["point,workload.size,seed,status,busbw_gbps@ar"]
+    for i, (size, seed, bw) in enumerate(
+        [("1MiB", 1, 10), ("1MiB", 2, 12), ("64MiB", 1, 300), ("64MiB", 2, 320)]
+    ):
+        rows.append(f"{i},{size},{seed},complete,{bw}")
+    (tmp_path / "results.csv").write_text("\n".join(rows) + "\n")
+    (tmp_path / "sweep.json").write_text(json.dumps({"name": "s", "keys": ["workload.size"]}))
+    from experiments.report import build_report
+
+    page = build_report(tmp_path)
+    assert "busbw against message size" in page
+    assert '"type":"log"' in page
+    assert "[1048576,67108864]" in page.replace(" ", "")
+
+
+def test_every_shipped_experiment_loads_every_configuration():
+    from experiments.catalog import experiment_names, experiment_spec
+    from experiments.spec import load_sweep
+    from fabric.scenarios import load_scenario
+
+    names = experiment_names()
+    assert names == ["busbw-vs-size", "congestion-control", "ecmp-entropy", "oversubscription",
+                     "path-pinning"]  # fmt: skip
+    for name in names:
+        for full in (False, True):
+            sweep = load_sweep(experiment_spec(name), full=full)
+            assert len(sweep.seeds) >= 3, name
+            report = sweep.report
+            assert report["metric"] and report["finding"] and report["published"], name
+            for key in report.get("baseline", {}):
+                assert key in sweep.keys, (name, key)
+        seen = set()
+        for point in sweep.points():
+            config = tuple(sorted(point.labels.items()))
+            if config in seen:
+                continue
+            seen.add(config)
+            sc = load_scenario(sweep.scenario, seed=1, overrides=list(point.overrides))
+            for key, value in point.overrides:
+                if key == "ecmp.policy":
+                    assert sc.ecmp == value
+                if key == "congestion_control.kind":
+                    assert sc.cc == value
+        assert len(seen) == len(sweep.configurations()), name
+
+
+def test_experiment_list_and_unknown_names():
+    r = CliRunner().invoke(main, ["experiment", "list", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = {e["name"]: e for e in json.loads(r.output)}
+    assert rows["ecmp-entropy"]["runs"] == 2 * 4 * 2 * 3
+    assert rows["path-pinning"]["runs"] == 2 * 2 * 3 * 3
+    bad = CliRunner().invoke(main, ["experiment", "run", "ecmp-entropi", "-o", "x"])
+    assert bad.exit_code == 1
+    assert bad.output.startswith("Error: unknown experiment 'ecmp-entropi'; the experiments are")
+
+
+def test_sweep_misuse_is_refused_before_anything_runs(tmp_path):
+    out = tmp_path / "never"
+    both = CliRunner().invoke(main, ["sweep", "demo", "--vary", "ecmp.policy=5tuple,eecmp",
+                                     "--workers", "2", "--scheduler", "tcp://127.0.0.1:9",
+                                     "-o", str(out)])  # fmt: skip
+    assert both.exit_code == 2 and "--workers sizes a local cluster" in both.output
+    typo = CliRunner().invoke(
+        main, ["sweep", "demo", "--vary", "ecmp.polcy=5tuple", "-o", str(out)]
+    )
+    assert typo.exit_code == 1
+    assert typo.output == "Error: unknown key ecmp.polcy: [ecmp] takes policy, same_seed\n"
+    assert not out.exists()
