@@ -31,7 +31,7 @@ from fabric.model import DEFAULT_QUEUE
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = ROOT / "scripts" / "kernel-lab"
 CHECKS = Path(__file__).resolve().parent / "kernel_lab.sh"
-HOST_TOOLS = ("qemu-system-x86_64", "busybox", "apt-get", "dpkg-deb", "depmod", "cpio")
+HOST_TOOLS = ("qemu-system-x86_64", "busybox", "dash", "apt-get", "dpkg-deb", "depmod", "cpio")
 RATE_BPS = P.DEFAULT_TARGET_BPS  # the fastest link after scaling
 DELAY_NS = 25_000_000  # one way: long against the emulator's own latency (about 1 ms)
 MARK_RATE_BPS = 2_000_000  # slow enough that a 200-packet burst queues up past Kmax

@@ -56,6 +56,15 @@ def test_debians_kernel_boots_with_the_queueing_modules(lab):
     assert r.get("exit") == ["0"], console[-3000:]
 
 
+def test_the_guest_runs_iproute2s_ip_and_tc_not_busybox_applets(lab):
+    """Whichever busybox the host has (busybox-static's shell prefers its own
+    applets), the guest's `ip` and `tc` are the host's iproute2."""
+    r, console = lab
+    words = r.get("tools", [])
+    assert words.count("utility,") == 2, console[-3000:]
+    assert sum(w.startswith("iproute2-") for w in words) == 2, console[-3000:]
+
+
 def test_the_kernel_probes_find_red_and_netem(lab):
     r, console = lab
     assert r.get("probe.red") == ["0"], console[-3000:]
