@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from aifabric.cli import Group, emit_json, json_option, main
+from aifabric.cli import SEED, Group, emit_json, force_option, json_option, main, output_file
 from aifabric.table import render
 
 # Options that turn a bare collective or pattern name into a one-job workload.
@@ -51,7 +51,7 @@ def spec_options(f):
 fabric_option = click.option(
     "--fabric", "fabric_name", required=True, help="Topology preset or TOML file."
 )
-seed_option = click.option("--seed", type=int, default=0, show_default=True)
+seed_option = click.option("--seed", type=SEED, default=0, show_default=True)
 
 
 @main.group(cls=Group)
@@ -191,20 +191,19 @@ def traffic_show(workload, fabric_name, seed, as_json, **options):
     "-o",
     "--output",
     required=True,
-    type=click.Path(dir_okay=False, writable=True),
     help="The .npz file to write.",
 )
-def traffic_export(workload, fabric_name, seed, output, **options):
+@force_option
+def traffic_export(workload, fabric_name, seed, output, force, **options):
     """Write the flow table of WORKLOAD on a fabric as one .npz (numpy alone loads it)."""
-    from pathlib import Path
-
     from fabric.errors import AifabricError
 
     if not output.endswith(".npz"):
         raise click.UsageError(f"-o {output}: the flow table is written as a .npz file")
-    parent = Path(output).parent
-    if not parent.is_dir():
-        raise AifabricError(f"cannot write {output}: folder {parent} does not exist")
+    output_file(output, force)
     _, _, table = _build(workload, fabric_name, seed, options)
-    table.save(output)
+    try:
+        table.save(output)
+    except OSError as e:
+        raise AifabricError(f"cannot write {output}: {e.strerror or e}") from None
     click.echo(f"wrote {output}: {len(table):,} flows, {len(table.op_id):,} ops", err=True)

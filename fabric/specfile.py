@@ -7,23 +7,39 @@ anything else is the name of a preset shipped in `package/folder/NAME.toml`.
 
 from __future__ import annotations
 
+import math
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import SpecError, UnitError
+from fabric.errors import SpecError, UnitError, shown
+from fabric.units import LIMIT
 
 
 @dataclass(frozen=True)
 class Key:
-    """One key of a spec table: how to parse it, its default (None: required), its bound."""
+    """One key of a spec table: how to parse it, its default (None: required), its bounds."""
 
     parse: Callable[[Any], Any]
     default: Any = None
     minimum: float | None = None
     doc: str = ""
+    maximum: float | None = None
+
+
+def load_toml(text: str, what: str) -> dict:
+    """TOML text -> a table, or one SpecError naming `what` ("topology x") and the fault."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{what} is not valid TOML: {e}") from None
+    except RecursionError:
+        raise SpecError(
+            f"{what} is not valid TOML here: it nests arrays or tables too deep"
+        ) from None
 
 
 def parse_keys(what: str, where: str, body: dict, keys: dict[str, Key]) -> dict[str, Any]:
@@ -44,24 +60,40 @@ def parse_keys(what: str, where: str, body: dict, keys: dict[str, Key]) -> dict[
         try:
             parsed = rule.parse(value)
         except UnitError as e:
-            raise SpecError(f"{what}: {where}{key} = {value!r}: {e}") from None
+            raise SpecError(f"{what}: {where}{key}: {e}") from None
         except ValueError as e:
-            raise SpecError(f"{what}: {where}{key} = {value!r} {e}") from None
+            raise SpecError(f"{what}: {where}{key} = {shown(value)} {e}") from None
         if rule.minimum is not None and parsed < rule.minimum:
-            raise SpecError(f"{what}: {where}{key} = {value!r} must be at least {rule.minimum:g}")
+            raise SpecError(
+                f"{what}: {where}{key} = {shown(value)} must be at least {_bound(rule.minimum)}"
+            )
+        if rule.maximum is not None and parsed > rule.maximum:
+            raise SpecError(
+                f"{what}: {where}{key} = {shown(value)} must be at most {_bound(rule.maximum)}"
+            )
         out[key] = parsed
     return out
+
+
+def _bound(x: float) -> str:
+    return f"{int(x):,}" if x == int(x) else f"{x:g}"
 
 
 def as_int(value):
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError("must be a whole number")
+    if abs(value) > LIMIT:
+        raise ValueError("is too large: whole numbers stay below 2**63")
     return value
 
 
 def as_number(value):
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError("must be a number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    if abs(value) > LIMIT:
+        raise ValueError("is too large: numbers stay below 2**63")
     return float(value)
 
 
@@ -105,7 +137,7 @@ class Presets:
         path = resources.files(self.package) / self.folder / f"{name}.toml"
         if not path.is_file():
             raise SpecError(
-                f"unknown {self.what} preset {name!r}; the presets are "
+                f"unknown {self.what} preset {shown(name)}; the presets are "
                 f"{', '.join(self.names())}, or give a TOML file"
             )
         return path.read_text()
