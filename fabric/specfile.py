@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import SpecError, UnitError, shown
+from fabric.errors import SpecError, UnitError, cut, shown
 from fabric.units import LIMIT
 
 
@@ -122,22 +122,34 @@ class Presets:
     def read(self, source: str | Path) -> tuple[str, str, Path | None]:
         """(text, name, folder of the file or None for a preset), or one-sentence SpecError."""
         text_source = str(source)
-        if text_source.endswith(".toml") or "/" in text_source or Path(text_source).is_file():
+        if text_source.endswith(".toml") or "/" in text_source or _is_file(text_source):
             path = Path(text_source)
-            if not path.is_file():
-                raise SpecError(f"{self.what} file {text_source} does not exist")
+            if not _is_file(text_source):
+                raise SpecError(f"{self.what} file {cut(text_source)} does not exist")
             try:
                 return path.read_text(), path.stem, path.parent
             except (OSError, UnicodeDecodeError) as e:
-                raise SpecError(f"{self.what} file {text_source} cannot be read: {e}") from None
+                raise SpecError(
+                    f"{self.what} file {cut(text_source)} cannot be read: {e.__class__.__name__}"
+                    if isinstance(e, UnicodeDecodeError)
+                    else f"{self.what} file {cut(text_source)} cannot be read: {e.strerror}"
+                ) from None
         return self.text(text_source), text_source, None
 
     def text(self, name: str) -> str:
         """The TOML text of the preset `name`."""
         path = resources.files(self.package) / self.folder / f"{name}.toml"
-        if not path.is_file():
+        if name not in self.names():
             raise SpecError(
                 f"unknown {self.what} preset {shown(name)}; the presets are "
                 f"{', '.join(self.names())}, or give a TOML file"
             )
         return path.read_text()
+
+
+def _is_file(path: str) -> bool:
+    """Whether `path` names a file; a name the system cannot even look up (too long) does not."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False

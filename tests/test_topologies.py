@@ -222,3 +222,21 @@ oversubscription = 3
     assert ctsw["down_bps"] / ctsw["up_bps"] == pytest.approx(14 / 6)
     assert f.count(Role.ATSW) == 2 * 2
     assert degrees(f, Role.ATSW) == {3 * 3}
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_the_size_limit_counts_exactly_the_nodes_and_links_built(name, get_fabric, monkeypatch):
+    """The limit is checked before building, from the spec alone: a preset builds at
+    a limit of exactly its own counts, and one node or link fewer refuses it."""
+    from topologies import builders, load
+
+    f = get_fabric(name)
+    spec = load(name)
+    monkeypatch.setattr(builders, "MAX_NODES", f.n_nodes)
+    monkeypatch.setattr(builders, "MAX_LINKS", f.n_links)
+    assert build(spec).n_links == f.n_links
+    for limit in ("MAX_NODES", "MAX_LINKS"):
+        monkeypatch.setattr(builders, limit, getattr(builders, limit) - 1)
+        with pytest.raises(SpecError, match=f"{f.n_nodes:,} nodes and {f.n_links:,} links"):
+            build(spec)
+        monkeypatch.setattr(builders, limit, getattr(builders, limit) + 1)
