@@ -157,6 +157,9 @@ CASES = [
          {"t.toml": topo(f"[links]\n{'k' * 5000} = 1\n")}),
     case("a-5000-character-preset", ["topo", "show", "p" * 5000], 1,
          ["unknown topology preset", "..."]),
+    case("a-5000-character-ecmp-policy", ["run", "s.toml", "-o", "out"], 1,
+         ["ecmp.policy", "..."], {"s.toml": SCENARIO + f'[ecmp]\npolicy = "{"p" * 5000}"\n'},
+         marks=owned_elsewhere("the scenario loader quotes values whole")),
 ]  # fmt: skip
 
 
