@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from fabric.errors import SpecError, UnitError, cut, shown
-from fabric.units import LIMIT
+from fabric.units import (
+    LIMIT,
+    format_rate,
+    format_size,
+    format_time,
+    parse_rate,
+    parse_size,
+    parse_time,
+)
 
 
 @dataclass(frozen=True)
@@ -63,19 +71,22 @@ def parse_keys(what: str, where: str, body: dict, keys: dict[str, Key]) -> dict[
             raise SpecError(f"{what}: {where}{key}: {e}") from None
         except ValueError as e:
             raise SpecError(f"{what}: {where}{key} = {shown(value)} {e}") from None
+        said = f"{what}: {where}{key} = {shown(value)}"
         if rule.minimum is not None and parsed < rule.minimum:
-            raise SpecError(
-                f"{what}: {where}{key} = {shown(value)} must be at least {_bound(rule.minimum)}"
-            )
+            raise SpecError(f"{said} must be at least {_bound(rule, rule.minimum)}")
         if rule.maximum is not None and parsed > rule.maximum:
-            raise SpecError(
-                f"{what}: {where}{key} = {shown(value)} must be at most {_bound(rule.maximum)}"
-            )
+            raise SpecError(f"{said} must be at most {_bound(rule, rule.maximum)}")
         out[key] = parsed
     return out
 
 
-def _bound(x: float) -> str:
+_FORMATS = {parse_rate: format_rate, parse_size: format_size, parse_time: format_time}
+
+
+def _bound(rule: Key, x: float) -> str:
+    """A bound as the key is written: a quantity in its unit, a count with commas."""
+    if rule.parse in _FORMATS:
+        return _FORMATS[rule.parse](int(x))
     return f"{int(x):,}" if x == int(x) else f"{x:g}"
 
 

@@ -45,9 +45,13 @@ _SIZE_UNITS = {
     "k": 10**3,
     "m": 10**6,
     "g": 10**9,
+    "tb": 10**12,
+    "pb": 10**15,
     "kib": 2**10,
     "mib": 2**20,
     "gib": 2**30,
+    "tib": 2**40,
+    "pib": 2**50,
 }
 
 
@@ -119,7 +123,8 @@ def parse_size(text: str | int) -> int:
     key = unit.lower()
     if key not in _SIZE_UNITS:
         raise UnitError(
-            f"{shown(text)} is not a size: use B, KB, MB, GB, KiB, MiB or GiB (e.g. '32MiB')"
+            f"{shown(text)} is not a size: use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB "
+            "(e.g. '32MiB')"
         )
     size = _whole(value * _SIZE_UNITS[key], text, "size", "bytes")
     if size < 0:
@@ -149,7 +154,13 @@ def format_time(ns: int | float) -> str:
 def format_size(nbytes: int) -> str:
     """33554432 -> '32MiB'; sizes that are not a binary multiple print in decimal units."""
     nbytes = int(nbytes)
-    for scale, suffix in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+    for scale, suffix in (
+        (2**50, "PiB"),
+        (2**40, "TiB"),
+        (2**30, "GiB"),
+        (2**20, "MiB"),
+        (2**10, "KiB"),
+    ):
         if nbytes >= scale and nbytes % scale == 0:
             return f"{nbytes // scale}{suffix}"
-    return _format(nbytes, [(10**9, "GB"), (10**6, "MB"), (10**3, "KB")], "B")
+    return _format(nbytes, [(10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "KB")], "B")

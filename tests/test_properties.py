@@ -12,6 +12,7 @@ at length.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -25,13 +26,14 @@ from hypothesis import strategies as st
 
 from fabric.errors import SpecError, UnitError
 from fabric.units import LIMIT, parse_rate, parse_size, parse_time
-from topologies import builders
+from topologies import builders, load_fabric
 from topologies.spec import COMMON, KINDS, SCHEMA, parse
 from traffic.spec import COLLECTIVE, PATTERN, TRAINING, workload_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = int(os.environ.get("AIFABRIC_PROPERTY_EXAMPLES", 300))
 FUZZ_ITERATIONS = int(os.environ.get("AIFABRIC_FUZZ_ITERATIONS", 400))
+LAB_MEDIUM = functools.cache(lambda: load_fabric("lab-medium"))
 PROFILE = settings(
     max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
@@ -173,3 +175,43 @@ def test_the_capture_reader_survives_mutated_and_random_bytes():
     )
     assert r.returncode == 0, r.stdout + r.stderr[-4000:]
     assert f"{FUZZ_ITERATIONS} inputs, 0 failures" in r.stdout
+
+
+@st.composite
+def training_job(draw) -> dict:
+    pp = draw(st.sampled_from([1, 2, 4]))
+    return {
+        "model": "m",
+        "gpus": 64,
+        "tp": draw(st.sampled_from([1, 2, 4, 8])),
+        "pp": pp,
+        "ep": draw(st.sampled_from([1, 2])),
+        "params": draw(st.integers(1, 10**9)),
+        "layers": draw(st.integers(pp, 16)),
+        "bucket": draw(st.sampled_from(["1MiB", "4MiB", "25MiB", "1GiB"])),
+        "fsdp": draw(st.booleans()),
+        "micro_batches": draw(st.integers(0, 6)),
+        "activation": draw(st.sampled_from([0, "1MiB"])),
+        "moe_layers": draw(st.integers(1, 6)),
+    }
+
+
+@settings(max_examples=max(20, EXAMPLES // 10), deadline=None)
+@given(training_job())
+def test_the_training_bound_holds_the_operations_an_iteration_issues(table):
+    """traffic.spec refuses a training job from its keys alone: the bound it
+    uses must never be below what traffic.training really issues."""
+    import numpy as np
+
+    from traffic.placement import place
+    from traffic.spec import training_op_bound
+    from traffic.training import training_ops
+
+    job = workload_from_dict(table, "drawn").jobs[0]
+    fabric = LAB_MEDIUM()
+    nics = place(fabric, 64, "packed", np.random.default_rng(0))
+    try:
+        ops = training_ops(fabric, job, nics, "drawn")
+    except SpecError:
+        return  # a shape that does not divide the 64 GPUs
+    assert len(ops) <= training_op_bound(job.values)

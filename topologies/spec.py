@@ -27,6 +27,8 @@ from fabric.specfile import (
 from fabric.units import parse_rate, parse_size, parse_time
 
 MAX_MTU = 9000  # payload bytes: a jumbo frame
+MAX_DELAY_NS = 10**9  # a link's propagation delay: 1 s (paths add several)
+MAX_QUEUE_BYTES = 2**40  # a buffer or threshold: 1 TiB
 
 KINDS = {
     "two-tier": ("servers", "zone"),
@@ -38,15 +40,15 @@ KINDS = {
 COMMON = ("fabric", "links", "radix", "queue")
 
 _QUEUE_KEYS = {
-    "buffer": Key(parse_size, DEFAULT_QUEUE.buffer_bytes, 1),
+    "buffer": Key(parse_size, DEFAULT_QUEUE.buffer_bytes, 1, maximum=MAX_QUEUE_BYTES),
     "ecn": Key(as_bool, DEFAULT_QUEUE.ecn.enabled),
-    "ecn_kmin": Key(parse_size, DEFAULT_QUEUE.ecn.kmin_bytes, 0),
-    "ecn_kmax": Key(parse_size, DEFAULT_QUEUE.ecn.kmax_bytes, 0),
+    "ecn_kmin": Key(parse_size, DEFAULT_QUEUE.ecn.kmin_bytes, 0, maximum=MAX_QUEUE_BYTES),
+    "ecn_kmax": Key(parse_size, DEFAULT_QUEUE.ecn.kmax_bytes, 0, maximum=MAX_QUEUE_BYTES),
     "ecn_pmax": Key(as_number, DEFAULT_QUEUE.ecn.pmax, 0),
     "pfc": Key(as_bool, DEFAULT_QUEUE.pfc.enabled),
-    "pfc_xoff": Key(parse_size, DEFAULT_QUEUE.pfc.xoff_bytes, 1),
-    "pfc_xon": Key(parse_size, DEFAULT_QUEUE.pfc.xon_bytes, 0),
-    "pfc_headroom": Key(parse_size, DEFAULT_QUEUE.pfc.headroom_bytes, 0),
+    "pfc_xoff": Key(parse_size, DEFAULT_QUEUE.pfc.xoff_bytes, 1, maximum=MAX_QUEUE_BYTES),
+    "pfc_xon": Key(parse_size, DEFAULT_QUEUE.pfc.xon_bytes, 0, maximum=MAX_QUEUE_BYTES),
+    "pfc_headroom": Key(parse_size, DEFAULT_QUEUE.pfc.headroom_bytes, 0, maximum=MAX_QUEUE_BYTES),
     "pfc_quanta": Key(as_int, DEFAULT_QUEUE.pfc.pause_quanta, 1),
     "lossless_priority": Key(as_int, DEFAULT_QUEUE.lossless_priority, 0),
     "control_priority": Key(as_int, DEFAULT_QUEUE.control_priority, 0),
@@ -85,8 +87,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "links": {
         "rate": Key(parse_rate, 400 * 10**9, doc="NIC to switch"),
         "fabric_rate": Key(parse_rate, 0, doc="switch to switch; default: rate"),
-        "delay": Key(parse_time, 100, 0, "propagation, NIC to switch"),
-        "fabric_delay": Key(parse_time, 500, 0, "propagation, switch to switch"),
+        "delay": Key(parse_time, 100, 0, "propagation, NIC to switch", MAX_DELAY_NS),
+        "fabric_delay": Key(parse_time, 500, 0, "propagation, switch to switch", MAX_DELAY_NS),
         "mtu": Key(as_int, 4096, 256, "RoCE path MTU, payload bytes", MAX_MTU),
     },
     "radix": {

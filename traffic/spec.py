@@ -49,6 +49,8 @@ MAX_BYTES = 2**50  # an operation, flow, chunk or bucket: 1 PiB
 MAX_PARAMS = 10**15  # parameters of a model
 MAX_REPEATS = 10_000  # iterations, layers, micro-batches, MoE layers
 MAX_UNIFORM_FLOWS = 10_000_000  # a uniform pattern's flows
+MAX_TRAINING_OPS = 100_000  # operations of one training iteration
+MAX_START_NS = 10**15  # a job's start: about 11.6 days of simulated time
 FLOW_BYTES = 96  # memory per flow while the table is built (columns, dependencies)
 
 
@@ -104,7 +106,7 @@ COMMON = {
     "gpus": Key(_gpus, 0, doc='GPUs of the job, or "all" (the default: every free GPU)'),
     "placement": Key(_choice(PLACEMENTS), "packed", doc=", ".join(PLACEMENTS)),
     "priority": Key(as_int, 3, 0, "802.1p priority of the flows (the lossless class)"),
-    "start": Key(parse_time, 0, 0, "earliest start of the job's first flows"),
+    "start": Key(parse_time, 0, 0, "earliest start of the job's first flows", MAX_START_NS),
     "channels": Key(as_int, 1, 1, "parallel rings or trees per connection"),
     "qps": Key(as_int, 1, 1, "QPs per connection (QP scaling)"),
     "qp_mode": Key(_choice(QP_MODES), "split", doc="split each message, or round-robin them"),
@@ -299,6 +301,13 @@ def _job(name: str, where: str, body: dict) -> Job:
             )
         if not values["params"] and not values["layer_sizes"]:
             raise SpecError(f"workload {name}: {where}params or layer_sizes must be given")
+        ops = training_op_bound(values)
+        if ops > MAX_TRAINING_OPS:
+            raise SpecError(
+                f"workload {name}: {where}this training iteration makes about {ops:,} "
+                f"operations (gradient buckets, pipeline sends, MoE AllToAlls); at most "
+                f"{MAX_TRAINING_OPS:,}: use a larger bucket or fewer micro_batches or moe_layers"
+            )
     if kind == "pattern" and values["flows"] > MAX_UNIFORM_FLOWS:
         need = values["flows"] * values["channels"] * values["qps"] * FLOW_BYTES
         raise SpecError(
@@ -311,3 +320,15 @@ def _job(name: str, where: str, body: dict) -> Job:
             f"workload {name}: {where}load = {values['load']:g} must be at most 1 (of the NIC rate)"
         )
     return Job(kind=kind, values=values)
+
+
+def training_op_bound(values: dict) -> int:
+    """At most how many operations a training job's iteration issues (traffic.training),
+    from its keys alone: buckets per gradient pass, pipeline sends, MoE AllToAlls."""
+    tp, pp = values["tp"], values["pp"]
+    total = sum(values["layer_sizes"]) or values["params"] * values["dtype_bytes"]
+    buckets = total // (tp * values["bucket"]) + pp
+    passes = 3 if values["fsdp"] else 1
+    micro = values["micro_batches"] or 2 * pp
+    moe = 4 * values["moe_layers"] * micro if values["ep"] > 1 else 0
+    return passes * buckets + 2 * (pp - 1) * micro + moe
