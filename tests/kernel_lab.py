@@ -141,6 +141,35 @@ def missing_tools() -> list[str]:
     return [t for t in HOST_TOOLS if shutil.which(t) is None and not Path("/sbin", t).exists()]
 
 
+def host_distribution(os_release: Path = Path("/etc/os-release")) -> str:
+    """The host's distribution ID ("debian", "ubuntu", ...), "" when it does not say."""
+    try:
+        for line in os_release.read_text().splitlines():
+            if line.startswith("ID="):
+                return line[3:].strip().strip('"')
+    except OSError:
+        pass
+    return ""
+
+
+def unavailable() -> str | None:
+    """Why the lab cannot boot here, or None: it needs its host tools, and Debian's
+    kernel from a Debian host's apt (Ubuntu's archive has no linux-image-amd64)."""
+    missing = missing_tools()
+    if missing:
+        return (
+            f"the kernel lab needs {', '.join(missing)} "
+            "(scripts/install --test installs them as root)"
+        )
+    distribution = host_distribution()
+    if distribution != "debian":
+        return (
+            "the kernel lab boots Debian 12's kernel from a Debian host's apt; "
+            f"this host runs {distribution or 'an unknown distribution'}"
+        )
+    return None
+
+
 def run(timeout_s: int = 600) -> tuple[dict[str, list[str]], str, float]:
     """Boot the lab once: (results, console, wall seconds)."""
     with tempfile.TemporaryDirectory(prefix="aifabric-kernel-lab-") as d:

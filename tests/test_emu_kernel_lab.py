@@ -12,11 +12,7 @@ from tests import kernel_lab as K
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        bool(K.missing_tools()),
-        reason=f"the kernel lab needs {', '.join(K.missing_tools())} "
-        "(scripts/install --test installs them as root)",
-    ),
+    pytest.mark.skipif(K.unavailable() is not None, reason=str(K.unavailable())),
 ]
 PAIRS = {p.name: p for p in K.pairs()}
 DELAYED = [name for name, p in PAIRS.items() if p.tc.get("delay_ns")]
