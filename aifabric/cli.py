@@ -16,6 +16,7 @@ import click
 from aifabric.params import choice
 from aifabric.table import render
 from fabric import __version__
+from fabric.errors import AifabricError
 
 # The library is imported by the commands that use it: `aifabric --version` and
 # `--help` stay free of numpy and numba, and a command pays only for its own.
@@ -65,6 +66,27 @@ def emit_json(data) -> None:
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
+# A seed is any whole number from 0 (numpy's generators take no negative seed).
+SEED = click.IntRange(min=0)
+force_option = click.option("--force", is_flag=True, help="Overwrite the output file if it exists.")
+# QP flows `aifabric ecmp` draws at most, and the memory each takes while it is hashed.
+MAX_QP_FLOWS = 10_000_000
+QP_FLOW_BYTES = 64
+
+
+def output_file(output: str, force: bool) -> None:
+    """Refuse, before any work, an output file that cannot be written or would be overwritten."""
+    from pathlib import Path
+
+    path = Path(output)
+    if path.is_dir():
+        raise AifabricError(f"cannot write {output}: it is a directory")
+    if not path.parent.exists():
+        raise AifabricError(f"cannot write {output}: folder {path.parent} does not exist")
+    if not path.parent.is_dir():
+        raise AifabricError(f"cannot write {output}: {path.parent} is not a folder")
+    if path.exists() and not force:
+        raise AifabricError(f"{output} exists; give --force to overwrite it")
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -153,14 +175,16 @@ def topo_show(source, as_json):
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, writable=True),
     help="Write to a file instead of stdout.",
 )
-def topo_export(source, fmt, output):
+@force_option
+def topo_export(source, fmt, output, force):
     """Export a topology as JSON (the run directory's topology.json), GraphML or DOT."""
     from fabric.export import to_dot, to_graphml, topology_dict
     from topologies import load_fabric
 
+    if output:
+        output_file(output, force)
     fabric = load_fabric(source)
     if fmt == "json":
         text = json.dumps(topology_dict(fabric), indent=1) + "\n"
@@ -171,7 +195,10 @@ def topo_export(source, fmt, output):
     if output:
         from fabric.files import write_atomic
 
-        write_atomic(output, text)
+        try:
+            write_atomic(output, text)
+        except OSError as e:
+            raise AifabricError(f"cannot write {output}: {e.strerror or e}") from None
         click.echo(f"wrote {output}", err=True)
     else:
         click.echo(text, nl=False)
@@ -199,7 +226,7 @@ def topo_export(source, fmt, output):
     show_default=True,
     help="QPs per flow (QP scaling).",
 )
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option(
     "--same-seed", is_flag=True, help="Give every switch the same hash seed (shows polarization)."
 )
@@ -216,6 +243,11 @@ def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
     from fabric.spread import random_spread
     from topologies import load_fabric
 
+    if flows * qps > MAX_QP_FLOWS:
+        raise AifabricError(
+            f"--flows {flows:,} x --qps {qps:,} makes {flows * qps:,} QP flows, about "
+            f"{flows * qps * QP_FLOW_BYTES / 1e9:,.1f} GB to hash; at most {MAX_QP_FLOWS:,}"
+        )
     notice_compiles()
     result = random_spread(
         load_fabric(source),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from aifabric.cli import Group, emit_json, json_option, main
+from aifabric.cli import SEED, Group, emit_json, force_option, json_option, main, output_file
 from aifabric.params import GPUS, SIZE, choice
 from aifabric.table import render
 
@@ -71,14 +71,8 @@ def spec_options(f):
 fabric_option = click.option(
     "--fabric", "fabric_name", required=True, help="Topology preset or TOML file."
 )
-seed_option = click.option("--seed", type=int, default=0, show_default=True)
-output_option = click.option(
-    "-o",
-    "--output",
-    required=True,
-    type=click.Path(dir_okay=False, writable=True),
-    help="The .npz flow table to write.",
-)
+seed_option = click.option("--seed", type=SEED, default=0, show_default=True)
+output_option = click.option("-o", "--output", required=True, help="The .npz flow table to write.")
 
 
 @main.group(cls=Group)
@@ -165,16 +159,20 @@ def _show_text(s: dict) -> str:
     return "\n".join(lines)
 
 
-def _check_output(output: str) -> None:
-    from pathlib import Path
-
-    from fabric.errors import AifabricError
-
+def _check_output(output: str, force: bool) -> None:
+    """Before any work: a .npz name, a folder that exists, no file overwritten unasked."""
     if not output.endswith(".npz"):
         raise click.UsageError(f"-o {output}: the flow table is written as a .npz file")
-    parent = Path(output).parent
-    if not parent.is_dir():
-        raise AifabricError(f"cannot write {output}: folder {parent} does not exist")
+    output_file(output, force)
+
+
+def _save(table, output: str) -> None:
+    from fabric.errors import AifabricError
+
+    try:
+        table.save(output)
+    except OSError as e:
+        raise AifabricError(f"cannot write {output}: {e.strerror or e}") from None
 
 
 @traffic.command("export")
@@ -183,14 +181,15 @@ def _check_output(output: str) -> None:
 @seed_option
 @spec_options
 @output_option
-def traffic_export(workload, fabric_name, seed, output, **options):
+@force_option
+def traffic_export(workload, fabric_name, seed, output, force, **options):
     """Write the flow table of WORKLOAD on a fabric as one .npz (numpy alone loads it)."""
     from topologies import load_fabric
     from traffic import generate
 
-    _check_output(output)
+    _check_output(output, force)
     table = generate(load_fabric(fabric_name), _workload(workload, options), seed=seed)
-    table.save(output)
+    _save(table, output)
     click.echo(f"wrote {output}: {len(table):,} flows, {len(table.op_id):,} ops", err=True)
 
 
@@ -199,13 +198,14 @@ def traffic_export(workload, fabric_name, seed, output, **options):
 @fabric_option
 @seed_option
 @output_option
-def traffic_import(matrix, fabric_name, seed, output):
+@force_option
+def traffic_import(matrix, fabric_name, seed, output, force):
     """Convert a traffic matrix (.npz flow table, .csv or htsim connection matrix) into the
     flow table of a fabric. See the README's "Traffic matrices" for the formats."""
     from topologies import load_fabric
     from traffic import import_flows
 
-    _check_output(output)
+    _check_output(output, force)
     table = import_flows(matrix, load_fabric(fabric_name), seed=seed)
-    table.save(output)
+    _save(table, output)
     click.echo(f"wrote {output}: {len(table):,} flows", err=True)

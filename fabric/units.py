@@ -3,6 +3,9 @@
 Rates are integer bit/s, times integer nanoseconds, sizes integer bytes.
 Rate and size prefixes are decimal (K = 10**3) except the binary size
 prefixes (KiB = 2**10), as network gear and RoCE documents use them.
+Every quantity is finite and fits the signed 64-bit integers the flow
+tables and the simulator store it in (`LIMIT`): a time below about 292
+years, a size below 8 EiB, a rate below 9.2 Ebit/s.
 """
 
 from __future__ import annotations
@@ -10,7 +13,11 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-from fabric.errors import UnitError
+from fabric.errors import UnitError, shown
+
+LIMIT = 2**63 - 1  # the largest quantity in any unit: int64
+_MAX_DIGITS = 30  # a number with more digits before the point is far beyond LIMIT in any unit
+_LIMIT_SHOWN = {"rate": "9.2 Ebit/s", "time": "about 292 years", "size": "8 EiB"}
 
 _QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-zµ/]*)\s*$")
 
@@ -38,31 +45,47 @@ _SIZE_UNITS = {
     "k": 10**3,
     "m": 10**6,
     "g": 10**9,
+    "tb": 10**12,
+    "pb": 10**15,
     "kib": 2**10,
     "mib": 2**20,
     "gib": 2**30,
+    "tib": 2**40,
+    "pib": 2**50,
 }
 
 
 def _split(text: str | int | float, what: str, example: str) -> tuple[Decimal, str]:
-    if isinstance(text, bool):
-        raise UnitError(f"{text!r} is not a {what} (e.g. {example!r})")
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise UnitError(f"{shown(text)} is not a {what} (e.g. {example!r})")
     if isinstance(text, int | float):
-        return Decimal(str(text)), ""
-    if not isinstance(text, str):
-        raise UnitError(f"{text!r} is not a {what} (e.g. {example!r})")
-    m = _QUANTITY.match(text)
-    if not m:
-        raise UnitError(f"{text!r} is not a {what} (e.g. {example!r})")
-    try:
-        return Decimal(m.group(1)), m.group(2)
-    except InvalidOperation:  # pragma: no cover - the regex admits only numbers
-        raise UnitError(f"{text!r} is not a {what} (e.g. {example!r})") from None
+        value, unit = Decimal(str(text)), ""
+    else:
+        m = _QUANTITY.match(text)
+        if not m:
+            raise UnitError(f"{shown(text)} is not a {what} (e.g. {example!r})")
+        try:
+            value, unit = Decimal(m.group(1)), m.group(2)
+        except InvalidOperation:  # pragma: no cover - the regex admits only numbers
+            raise UnitError(f"{shown(text)} is not a {what} (e.g. {example!r})") from None
+    if not value.is_finite():
+        raise UnitError(f"{shown(text)} is not a finite {what} (e.g. {example!r})")
+    if value and value.adjusted() >= _MAX_DIGITS:
+        raise _too_large(text, what)
+    if value and value.adjusted() <= -_MAX_DIGITS:
+        raise UnitError(f"{shown(text)} is too small for a {what}: no unit divides that finely")
+    return value, unit
+
+
+def _too_large(text, what: str) -> UnitError:
+    return UnitError(f"{shown(text)} is too large for a {what}: the limit is {_LIMIT_SHOWN[what]}")
 
 
 def _whole(value: Decimal, text, what: str, unit: str) -> int:
     if value != value.to_integral_value():
-        raise UnitError(f"{text!r} is not a whole number of {unit}")
+        raise UnitError(f"{shown(text)} is not a whole number of {unit}")
+    if abs(value) > LIMIT:
+        raise _too_large(text, what)
     return int(value)
 
 
@@ -75,10 +98,10 @@ def parse_rate(text: str | int) -> int:
             key = key[: -len(suffix)]
             break
     if key not in _RATE_UNITS:
-        raise UnitError(f"{text!r} is not a rate: use bit/s with K, M, G or T (e.g. '400G')")
+        raise UnitError(f"{shown(text)} is not a rate: use bit/s with K, M, G or T (e.g. '400G')")
     bps = _whole(value * _RATE_UNITS[key], text, "rate", "bit/s")
     if bps <= 0:
-        raise UnitError(f"rate {text!r} must be positive")
+        raise UnitError(f"rate {shown(text)} must be positive")
     return bps
 
 
@@ -87,10 +110,10 @@ def parse_time(text: str | int) -> int:
     value, unit = _split(text, "time", "2us")
     key = unit.lower() if unit else "ns"
     if key not in _TIME_UNITS:
-        raise UnitError(f"{text!r} is not a time: use ns, us, ms or s (e.g. '2us')")
+        raise UnitError(f"{shown(text)} is not a time: use ns, us, ms or s (e.g. '2us')")
     ns = _whole(value * _TIME_UNITS[key], text, "time", "nanoseconds")
     if ns < 0:
-        raise UnitError(f"time {text!r} must not be negative")
+        raise UnitError(f"time {shown(text)} must not be negative")
     return ns
 
 
@@ -100,11 +123,12 @@ def parse_size(text: str | int) -> int:
     key = unit.lower()
     if key not in _SIZE_UNITS:
         raise UnitError(
-            f"{text!r} is not a size: use B, KB, MB, GB, KiB, MiB or GiB (e.g. '32MiB')"
+            f"{shown(text)} is not a size: use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB "
+            "(e.g. '32MiB')"
         )
     size = _whole(value * _SIZE_UNITS[key], text, "size", "bytes")
     if size < 0:
-        raise UnitError(f"size {text!r} must not be negative")
+        raise UnitError(f"size {shown(text)} must not be negative")
     return size
 
 
@@ -130,7 +154,13 @@ def format_time(ns: int | float) -> str:
 def format_size(nbytes: int) -> str:
     """33554432 -> '32MiB'; sizes that are not a binary multiple print in decimal units."""
     nbytes = int(nbytes)
-    for scale, suffix in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+    for scale, suffix in (
+        (2**50, "PiB"),
+        (2**40, "TiB"),
+        (2**30, "GiB"),
+        (2**20, "MiB"),
+        (2**10, "KiB"),
+    ):
         if nbytes >= scale and nbytes % scale == 0:
             return f"{nbytes // scale}{suffix}"
-    return _format(nbytes, [(10**9, "GB"), (10**6, "MB"), (10**3, "KB")], "B")
+    return _format(nbytes, [(10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "KB")], "B")

@@ -31,7 +31,7 @@ from fabric.model import DEFAULT_QUEUE
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = ROOT / "scripts" / "kernel-lab"
 CHECKS = Path(__file__).resolve().parent / "kernel_lab.sh"
-HOST_TOOLS = ("qemu-system-x86_64", "busybox", "apt-get", "dpkg-deb", "depmod", "cpio")
+HOST_TOOLS = ("qemu-system-x86_64", "busybox", "dash", "apt-get", "dpkg-deb", "depmod", "cpio")
 RATE_BPS = P.DEFAULT_TARGET_BPS  # the fastest link after scaling
 DELAY_NS = 25_000_000  # one way: long against the emulator's own latency (about 1 ms)
 MARK_RATE_BPS = 2_000_000  # slow enough that a 200-packet burst queues up past Kmax
@@ -139,6 +139,35 @@ def parse(console: str) -> dict[str, list[str]]:
 
 def missing_tools() -> list[str]:
     return [t for t in HOST_TOOLS if shutil.which(t) is None and not Path("/sbin", t).exists()]
+
+
+def host_distribution(os_release: Path = Path("/etc/os-release")) -> str:
+    """The host's distribution ID ("debian", "ubuntu", ...), "" when it does not say."""
+    try:
+        for line in os_release.read_text().splitlines():
+            if line.startswith("ID="):
+                return line[3:].strip().strip('"')
+    except OSError:
+        pass
+    return ""
+
+
+def unavailable() -> str | None:
+    """Why the lab cannot boot here, or None: it needs its host tools, and Debian's
+    kernel from a Debian host's apt (Ubuntu's archive has no linux-image-amd64)."""
+    missing = missing_tools()
+    if missing:
+        return (
+            f"the kernel lab needs {', '.join(missing)} "
+            "(scripts/install --test installs them as root)"
+        )
+    distribution = host_distribution()
+    if distribution != "debian":
+        return (
+            "the kernel lab boots Debian 12's kernel from a Debian host's apt; "
+            f"this host runs {distribution or 'an unknown distribution'}"
+        )
+    return None
 
 
 def run(timeout_s: int = 600) -> tuple[dict[str, list[str]], str, float]:

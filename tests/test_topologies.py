@@ -258,3 +258,21 @@ def test_a_scenario_queue_the_model_cannot_honour_is_refused_naming_the_scenario
     raw["queue"] = {"buffer": "60000B", "pfc_xoff": "60000B", "pfc_xon": "30000B",
                     "ecn_kmin": "10000B", "ecn_kmax": "50000B"}  # fmt: skip
     assert scenario_from_dict(raw, "lossless").fabric.queue(Role.RTSW).pfc.xoff_bytes == 60_000
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_the_size_limit_counts_exactly_the_nodes_and_links_built(name, get_fabric, monkeypatch):
+    """The limit is checked before building, from the spec alone: a preset builds at
+    a limit of exactly its own counts, and one node or link fewer refuses it."""
+    from topologies import builders, load
+
+    f = get_fabric(name)
+    spec = load(name)
+    monkeypatch.setattr(builders, "MAX_NODES", f.n_nodes)
+    monkeypatch.setattr(builders, "MAX_LINKS", f.n_links)
+    assert build(spec).n_links == f.n_links
+    for limit in ("MAX_NODES", "MAX_LINKS"):
+        monkeypatch.setattr(builders, limit, getattr(builders, limit) - 1)
+        with pytest.raises(SpecError, match=f"{f.n_nodes:,} nodes and {f.n_links:,} links"):
+            build(spec)
+        monkeypatch.setattr(builders, limit, getattr(builders, limit) + 1)

@@ -192,7 +192,7 @@ def test_import_and_show_commands(tmp_path):
         assert r.exit_code == 0, r.output
         assert json.loads(r.output)["bytes"] == 4000000
     r = run("traffic", "import", write(tmp_path, "bad.csv", "0,0,5\n"), "--fabric", "lab-small",
-            "-o", out)  # fmt: skip
+            "-o", tmp_path / "bad.npz")  # fmt: skip
     assert r.exit_code == 1 and "to itself" in r.output and "Traceback" not in r.output
 
 

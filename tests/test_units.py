@@ -1,7 +1,15 @@
 import pytest
 
 from fabric.errors import UnitError
-from fabric.units import format_rate, format_size, format_time, parse_rate, parse_size, parse_time
+from fabric.units import (
+    LIMIT,
+    format_rate,
+    format_size,
+    format_time,
+    parse_rate,
+    parse_size,
+    parse_time,
+)
 
 
 @pytest.mark.parametrize(
@@ -66,6 +74,15 @@ def test_size_round_trip(nbytes):
         (parse_size, "0.5B", "whole number of bytes"),
         (parse_rate, True, "is not a rate"),
         (parse_size, None, "is not a size"),
+        (parse_rate, float("inf"), "is not a finite rate"),
+        (parse_time, float("nan"), "is not a finite time"),
+        (parse_size, float("-inf"), "is not a finite size"),
+        (parse_rate, "1e999999999G", "too large for a rate: the limit is 9.2 Ebit/s"),
+        (parse_time, "1e12s", "too large for a time: the limit is about 292 years"),
+        (parse_size, "1e30", "too large for a size: the limit is 8 EiB"),
+        (parse_size, 10**40, "too large for a size"),
+        (parse_time, "1e-999999999s", "too small for a time"),
+        (parse_size, "1" * 5000, "..."),
     ],
 )
 def test_nonsense_is_rejected_in_one_sentence(parse, text, fragment):
@@ -73,4 +90,14 @@ def test_nonsense_is_rejected_in_one_sentence(parse, text, fragment):
         parse(text)
     message = str(err.value)
     assert fragment in message
-    assert "\n" not in message
+    assert "\n" not in message and len(message) < 200
+
+
+@pytest.mark.parametrize(
+    ("parse", "largest"),
+    [(parse_rate, f"{LIMIT}bps"), (parse_time, f"{LIMIT}ns"), (parse_size, f"{LIMIT}B")],
+)
+def test_the_limit_is_the_largest_int64(parse, largest):
+    assert parse(largest) == LIMIT == 2**63 - 1
+    with pytest.raises(UnitError, match="too large"):
+        parse(largest.replace(str(LIMIT), str(LIMIT + 1)))

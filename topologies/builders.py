@@ -18,6 +18,12 @@ from fabric.errors import SpecError
 from fabric.model import Fabric, FabricBuilder, Role
 from topologies.spec import Spec
 
+# What one machine builds and the flow tables address: node ids fit 21 bits
+# (traffic.generate), and a link costs about 250 bytes while it is built.
+MAX_NODES = (1 << 21) - 1
+MAX_LINKS = 8_000_000
+BUILD_BYTES = 250  # per node and per link, measured on fat trees
+
 
 def build(spec: Spec) -> Fabric:
     """Build the fabric a checked spec describes."""
@@ -48,6 +54,15 @@ class _Plan:
         if n < 1:
             self.fail(f"{key} = {shown!r} leaves zero {what}")
         return n
+
+    def fits(self, nodes: int, links: int, what: str):
+        """Refuse, before building anything, a fabric beyond MAX_NODES or MAX_LINKS."""
+        if nodes > MAX_NODES or links > MAX_LINKS:
+            need = (nodes + links) * BUILD_BYTES
+            self.fail(
+                f"{what} makes {nodes:,} nodes and {links:,} links (about {need / 1e9:,.1f} GB "
+                f"to build); aifabric builds at most {MAX_NODES:,} nodes and {MAX_LINKS:,} links"
+            )
 
     def radix(self, role: str, ports: int, what: str):
         limit = self.spec["radix"][role]
@@ -117,10 +132,18 @@ def _zone(p: _Plan, zone: int, ctsw: int, per_ctsw: int) -> list[int]:
     return ctsws
 
 
+def _zone_size(p: _Plan, ctsw: int, per_ctsw: int) -> tuple[int, int]:
+    """(nodes, links) of one AI Zone."""
+    s, racks = p.spec["servers"], p.spec["zone"]["racks"]
+    nics = s["gpus_per_server"] * s["servers_per_rack"]
+    return racks * (nics + 1) + ctsw, racks * (nics + ctsw * per_ctsw)
+
+
 def _two_tier(spec: Spec) -> Fabric:
     p = _Plan(spec)
     ctsw, per_ctsw = _zone_shape(p)
     racks = spec["zone"]["racks"]
+    p.fits(*_zone_size(p, ctsw, per_ctsw), f"zone.racks = {racks:,}")
     p.radix("ctsw", racks * per_ctsw, f"{racks * per_ctsw} downlinks")
     _zone(p, 0, ctsw, per_ctsw)
     return p.done()
@@ -137,6 +160,13 @@ def _three_tier(spec: Spec) -> Fabric:
     # oversubscription, spread evenly over the ATSWs of the CTSW's plane.
     needed = math.ceil(down / agg["oversubscription"] - 1e-9)
     up = per_atsw_group * math.ceil(needed / per_atsw_group)
+    nodes, links = _zone_size(p, ctsw, per_ctsw)
+    n_zones = agg["zones"]
+    p.fits(
+        n_zones * nodes + ctsw * per_atsw_group,
+        n_zones * (links + ctsw * up),
+        f"aggregation.zones = {n_zones:,} of zone.racks = {racks:,}",
+    )
     p.radix("ctsw", down + up, f"{down} downlinks, {up} uplinks")
     p.radix(
         "atsw",
@@ -171,6 +201,11 @@ def _rail(spec: Spec) -> Fabric:
         servers + r["spines"] * per_spine,
         f"{servers} NICs, {r['spines'] * per_spine} uplinks",
     )
+    p.fits(
+        r["groups"] * rails * (servers + 1) + r["spines"],
+        r["groups"] * rails * (servers + r["spines"] * per_spine),
+        f"rail.groups = {r['groups']:,} of rail.servers_per_group = {servers:,}",
+    )
     p.radix("ctsw", r["groups"] * rails * per_spine, f"{r['groups'] * rails * per_spine} downlinks")
     rail_switches = []
     for g in range(r["groups"]):
@@ -201,6 +236,7 @@ def _fat_tree(spec: Spec) -> Fabric:
     k = spec["fat_tree"]["k"]
     if k % 2:
         p.fail(f"fat_tree.k = {k} must be even")
+    p.fits(k**3 // 4 + 5 * k * k // 4, 3 * k**3 // 4, f"fat_tree.k = {k:,}")
     half = k // 2
     b = p.b
     pods = []

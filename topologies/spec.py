@@ -8,15 +8,27 @@ fails with one sentence that names the key and the value.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import SpecError
+from fabric.errors import SpecError, cut, shown
 from fabric.model import DEFAULT_QUEUE, EcnProfile, PfcProfile, QueueProfile, Role
-from fabric.specfile import Key, Presets, as_bool, as_int, as_number, as_str, parse_keys
+from fabric.specfile import (
+    Key,
+    Presets,
+    as_bool,
+    as_int,
+    as_number,
+    as_str,
+    load_toml,
+    parse_keys,
+)
 from fabric.units import parse_rate, parse_size, parse_time
+
+MAX_MTU = 9000  # payload bytes: a jumbo frame
+MAX_DELAY_NS = 10**9  # a link's propagation delay: 1 s (paths add several)
+MAX_QUEUE_BYTES = 2**40  # a buffer or threshold: 1 TiB
 
 KINDS = {
     "two-tier": ("servers", "zone"),
@@ -28,15 +40,15 @@ KINDS = {
 COMMON = ("fabric", "links", "radix", "queue")
 
 _QUEUE_KEYS = {
-    "buffer": Key(parse_size, DEFAULT_QUEUE.buffer_bytes, 1),
+    "buffer": Key(parse_size, DEFAULT_QUEUE.buffer_bytes, 1, maximum=MAX_QUEUE_BYTES),
     "ecn": Key(as_bool, DEFAULT_QUEUE.ecn.enabled),
-    "ecn_kmin": Key(parse_size, DEFAULT_QUEUE.ecn.kmin_bytes, 0),
-    "ecn_kmax": Key(parse_size, DEFAULT_QUEUE.ecn.kmax_bytes, 0),
+    "ecn_kmin": Key(parse_size, DEFAULT_QUEUE.ecn.kmin_bytes, 0, maximum=MAX_QUEUE_BYTES),
+    "ecn_kmax": Key(parse_size, DEFAULT_QUEUE.ecn.kmax_bytes, 0, maximum=MAX_QUEUE_BYTES),
     "ecn_pmax": Key(as_number, DEFAULT_QUEUE.ecn.pmax, 0),
     "pfc": Key(as_bool, DEFAULT_QUEUE.pfc.enabled),
-    "pfc_xoff": Key(parse_size, DEFAULT_QUEUE.pfc.xoff_bytes, 1),
-    "pfc_xon": Key(parse_size, DEFAULT_QUEUE.pfc.xon_bytes, 0),
-    "pfc_headroom": Key(parse_size, DEFAULT_QUEUE.pfc.headroom_bytes, 0),
+    "pfc_xoff": Key(parse_size, DEFAULT_QUEUE.pfc.xoff_bytes, 1, maximum=MAX_QUEUE_BYTES),
+    "pfc_xon": Key(parse_size, DEFAULT_QUEUE.pfc.xon_bytes, 0, maximum=MAX_QUEUE_BYTES),
+    "pfc_headroom": Key(parse_size, DEFAULT_QUEUE.pfc.headroom_bytes, 0, maximum=MAX_QUEUE_BYTES),
     "pfc_quanta": Key(as_int, DEFAULT_QUEUE.pfc.pause_quanta, 1),
     "lossless_priority": Key(as_int, DEFAULT_QUEUE.lossless_priority, 0),
     "control_priority": Key(as_int, DEFAULT_QUEUE.control_priority, 0),
@@ -75,9 +87,9 @@ SCHEMA: dict[str, dict[str, Key]] = {
     "links": {
         "rate": Key(parse_rate, 400 * 10**9, doc="NIC to switch"),
         "fabric_rate": Key(parse_rate, 0, doc="switch to switch; default: rate"),
-        "delay": Key(parse_time, 100, 0, "propagation, NIC to switch"),
-        "fabric_delay": Key(parse_time, 500, 0, "propagation, switch to switch"),
-        "mtu": Key(as_int, 4096, 256, "RoCE path MTU, payload bytes"),
+        "delay": Key(parse_time, 100, 0, "propagation, NIC to switch", MAX_DELAY_NS),
+        "fabric_delay": Key(parse_time, 500, 0, "propagation, switch to switch", MAX_DELAY_NS),
+        "mtu": Key(as_int, 4096, 256, "RoCE path MTU, payload bytes", MAX_MTU),
     },
     "radix": {
         "rtsw": Key(as_int, 64, 1),
@@ -117,22 +129,21 @@ def load(source: str | Path) -> Spec:
 
 
 def parse(text: str, name: str) -> Spec:
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"topology {name} is not valid TOML: {e}") from None
+    raw = load_toml(text, f"topology {name}")
     unknown = set(raw) - set(SCHEMA)
     if unknown:
         table = sorted(unknown)[0]
         raise SpecError(
-            f"topology {name}: unknown table [{table}]; known tables: {', '.join(SCHEMA)}"
+            f"topology {name}: unknown table [{cut(table)}]; known tables: {', '.join(SCHEMA)}"
         )
     fabric_table = raw.get("fabric")
     if not isinstance(fabric_table, dict) or "kind" not in fabric_table:
         raise SpecError(f"topology {name}: [fabric] kind is missing ({', '.join(KINDS)})")
     kind = fabric_table["kind"]
     if kind not in KINDS:
-        raise SpecError(f"topology {name}: fabric.kind = {kind!r} is not one of {', '.join(KINDS)}")
+        raise SpecError(
+            f"topology {name}: fabric.kind = {shown(kind)} is not one of {', '.join(KINDS)}"
+        )
     allowed = set(COMMON) | set(KINDS[kind])
     for table in raw:
         if table not in allowed:
@@ -157,7 +168,7 @@ def _check_table(name: str, table: str, body: dict, keys: dict[str, Key]) -> dic
     for key in body:
         if key not in keys:
             raise SpecError(
-                f"topology {name}: unknown key {table}.{key} = {body[key]!r}; "
+                f"topology {name}: unknown key {table}.{cut(key)} = {shown(body[key])}; "
                 f"[{table}] takes {', '.join(keys)}"
             )
     return parse_keys(f"topology {name}", f"{table}.", body, keys)

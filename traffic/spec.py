@@ -13,13 +13,23 @@ value out of range fails with one sentence that names the key and the value.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import SpecError
-from fabric.specfile import Key, Presets, as_bool, as_int, as_number, as_str, parse_keys
+from fabric.errors import SpecError, cut, shown
+from fabric.specfile import (
+    Key,
+    Presets,
+    as_bool,
+    as_int,
+    as_number,
+    as_str,
+    load_toml,
+    parse_keys,
+)
 from fabric.units import parse_size, parse_time
 from traffic.collectives import KINDS
 
@@ -28,6 +38,15 @@ PATTERNS = ("permutation", "incast", "uniform")
 PLACEMENTS = ("packed", "fragmented", "rail-aligned")
 QP_MODES = ("split", "round-robin")
 DISTRIBUTIONS = ("fixed", "exponential", "pareto")
+# Bounds that keep a workload within what one machine can generate and simulate;
+# each refusal names the bound (README: "Writing a workload").
+MAX_BYTES = 2**50  # an operation, flow, chunk or bucket: 1 PiB
+MAX_PARAMS = 10**15  # parameters of a model
+MAX_REPEATS = 10_000  # iterations, layers, micro-batches, MoE layers
+MAX_UNIFORM_FLOWS = 10_000_000  # a uniform pattern's flows
+MAX_TRAINING_OPS = 100_000  # operations of one training iteration
+MAX_START_NS = 10**15  # a job's start: about 11.6 days of simulated time
+FLOW_BYTES = 96  # memory per flow while the table is built (columns, dependencies)
 
 
 def _count(value):
@@ -43,6 +62,8 @@ def _count(value):
         value = number
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError("must be a count such as 70e9 or '70B'")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("must be a finite count such as 70e9 or '70B'")
     if value != int(value):
         raise ValueError("must be a whole count")
     return int(value)
@@ -68,7 +89,10 @@ def _gpus(value):
 def _sizes(value):
     if not isinstance(value, list) or not value:
         raise ValueError("must be a non-empty list of sizes")
-    return tuple(parse_size(v) for v in value)
+    sizes = tuple(parse_size(v) for v in value)
+    if max(sizes) > MAX_BYTES:
+        raise ValueError("must be sizes of at most 1PiB")
+    return sizes
 
 
 # Keys every job takes.
@@ -77,11 +101,13 @@ COMMON = {
     "gpus": Key(_gpus, 0, doc='GPUs of the job, or "all" (the default: every free GPU)'),
     "placement": Key(_choice(PLACEMENTS), "packed", doc=", ".join(PLACEMENTS)),
     "priority": Key(as_int, 3, 0, "802.1p priority of the flows (the lossless class)"),
-    "start": Key(parse_time, 0, 0, "earliest start of the job's first flows"),
+    "start": Key(parse_time, 0, 0, "earliest start of the job's first flows", MAX_START_NS),
     "channels": Key(as_int, 1, 1, "parallel rings or trees per connection"),
     "qps": Key(as_int, 1, 1, "QPs per connection (QP scaling)"),
     "qp_mode": Key(_choice(QP_MODES), "split", doc="split each message, or round-robin them"),
-    "chunk": Key(parse_size, 512 * 2**10, 1, "message (chunk) size a channel posts at once"),
+    "chunk": Key(
+        parse_size, 512 * 2**10, 1, "message (chunk) size a channel posts at once", MAX_BYTES
+    ),
     "window": Key(as_int, 0, 0, "clear-to-send: outstanding chunks per channel, 0 = no limit"),
     "segments": Key(as_int, 16, 0, "pipelined flows per connection, 0 = one per algorithm step"),
 }
@@ -90,15 +116,17 @@ COLLECTIVE = {
     "algorithm": Key(
         as_str, "", doc=", ".join(dict.fromkeys(a for c in KINDS.values() for a in c.algorithms))
     ),
-    "size": Key(parse_size, 64 * 2**20, 1, "bytes of the operation (nccl-tests convention)"),
+    "size": Key(
+        parse_size, 64 * 2**20, 1, "bytes of the operation (nccl-tests convention)", MAX_BYTES
+    ),
     "hierarchical": Key(as_bool, False, doc="intra-server step on NVLink, rails on the fabric"),
     "root": Key(as_int, 0, 0, "broadcast root rank"),
     "stages": Key(as_int, 2, 2, "sendrecv: pipeline stages"),
-    "iterations": Key(as_int, 1, 1, "times the operation runs, one after the other"),
+    "iterations": Key(as_int, 1, 1, "times the operation runs, one after the other", MAX_REPEATS),
 }
 PATTERN = {
     "pattern": Key(_choice(PATTERNS), doc=", ".join(PATTERNS)),
-    "size": Key(parse_size, 2 * 10**6, 1, "bytes per flow (the mean for uniform)"),
+    "size": Key(parse_size, 2 * 10**6, 1, "bytes per flow (the mean for uniform)", MAX_BYTES),
     "senders": Key(as_int, 8, 1, "incast: senders into rank 0"),
     "flows": Key(as_int, 0, 0, "uniform: number of flows, 0 = one per GPU"),
     "distribution": Key(_choice(DISTRIBUTIONS), "fixed", doc="uniform: flow sizes"),
@@ -113,16 +141,22 @@ TRAINING = {
     "pp": Key(as_int, 1, 1, "pipeline stages"),
     "dp": Key(as_int, 0, 0, "data parallel; 0 = the GPUs left over"),
     "ep": Key(as_int, 1, 1, "expert parallel, within the data-parallel group"),
-    "params": Key(_count, 0, 0, "parameters of the model"),
-    "layers": Key(as_int, 32, 1, "transformer layers, split evenly over the stages"),
+    "params": Key(_count, 0, 0, "parameters of the model", MAX_PARAMS),
+    "layers": Key(as_int, 32, 1, "transformer layers, split evenly over the stages", MAX_REPEATS),
     "layer_sizes": Key(_sizes, (), doc="per-layer parameter bytes (instead of params)"),
     "dtype_bytes": Key(as_int, 2, 1, "bytes per parameter and gradient"),
-    "bucket": Key(parse_size, 25 * 2**20, 1, "gradient AllReduce bucket"),
+    "bucket": Key(parse_size, 25 * 2**20, 1, "gradient AllReduce bucket", MAX_BYTES),
     "fsdp": Key(as_bool, False, doc="shard parameters: AllGather and ReduceScatter per bucket"),
-    "micro_batches": Key(as_int, 0, 0, "micro-batches per iteration; 0 = 2 x pp"),
-    "activation": Key(parse_size, 16 * 2**20, 0, "pipeline send per micro-batch and GPU"),
-    "moe_layers": Key(as_int, 0, 0, "MoE layers (each: 2 AllToAll forward, 2 backward)"),
-    "moe_alltoall": Key(parse_size, 32 * 2**20, 0, "AllToAll size per GPU per MoE layer"),
+    "micro_batches": Key(as_int, 0, 0, "micro-batches per iteration; 0 = 2 x pp", MAX_REPEATS),
+    "activation": Key(
+        parse_size, 16 * 2**20, 0, "pipeline send per micro-batch and GPU", MAX_BYTES
+    ),
+    "moe_layers": Key(
+        as_int, 0, 0, "MoE layers (each: 2 AllToAll forward, 2 backward)", MAX_REPEATS
+    ),
+    "moe_alltoall": Key(
+        parse_size, 32 * 2**20, 0, "AllToAll size per GPU per MoE layer", MAX_BYTES
+    ),
 }
 MATRIX = {
     "matrix": Key(as_str, doc="a traffic-matrix file: .npz flow table, .csv or htsim (see "
@@ -173,10 +207,7 @@ def load_workload(source: str | Path) -> Workload:
             f"workload file {source} does not exist (a traffic matrix is .npz, .csv or htsim text)"
         )
     text, name, folder = PRESETS.read(source)
-    try:
-        table = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"workload {name} is not valid TOML: {e}") from None
+    table = load_toml(text, f"workload {name}")
     return workload_from_dict(table, name, folder)
 
 
@@ -220,7 +251,7 @@ def workload_from_dict(table: dict, name: str, folder: Path | None = None) -> Wo
         extra = sorted(set(table) - set(WORKLOAD_KEYS))
         if extra:
             raise SpecError(
-                f"workload {name}: key {extra[0]} = {table[extra[0]]!r} cannot stand beside "
+                f"workload {name}: key {extra[0]} = {shown(table[extra[0]])} cannot stand beside "
                 "[[jobs]]; put it inside a job"
             )
         bodies = table["jobs"]
@@ -240,7 +271,7 @@ def workload_from_dict(table: dict, name: str, folder: Path | None = None) -> Wo
         description = table.get("description", "")
     for key, value in (("name", display), ("description", description)):
         if not isinstance(value, str):
-            raise SpecError(f"workload {name}: {key} = {value!r} must be a string")
+            raise SpecError(f"workload {name}: {key} = {shown(value)} must be a string")
     return Workload(name=display, description=description, jobs=jobs, raw=dict(table))
 
 
@@ -248,17 +279,17 @@ def _from_preset(table: dict, name: str) -> dict:
     """`preset = "dense"` plus keys that override the preset's (single-job presets)."""
     preset = table["preset"]
     if not isinstance(preset, str):
-        raise SpecError(f"workload {name}: preset = {preset!r} must be a preset name")
+        raise SpecError(f"workload {name}: preset = {shown(preset)} must be a preset name")
     base = tomllib.loads(PRESETS.text(preset))
     overrides = {k: v for k, v in table.items() if k != "preset"}
     if "jobs" in base and overrides:
         key = sorted(overrides)[0]
         raise SpecError(
             f"workload {name}: preset {preset} has several jobs, so {key} = "
-            f"{overrides[key]!r} cannot override it"
+            f"{shown(overrides[key])} cannot override it"
         )
     if "jobs" in overrides:
-        raise SpecError(f"workload {name}: preset = {preset!r} cannot stand beside [[jobs]]")
+        raise SpecError(f"workload {name}: preset = {shown(preset)} cannot stand beside [[jobs]]")
     return {**base, **overrides}
 
 
@@ -285,7 +316,7 @@ def _job(name: str, where: str, body: dict, folder: Path | None = None) -> Job:
     for key, value in body.items():
         if key not in keys:
             raise SpecError(
-                f"workload {name}: unknown key {where}{key} = {value!r}; "
+                f"workload {name}: unknown key {where}{cut(key)} = {shown(value)}; "
                 f"a {kind} job takes {', '.join(keys)}"
             )
     values = parse_keys(f"workload {name}", where, body, keys)
@@ -304,7 +335,7 @@ def _job(name: str, where: str, body: dict, folder: Path | None = None) -> Job:
         algorithm = values["algorithm"] or options[0]
         if algorithm not in options:
             raise SpecError(
-                f"workload {name}: {where}algorithm = {algorithm!r} does not run "
+                f"workload {name}: {where}algorithm = {shown(algorithm)} does not run "
                 f"{values['collective']}; it takes {', '.join(options)}"
             )
         values["algorithm"] = algorithm
@@ -317,6 +348,20 @@ def _job(name: str, where: str, body: dict, folder: Path | None = None) -> Job:
             )
         if not values["params"] and not values["layer_sizes"]:
             raise SpecError(f"workload {name}: {where}params or layer_sizes must be given")
+        ops = training_op_bound(values)
+        if ops > MAX_TRAINING_OPS:
+            raise SpecError(
+                f"workload {name}: {where}this training iteration makes about {ops:,} "
+                f"operations (gradient buckets, pipeline sends, MoE AllToAlls); at most "
+                f"{MAX_TRAINING_OPS:,}: use a larger bucket or fewer micro_batches or moe_layers"
+            )
+    if kind == "pattern" and values["flows"] > MAX_UNIFORM_FLOWS:
+        need = values["flows"] * values["channels"] * values["qps"] * FLOW_BYTES
+        raise SpecError(
+            f"workload {name}: {where}flows = {values['flows']:,} would need about "
+            f"{need / 1e9:,.1f} GB to build its flow table; a uniform pattern takes at most "
+            f"{MAX_UNIFORM_FLOWS:,} flows"
+        )
     if kind == "matrix":
         path = Path(values["matrix"])
         if folder is not None and not path.is_absolute():
@@ -329,3 +374,15 @@ def _job(name: str, where: str, body: dict, folder: Path | None = None) -> Job:
             f"workload {name}: {where}load = {values['load']:g} must be at most 1 (of the NIC rate)"
         )
     return Job(kind=kind, values=values)
+
+
+def training_op_bound(values: dict) -> int:
+    """At most how many operations a training job's iteration issues (traffic.training),
+    from its keys alone: buckets per gradient pass, pipeline sends, MoE AllToAlls."""
+    tp, pp = values["tp"], values["pp"]
+    total = sum(values["layer_sizes"]) or values["params"] * values["dtype_bytes"]
+    buckets = total // (tp * values["bucket"]) + pp
+    passes = 3 if values["fsdp"] else 1
+    micro = values["micro_batches"] or 2 * pp
+    moe = 4 * values["moe_layers"] * micro if values["ep"] > 1 else 0
+    return passes * buckets + 2 * (pp - 1) * micro + moe

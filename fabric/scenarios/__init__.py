@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +41,12 @@ import traffic
 from fabric.cc import DEFAULT_KIND, cc_parameters
 from fabric.cc import DEFAULTS as CC_DEFAULTS
 from fabric.cc import KINDS as CONGESTION_CONTROLS
-from fabric.errors import AifabricError, SpecError, UnitError
+from fabric.errors import AifabricError, SpecError, UnitError, shown
 from fabric.model import Fabric, Role
 from fabric.overrides import ECMP_KEYS, apply_overrides
 from fabric.routing import POLICIES
 from fabric.scenario import Fault, Scenario
-from fabric.specfile import Presets, check_table, relative_to
+from fabric.specfile import Presets, check_table, load_toml, relative_to
 from fabric.units import parse_time
 from topologies.spec import QUEUE_ROLES, queue_profiles
 
@@ -71,10 +70,7 @@ def load_scenario(source: str | Path, *, seed: int | None = None, overrides=None
     """A scenario preset name or TOML path -> a `Scenario` with its flows generated;
     `overrides` (dotted key -> value, see fabric.overrides) are laid over the file."""
     text, stem, folder = PRESETS.read(source)
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"scenario {stem} is not valid TOML: {e}") from None
+    raw = load_toml(text, f"scenario {stem}")
     if overrides:
         raw = apply_overrides(raw, overrides, folder=folder)
     return scenario_from_dict(raw, stem, folder=folder, seed=seed)
@@ -130,7 +126,7 @@ def scenario_from_dict(
     policy = ecmp.get("policy", "5tuple")
     if policy not in POLICIES:
         raise SpecError(
-            f"scenario {name}: ecmp.policy = {policy!r} is not one of {', '.join(POLICIES)}"
+            f"scenario {name}: ecmp.policy = {shown(policy)} is not one of {', '.join(POLICIES)}"
         )
     same_seed = ecmp.get("same_seed", False)
     if not isinstance(same_seed, bool):
@@ -143,7 +139,7 @@ def scenario_from_dict(
     cc = cc_table.pop("kind", DEFAULT_KIND)
     if cc not in CONGESTION_CONTROLS:
         raise SpecError(
-            f"scenario {name}: congestion_control.kind = {cc!r} is not one of "
+            f"scenario {name}: congestion_control.kind = {shown(cc)} is not one of "
             f"{', '.join(CONGESTION_CONTROLS)}"
         )
     try:

@@ -12,14 +12,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fabric.engines import Support, approximated, implemented, scenario_features
+from fabric.engines import Support, approximated, implemented, refused, scenario_features
 from fabric.faults import applied
 from fabric.files import replace_atomic
 from fabric.results import collective_records, collective_rows, completion_ns
 from fabric.scenario import Scenario
 from fabric.sim.engine import Progress, Simulation
-from fabric.sim.layout import CP_PORT, CP_TIME, PS_PER_NS
+from fabric.sim.layout import CP_PORT, CP_TIME, PS_PER_NS, SM_N
 from fabric.sim.pcap import FrameBuilder, write_pcap
+from fabric.units import format_time
 
 CAPTURE_SNAPLEN = 256
 
@@ -60,7 +61,41 @@ def features(scenario: Scenario) -> dict[str, Support]:
         out["captures"] = implemented(
             f"frames rebuilt from the simulated packets, cut at {CAPTURE_SNAPLEN} bytes"
         )
+    too_fine = sample_memory_problem(scenario)
+    if too_fine:
+        out["sample_interval"] = refused(too_fine)
     return out
+
+
+MAX_SAMPLE_BYTES = 8 * 10**9  # the port series a run may keep in memory
+
+
+def sample_memory_problem(scenario: Scenario) -> str | None:
+    """Why the port series at the scenario's interval cannot fit in memory, or None.
+
+    The run lasts at least as long as its busiest NIC needs to send or receive its bytes
+    at line rate; every interval of that keeps a row of every series for every port."""
+    f, t = scenario.fabric, scenario.flows
+    if not len(t) or not f.n_ports:
+        return None
+    rate = f.port_rate_bps[f.nic_port[f.nic_ids]].astype(np.float64)
+    load = np.zeros(f.n_nodes, dtype=np.float64)
+    np.add.at(load, t.src, t.bytes)
+    sent = load[f.nic_ids].copy()
+    load[:] = 0
+    np.add.at(load, t.dst, t.bytes)
+    least_ns = float((np.maximum(sent, load[f.nic_ids]) * 8e9 / rate).max())
+    rows = least_ns / scenario.sample_interval_ns
+    need = rows * f.n_ports * SM_N * 8
+    if need <= MAX_SAMPLE_BYTES:
+        return None
+    coarsest = least_ns * f.n_ports * SM_N * 8 / MAX_SAMPLE_BYTES
+    return (
+        f"{format_time(scenario.sample_interval_ns)} samples of {f.n_ports:,} ports over at "
+        f"least {format_time(int(least_ns))} would keep at least {need / 1e9:,.0f} GB of port "
+        f"series; the simulator keeps at most {MAX_SAMPLE_BYTES / 1e9:.0f} GB: use an interval "
+        f"of at least {format_time(int(coarsest) + 1)}"
+    )
 
 
 class _Stopped(Exception):
