@@ -189,3 +189,28 @@ def test_killed_anywhere_then_clean_leaves_nothing(tmp_path, switch):
     # the soak kills: at most the odd point finds its run already ended (which must then
     # leave nothing behind as well)
     assert sum(p["killed"] for p in report) >= len(report) - 1
+
+
+def test_a_run_refuses_what_a_killed_one_left_in_its_way(tmp_path):
+    """An interface named like the engine's (as a killed run leaves them) stops the build
+    with one sentence that names the remedy, not Mininet's traceback; nothing else is left."""
+    from tests.emuhelp import left_behind, machine_state
+
+    scenario = tmp_path / "soak.toml"
+    scenario.write_text(SCENARIO)
+    before = machine_state()
+    subprocess.run(
+        ["ip", "link", "add", "afs0p4", "type", "veth", "peer", "name", "afs4p0"], check=True
+    )
+    try:
+        r = subprocess.run(
+            [*AIFABRIC, "run", str(scenario), "--engine", "mininet", "-o", str(tmp_path / "run")],
+            capture_output=True, text=True,
+        )  # fmt: skip
+    finally:
+        subprocess.run(["ip", "link", "del", "afs0p4"], capture_output=True)
+    assert r.returncode == 1
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "(afs0p4, afs4p0)" in r.stderr and "aifabric clean" in r.stderr, r.stderr
+    assert analyzed_status(tmp_path / "run")[0] == "failed"
+    assert not left_behind(before, machine_state(), {}, tmp_path / "run")
