@@ -100,14 +100,15 @@ def _proc(pid: str, name: str) -> bytes:
 
 
 def processes() -> dict[int, tuple[str, str, bytes]]:
-    """Every live process: pid -> (start time, comm, command line and ` MARKED` where it
-    carries the engine's environment mark)."""
-    from fabric.emu.linux import ENV_MARK
+    """Every live process of this PID namespace: pid -> (start time, comm, command line and
+    ` MARKED` where it carries the engine's environment mark)."""
+    from fabric.emu.linux import ENV_MARK, pid_namespace
 
+    here = pid_namespace()
     out = {}
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+        if not d.name.isdigit() or pid_namespace(d.name) != here:
+            continue  # a container's processes (another PID namespace) are its own
         stat = _proc(d.name, "stat").decode(errors="replace")
         if not stat or stat[stat.rfind(")") + 2] == "Z":
             continue  # a zombie is dead: only init's reaping is left of it
@@ -172,7 +173,22 @@ def machine_state() -> dict:
         "ovs_datapaths": _lines(["ovs-dpctl", "dump-dps"]) or set(),
         "tempfiles": {p.name for p in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*")},
         "processes": processes(),
+        "elsewhere": emulators_elsewhere(),
     }
+
+
+def emulators_elsewhere() -> bool:
+    """Whether the emulator runs in a container (another PID namespace) on this machine too:
+    its bpf programs are the kernel's, seen from here like ours."""
+    from fabric.emu.linux import ENV_MARK, pid_namespace
+
+    here, mark = pid_namespace(), f"{ENV_MARK}=".encode()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or pid_namespace(d.name) in (here, None):
+            continue
+        if any(e.startswith(mark) for e in _proc(d.name, "environ").split(b"\0")):
+            return True
+    return False
 
 
 def left_behind(before: dict, after: dict, started: dict[int, str], run_dir: Path) -> dict:
@@ -184,7 +200,9 @@ def left_behind(before: dict, after: dict, started: dict[int, str], run_dir: Pat
     command line naming the run directory. Other new processes (the other
     work on this machine) do not.
     """
-    out = {k: sorted(after[k] - before[k]) for k in after if k != "processes"}
+    out = {k: sorted(after[k] - before[k]) for k in after if k not in ("processes", "elsewhere")}
+    if before["elsewhere"] or after["elsewhere"]:
+        del out["bpf_programs"]  # not ours to tell apart
     procs = after["processes"]
     gone = []
     for pid, (start, comm, cmd) in procs.items():

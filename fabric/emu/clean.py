@@ -29,11 +29,14 @@ from fabric.emu.plan import PREFIX
 
 
 def our_processes() -> list[int]:
+    """Marked processes of this machine's PID namespace: a container's (a fresh-machine test
+    under `unshare --pid`, say) run their own emulator, not ours."""
     me = os.getpid()
     mark = f"{ENV_MARK}=".encode()
+    here = linux.pid_namespace()
     out = []
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == me:
+        if not d.name.isdigit() or int(d.name) == me or linux.pid_namespace(d.name) != here:
             continue
         try:
             cmd = (d / "cmdline").read_bytes()

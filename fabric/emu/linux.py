@@ -69,6 +69,14 @@ def process_name(pid: int) -> str:
         return ""
 
 
+def pid_namespace(pid: int | str = "self") -> int | None:
+    """The inode of the PID namespace process `pid` lives in (None where it cannot be read)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return None
+
+
 def live_processes() -> list[int]:
     """Every process that runs, zombies left out."""
     pids = (int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit())
