@@ -11,8 +11,8 @@ teardown's last steps) plus a delay drawn with a fixed seed. After the kill
 the machine must be as before the run: no namespace, link, qdisc, bpf
 program or pinned object, Open vSwitch bridge or datapath, process or
 temporary file of the run's. By default 12 points, each moment once per
-switch kind (about a minute); AIFABRIC_SOAK=20 runs the full 20 (95 s on
-an idle machine here, 170 s on a busy one: too long for the default suite).
+switch kind (70-125 s here); AIFABRIC_SOAK=20 runs the full 20 (95 s on an
+idle machine, 170 s on a busy one: too long for the default suite).
 """
 
 from __future__ import annotations
