@@ -9,6 +9,7 @@ engine's control (first field non-zero: the port is paused by PFC).
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import struct
@@ -17,6 +18,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine, 321)
 _MAP_LOOKUP_ELEM = 1
 _MAP_UPDATE_ELEM = 2
+_PROG_GET_NEXT_ID = 11
 _PROG_GET_FD_BY_ID = 13
 _MAP_GET_FD_BY_ID = 14
 _OBJ_GET_INFO_BY_FD = 15
@@ -27,6 +29,21 @@ def _bpf(cmd: int, attr: ctypes.Array) -> int:
     if r < 0:
         raise OSError(ctypes.get_errno(), f"bpf command {cmd} failed")
     return r
+
+
+def program_ids() -> list[int]:
+    """The ids of every bpf program loaded in the kernel (needs root)."""
+    ids, start = [], 0
+    while True:
+        attr = ctypes.create_string_buffer(struct.pack("III", start, 0, 0), 16)
+        try:
+            _bpf(_PROG_GET_NEXT_ID, attr)
+        except OSError as e:
+            if e.errno == errno.ENOENT:  # no program after `start`
+                return ids
+            raise
+        start = struct.unpack_from("I", attr, 4)[0]
+        ids.append(start)
 
 
 def prog_id_from_tc(tc_json: str) -> int | None:

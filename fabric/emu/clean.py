@@ -6,8 +6,9 @@ starts inherits it), Mininet shells named `mininet:af...`, veth interfaces
 in the root namespace named `af...` (a half-built link, a switch port or
 bridge of Open vSwitch), named namespaces `af-...` (capability probes),
 temporary directories `aifabric-emu-*`, bridges named `af...` in the
-system's Open vSwitch and a kernel datapath holding nothing but ports of
-ours (left by a killed private ovs-vswitchd; see fabric.emu.ovs).
+system's Open vSwitch, and what a killed private ovs-vswitchd leaves when
+no ovs-vswitchd runs any more: a kernel datapath holding nothing but ports
+of ours, the userspace datapath's tap `ovs-netdev` (see fabric.emu.ovs).
 """
 
 from __future__ import annotations
@@ -21,18 +22,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from fabric.emu import ovs
+from fabric.emu import linux, ovs
 from fabric.emu.linux import ENV_MARK
 from fabric.emu.net import TMP_PREFIX
 from fabric.emu.plan import PREFIX
 
 
 def our_processes() -> list[int]:
+    """Marked processes of this machine's PID namespace: a container's (a fresh-machine test
+    under `unshare --pid`, say) run their own emulator, not ours."""
     me = os.getpid()
     mark = f"{ENV_MARK}=".encode()
+    here = linux.pid_namespace()
     out = []
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == me:
+        if not d.name.isdigit() or int(d.name) == me or linux.pid_namespace(d.name) != here:
             continue
         try:
             cmd = (d / "cmdline").read_bytes()
@@ -69,9 +73,10 @@ def our_tempdirs() -> list[Path]:
 
 def leftovers() -> dict[str, list]:
     """Everything of ours still present, by kind; empty lists when clean."""
+    tap = ovs.stale_netdev_tap()
     return {
         "processes": our_processes(),
-        "links": our_links(),
+        "links": our_links() + ([tap] if tap else []),
         "namespaces": our_namespaces(),
         "tempdirs": [str(p) for p in our_tempdirs()],
         "bridges": ovs.our_bridges(),
@@ -85,7 +90,10 @@ def clean() -> dict[str, int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in procs):
+    # a killed process waits for init to reap it (state Z): it is gone all the same
+    while time.monotonic() < deadline and any(
+        linux.process_state(p) not in (None, "Z") for p in procs
+    ):
         time.sleep(0.05)
     bridges = ovs.our_bridges()
     ovs.remove_bridges(bridges)
@@ -93,6 +101,8 @@ def clean() -> dict[str, int]:
     if datapath is not None:
         subprocess.run(["ovs-dpctl", "del-dp", datapath], capture_output=True)
     links = our_links()
+    tap = ovs.stale_netdev_tap()
+    links += [tap] if tap else []
     for name in links:
         subprocess.run(["ip", "link", "del", name], capture_output=True)
     spaces = our_namespaces()

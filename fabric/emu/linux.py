@@ -53,6 +53,36 @@ def stop_processes(procs: list[subprocess.Popen], timeout_s: float = 5) -> None:
             proc.wait()
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of process `pid` (`Z`: dead, not yet reaped), None where there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2]
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def pid_namespace(pid: int | str = "self") -> int | None:
+    """The inode of the PID namespace process `pid` lives in (None where it cannot be read)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+def live_processes() -> list[int]:
+    """Every process that runs, zombies left out."""
+    pids = (int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit())
+    return [pid for pid in pids if process_state(pid) not in (None, "Z")]
+
+
 def netns_id(pid: int) -> int:
     """The inode that identifies the network namespace of process `pid`."""
     return os.stat(f"/proc/{pid}/ns/net").st_ino

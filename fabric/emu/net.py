@@ -49,6 +49,15 @@ class Network:
         from mininet.net import Mininet
         from mininet.node import Host
 
+        from fabric.emu.clean import our_links
+
+        left = sorted(our_links())
+        if left:
+            shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+            raise AifabricError(
+                f"interfaces named like this engine's are in the way ({shown}): another run "
+                "is going on, or a killed one left them (`sudo aifabric clean` removes them)"
+            )
         setLogLevel("error")
         os.environ[linux.ENV_MARK] = str(os.getpid())
         t0 = time.perf_counter()

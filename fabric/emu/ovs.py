@@ -67,6 +67,7 @@ DATAPATHS = {
     "netdev": "Open vSwitch's userspace datapath (no kernel module here; slower)",
 }
 _TRACE_OUTPUT = re.compile(r"^\s+output:(\d+)\s*$", re.MULTILINE)
+NETDEV_TAP = "ovs-netdev"  # the userspace datapath's own port: a persistent tap it leaves behind
 SEND_BUFFER_BYTES = 2**30  # the kernel doubles it; queues are bounded by their qdiscs instead
 SO_SNDBUFFORCE = 32
 SYS_PIDFD_GETFD = 438  # the same number on every architecture
@@ -476,10 +477,13 @@ class OvsNetwork(Network):
         self.daemons.stop(cleanup=self.datapath != "netdev")
         super().close()
         # veths between two bridges live in the root namespace, which does not die with a
-        # shell; so do the userspace datapath's bridge taps, which it leaves persistent
+        # shell; so do the userspace datapath's taps (its bridges' and its own), which it
+        # leaves persistent
         f, p = self.fabric, self.plan
         gone = [f"link del dev {p.port_iface[int(q)]}" for s in f.switch_ids for q in f.ports_of(s)]
         gone += [f"link del dev {br}" for br in bridges]
+        if self.daemons.owned and self.datapath == "netdev":
+            gone.append(f"link del dev {NETDEV_TAP}")
         subprocess.run(
             ["ip", "-force", "-batch", "-"],
             input="\n".join(gone) + "\n",
@@ -518,14 +522,20 @@ def stale_datapath() -> str | None:
     return None
 
 
+def stale_netdev_tap() -> str | None:
+    """The userspace datapath's tap a stopped or killed ovs-vswitchd left behind, if any.
+
+    With no ovs-vswitchd running nobody has it open, and an ovs-vswitchd that
+    starts makes it again.
+    """
+    if not Path(f"/sys/class/net/{NETDEV_TAP}").exists() or _vswitchd_pids():
+        return None
+    return NETDEV_TAP
+
+
 def _vswitchd_pids() -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            with contextlib.suppress(OSError):
-                if (d / "comm").read_text().strip() == "ovs-vswitchd":
-                    pids.append(int(d.name))
-    return pids
+    """Live ovs-vswitchd processes (a killed one waiting to be reaped is no longer one)."""
+    return [pid for pid in linux.live_processes() if linux.process_name(pid) == "ovs-vswitchd"]
 
 
 def remove_bridges(names: list[str]) -> None:
