@@ -154,19 +154,20 @@ class Presets:
         text_source = str(source)
         if text_source.endswith(".toml") or "/" in text_source or _is_file(text_source):
             path = Path(text_source)
+            where = cut(text_source, 200)  # a path: whole, unless absurdly long
             if path.is_dir():
-                raise SpecError(f"{cut(text_source)} is a directory, not a {self.what} file")
+                raise SpecError(f"{where} is a directory, not a {self.what} file")
             if not path.exists():
-                raise SpecError(f"{self.what} file {cut(text_source)} does not exist")
+                raise SpecError(f"{self.what} file {where} does not exist")
             if not _is_file(text_source):
-                raise SpecError(f"{cut(text_source)} is not a regular file (a FIFO or a device?)")
+                raise SpecError(f"{where} is not a regular file (a FIFO or a device?)")
             try:
                 return path.read_text(), path.stem, path.parent
             except (OSError, UnicodeDecodeError) as e:
                 raise SpecError(
-                    f"{self.what} file {cut(text_source)} cannot be read: {e.__class__.__name__}"
+                    f"{self.what} file {where} cannot be read: {e.__class__.__name__}"
                     if isinstance(e, UnicodeDecodeError)
-                    else f"{self.what} file {cut(text_source)} cannot be read: {e.strerror}"
+                    else f"{self.what} file {where} cannot be read: {e.strerror}"
                 ) from None
         return self.text(text_source), text_source, None
 

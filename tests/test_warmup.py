@@ -131,7 +131,7 @@ def test_a_failed_warm_up_is_one_line_and_the_run_goes_on(tmp_path, monkeypatch)
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
 
-    def broken():
+    def broken(should_stop=None):
         raise OSError("disk full")
 
     monkeypatch.setattr(warmup, "warm_up", broken)
