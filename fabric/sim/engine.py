@@ -175,6 +175,7 @@ class Simulation:
         prm[L.P_CTS_CHUNK_BYTES] = p["cts_chunk"]
         prm[L.P_CTS_WINDOW] = p["cts_window"]
         prm[L.P_GO_BACK_N] = int(p["loss_recovery"] == "go-back-n")
+        prm[L.P_CLAMP_TARGET] = int(p["clamp_target"])
         fprm = np.zeros(L.FP_NFPRM, dtype=np.float64)
         fprm[L.FP_G] = p["g"]
         self.mtu = mtu
