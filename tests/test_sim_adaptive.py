@@ -81,3 +81,10 @@ def test_the_simulator_says_adaptive_recovers_selectively():
     out = features(sc)
     assert out["loss_recovery"].state == "approximated"
     assert "out of order" in out["loss_recovery"].how
+
+
+def test_a_scenario_asking_adaptive_with_go_back_n_is_refused_before_it_runs():
+    base = load_scenario("ecmp-permutation")
+    sc = replace(base, ecmp="adaptive", cc_params={**base.cc_params, "loss_recovery": "go-back-n"})
+    out = features(sc)
+    assert out["loss_recovery"].state == "refused"

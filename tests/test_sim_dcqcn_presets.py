@@ -71,3 +71,28 @@ def test_an_incast_under_the_400g_preset_recovers_far_faster_than_under_the_pape
     # 60 MB through one 400 Gb/s link takes 1.2 ms at line rate
     assert fast_ns < 2_000_000 < 5_000_000 < slow_ns
     assert fast_gbps > 250 and slow_gbps < 120
+
+
+def test_a_scenario_names_its_preset_and_a_wrong_one_is_refused(tmp_path):
+    text = """
+[scenario]
+topology = "lab-small"
+[workload]
+pattern = "incast"
+senders = 3
+size = "64KB"
+gpus = 4
+[congestion_control]
+kind = "dcqcn"
+preset = "{preset}"
+rate_timer = "100us"
+"""
+    good = tmp_path / "good.toml"
+    good.write_text(text.format(preset="cx-200g"))
+    sc = load_scenario(good)
+    p = cc_parameters(sc.cc_params)
+    assert (p["preset"], p["additive_increase"], p["rate_timer"]) == ("cx-200g", 10**7, 100_000)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.format(preset="fast"))
+    with pytest.raises(AifabricError, match=r"^scenario bad: unknown DCQCN preset 'fast'; "):
+        load_scenario(bad)

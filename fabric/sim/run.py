@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fabric.engines import Support, approximated, implemented, scenario_features
+from fabric.engines import Support, approximated, implemented, refused, scenario_features
 from fabric.faults import applied
 from fabric.files import replace_atomic
 from fabric.results import collective_records, collective_rows, completion_ns
@@ -61,7 +61,12 @@ def features(scenario: Scenario) -> dict[str, Support]:
         out["ecmp.policy"] = implemented(
             "every switch forwards each data packet on the next hop with the shortest queue"
         )
-        if recovery == "go-back-n":
+        if "loss_recovery" in scenario.cc_params and recovery == "go-back-n":
+            out["loss_recovery"] = refused(
+                "adaptive routing reorders packets, which a go-back-N receiver takes for "
+                "losses (leave loss_recovery out: adaptive places out of order)"
+            )
+        elif recovery == "go-back-n":
             out["loss_recovery"] = approximated(
                 "selective: adaptive routing reorders packets, which the receiver places out "
                 "of order, as NICs deployed with adaptive-routing switches do"
