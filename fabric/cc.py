@@ -40,10 +40,68 @@ class Parameter:
     doc: str
 
 
-# DCQCN defaults after Zhu et al. (SIGCOMM 2015): CNP interval N = 50 us, alpha and
-# rate timers K = T = 55 us, byte counter B = 10 MB, F = 5, g = 1/256.
+# DCQCN parameter presets. A scenario picks one with `preset` and may override any
+# parameter; the defaults below are the `paper-40g` preset.
+#
+# paper-40g: Zhu et al., "Congestion Control for Large-Scale RDMA Deployments" (SIGCOMM
+#   2015), tuned for 40 Gb/s: CNP interval N = 50 us, alpha and rate timers K = T = 55 us,
+#   byte counter B = 10 MB, F = 5, g = 1/256, AI = 40 Mb/s, HAI = 400 Mb/s.
+# cx-100g: the firmware defaults NVIDIA documents for ConnectX-4 and later ("DCQCN CC
+#   Parameters", NVIDIA DOCA SDK documentation, networking-docs.nvidia.com/doca/archive/
+#   3-4-0/dcqcn-cc-parameters; the same table as the Mellanox community post "DCQCN
+#   Parameters", community.mellanox.com/docs/DOC-2790; `mlxconfig query` on a ConnectX-6
+#   shows the same values):
+#     rpg_time_reset 300 us      -> rate_timer
+#     rpg_byte_reset 32767 B     -> byte_counter
+#     rpg_threshold 1            -> fast_recovery_steps
+#     rpg_ai_rate 5 Mb/s         -> additive_increase
+#     rpg_hai_rate 50 Mb/s       -> hyper_increase
+#     rpg_min_rate 1 Mb/s        -> min_rate
+#     dce_tcp_g 1019 (of 1024)   -> g = (1024 - 1019) / 1024 = 5/1024
+#     dce_tcp_rtt 1 us           -> alpha_timer (alpha is updated every microsecond)
+#     min_time_between_cnps 4 us -> cnp_interval (the receiver's CNP spacing per flow)
+#   Not modelled: initial_alpha_value 1023 (the model starts alpha at 1, i.e. 1024/1024),
+#   rate_reduce_monitor_period 4 us (at most one cut per 4 us; the 4 us CNP spacing
+#   already bounds cuts to one per 4 us per flow), rpg_gd 11 and rpg_min_dec_fac 50 (a
+#   cut by alpha / 2, at most halving, as the model does), clamp_tgt_rate_after_time_inc
+#   (the target is clamped after a timer-driven increase; the model never clamps when
+#   clamp_tgt_rate is off). clamp_tgt_rate 0 -> clamp_target = false.
+# cx-200g, cx-400g: NVIDIA publishes one default set for all link speeds, not one per
+#   speed, so these are derived, not documented: the cx-100g set with the additive and
+#   hyper-increase steps scaled with line rate (x2, x4), so a recovery climbs the same
+#   fraction of line rate per step as at 100 Gb/s. Timers, byte counter, gain and CNP
+#   spacing are the documented values.
 D, C = ("dcqcn",), ("cts",)
+CONNECTX = {
+    "cnp_interval": "4us",
+    "alpha_timer": "1us",
+    "rate_timer": "300us",
+    "byte_counter": 32767,
+    "fast_recovery_steps": 1,
+    "additive_increase": "5M",
+    "hyper_increase": "50M",
+    "min_rate": "1M",
+    "g": 5 / 1024,
+    "clamp_target": False,
+}
+PRESETS = {
+    "paper-40g": {},
+    "cx-100g": CONNECTX,
+    "cx-200g": {**CONNECTX, "additive_increase": "10M", "hyper_increase": "100M"},
+    "cx-400g": {**CONNECTX, "additive_increase": "20M", "hyper_increase": "200M"},
+}
+DEFAULT_PRESET = "paper-40g"
+"""The default stays the paper's set: every existing scenario's DCQCN results stay as they
+were; a scenario of today's NICs names its preset (`preset = "cx-400g"`)."""
 PARAMETERS = (
+    Parameter(
+        "preset",
+        DEFAULT_PRESET,
+        lambda v: _choice(v, tuple(PRESETS)),
+        "",
+        D,
+        "the DCQCN parameter set the other parameters default from",
+    ),
     Parameter("cnp_interval", "50us", parse_time, "ns", D, "at most one CNP per flow per interval"),
     Parameter("alpha_timer", "55us", parse_time, "ns", D, "alpha decays each interval with no CNP"),
     Parameter("rate_timer", "55us", parse_time, "ns", D, "one rate-increase step per interval"),
@@ -55,6 +113,15 @@ PARAMETERS = (
     Parameter("hyper_increase", "400M", parse_rate, "bit/s", D, "rate added per hyper step"),
     Parameter("min_rate", "100M", parse_rate, "bit/s", D, "the lowest rate a cut reaches"),
     Parameter("g", 1 / 256, float, "", D, "gain of the alpha estimate"),
+    Parameter(
+        "clamp_target",
+        True,
+        lambda v: _flag(v),
+        "",
+        D,
+        "a cut sets the target rate to the current rate (ConnectX clamp_tgt_rate); false: the "
+        "target stays, so fast recovery heads back toward the rate before the cut",
+    ),
     Parameter("cts_chunk", "256KiB", parse_size, "bytes", C, "bytes one grant admits"),
     Parameter("cts_window", 2, int, "", C, "grants outstanding per flow"),
     Parameter("rto", "100us", parse_time, "ns", KINDS, "retransmission timeout for a lost tail"),
@@ -70,6 +137,12 @@ PARAMETERS = (
 )
 BY_NAME = {p.name: p for p in PARAMETERS}
 DEFAULTS = {p.name: p.default for p in PARAMETERS}
+
+
+def _flag(value):
+    if not isinstance(value, bool):
+        raise ValueError("write true or false")
+    return value
 
 
 def _choice(value, choices):
@@ -94,9 +167,13 @@ def cc_parameters(params: dict | None) -> dict:
         raise AifabricError(
             f"unknown congestion-control parameter {unknown[0]!r}; known: {', '.join(BY_NAME)}"
         )
+    preset = params.get("preset", DEFAULT_PRESET)
+    if preset not in PRESETS:
+        raise AifabricError(f"unknown DCQCN preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    defaults = {**DEFAULTS, **PRESETS[preset]}
     out = {}
     for p in PARAMETERS:
-        value = params.get(p.name, p.default)
+        value = params.get(p.name, defaults[p.name])
         try:
             out[p.name] = p.parse(value)
         except (TypeError, ValueError, OverflowError) as e:

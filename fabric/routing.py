@@ -22,8 +22,12 @@ at every hop and polarization is what you get. Policies:
   user-defined field over the BTH).
 - `pinned`: static by destination, the NIC's ordinal (Meta's path pinning).
 - `spray`: the 5-tuple plus the packet sequence number: every packet anew.
-- `adaptive`: least-loaded next hop given the flows routed before it, ties
-  broken by the 5-tuple hash; the bound that hashing is measured against.
+- `adaptive`: adaptive routing as switches do it: every switch sends each data
+  packet out of the next hop with the fewest bytes queued at that moment (the
+  simulator's forwarding decides, `fabric.sim.kernel.adapt_route`); the route
+  computed here, the least-loaded next hop given the flows routed before it
+  (ties broken by the 5-tuple hash), is where a packet goes while queues tie,
+  and the path of the flow's ACKs and CNPs.
 
 Failures keep hashing resilient, as switch ECMP groups with resilient
 hashing do: a flow keeps its next hop unless that next hop went away; only
@@ -152,7 +156,7 @@ def _bfs_distances(n_switch, ptr, nbr, leaves, dist):
 
 
 @njit(cache=True)
-def _candidate(q, lj, d, net, live):
+def is_next_hop(q, lj, d, net, live):
     """Is port q a live next hop one step closer to leaf lj than distance d?"""
     port_peer, sw_ord = net.port_peer, net.sw_ord
     port_alive, dist = live.port_alive, live.dist
@@ -182,7 +186,7 @@ def _choose(s, lj, h, mode, net, live, load):
         ti = sw_ord[port_peer[q]]
         if ti >= 0 and dist0[ti, lj] == d0 - 1:
             nbase += 1
-        if _candidate(q, lj, d, net, live):
+        if is_next_hop(q, lj, d, net, live):
             ncand += 1
     if ncand == 0:
         return -1
@@ -193,7 +197,7 @@ def _choose(s, lj, h, mode, net, live, load):
         i = 0
         for k in range(adj_ptr[s], adj_ptr[s + 1]):
             q = adj_port[k]
-            if _candidate(q, lj, d, net, live):
+            if is_next_hop(q, lj, d, net, live):
                 key = load[q] - (1e-9 if i == pick else 0.0)
                 if key < best:
                     best = key
@@ -207,7 +211,7 @@ def _choose(s, lj, h, mode, net, live, load):
         ti = sw_ord[port_peer[q]]
         if ti >= 0 and dist0[ti, lj] == d0 - 1:
             if i == want:
-                if _candidate(q, lj, d, net, live):
+                if is_next_hop(q, lj, d, net, live):
                     return q
                 break
             i += 1
@@ -215,7 +219,7 @@ def _choose(s, lj, h, mode, net, live, load):
     i = 0
     for k in range(adj_ptr[s], adj_ptr[s + 1]):
         q = adj_port[k]
-        if _candidate(q, lj, d, net, live):
+        if is_next_hop(q, lj, d, net, live):
             if i == want:
                 return q
             i += 1

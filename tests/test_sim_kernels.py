@@ -186,10 +186,12 @@ def test_pause_duration_is_quanta_times_512_bit_times(rate):
         assert pfc.pause_ps(quanta, rate) == -(-(quanta * 512 * 10**12) // rate)
 
 
-def test_dcqcn_cut_and_increase_match_the_equations():
+@pytest.mark.parametrize("clamp", [1, 0])
+def test_dcqcn_cut_and_increase_match_the_equations(clamp):
     prm = np.zeros(L.P_NPRM, dtype=np.int64)
     prm[L.P_FAST_STEPS], prm[L.P_AI_BPS], prm[L.P_HAI_BPS] = 5, 40 * 10**6, 400 * 10**6
     prm[L.P_MIN_RATE_BPS] = 10**8
+    prm[L.P_CLAMP_TARGET] = clamp  # 0: a cut leaves the target rate (ConnectX's default)
     fprm = np.array([1 / 256])
     fl = np.zeros((1, L.FL_N), dtype=np.int64)
     fr = np.zeros((1, L.FR_N))
@@ -201,7 +203,7 @@ def test_dcqcn_cut_and_increase_match_the_equations():
         r = rng.random()
         if r < 0.2:
             dcqcn.cut(fl, fr, 0, prm, fprm)
-            rt, rc, alpha = rc, max(rc * (1 - alpha / 2), 1e8), (1 - g) * alpha + g
+            rt, rc, alpha = rc if clamp else rt, max(rc * (1 - alpha / 2), 1e8), (1 - g) * alpha + g
             t = b = 0
         elif r < 0.4:
             dcqcn.decay_alpha(fr, 0, fprm)

@@ -2,8 +2,9 @@
 
 At the receiver (notification point): a CE-marked data packet makes it send a
 CNP, at most one per flow per CNP interval. At the sender (reaction point): on
-a CNP, target rate = current rate, current rate cut by alpha / 2, alpha raised
-by g, and both timers restart. Without CNPs, alpha decays every alpha timer
+a CNP, target rate = current rate (unless `clamp_target` is off, as on ConnectX
+NICs by default: the target then stays), current rate cut by alpha / 2, alpha
+raised by g, and both timers restart. Without CNPs, alpha decays every alpha timer
 period. The rate recovers in stages counted by a timer and a byte counter:
 while both stage counts are below F, fast recovery (current rate halfway to
 the target); once either reaches F, additive increase (target + AI); once
@@ -38,6 +39,7 @@ from fabric.sim.layout import (
     P_AI_BPS,
     P_ALPHA_TIMER_PS,
     P_BYTE_COUNTER_BYTES,
+    P_CLAMP_TARGET,
     P_CNP_INTERVAL_PS,
     P_FAST_STEPS,
     P_HAI_BPS,
@@ -54,7 +56,8 @@ ALPHA_TIMER, RATE_TIMER = range(2)
 @njit(cache=True)
 def cut(fl, fr, f, prm, fprm):
     g = fprm[FP_G]
-    fr[f, FR_RT_BPS] = fr[f, FR_RC_BPS]
+    if prm[P_CLAMP_TARGET]:
+        fr[f, FR_RT_BPS] = fr[f, FR_RC_BPS]
     fr[f, FR_RC_BPS] = max(
         fr[f, FR_RC_BPS] * (1.0 - fr[f, FR_ALPHA] / 2.0), float(prm[P_MIN_RATE_BPS])
     )

@@ -69,6 +69,20 @@ class Progress:
     wall_s: float
 
 
+def adaptive_loss_recovery(cc_params: dict | None) -> str:
+    """Loss recovery under `adaptive` routing: selective. Adaptive routing sends a flow's
+    packets over paths of different delay, so they arrive out of order; NICs deployed with
+    adaptive-routing switches place such packets in memory where they belong, and a
+    go-back-N receiver would take every reordering for a loss."""
+    if (cc_params or {}).get("loss_recovery", "selective") != "selective":
+        raise AifabricError(
+            "adaptive routing reorders packets, which a go-back-N receiver takes for losses: "
+            'leave loss_recovery out (adaptive places out of order, "selective") or choose '
+            "another ECMP policy"
+        )
+    return "selective"
+
+
 class Simulation:
     """One simulated run of a flow table on a fabric."""
 
@@ -93,6 +107,8 @@ class Simulation:
         self.flows = flows
         self.cc = cc
         self.params = cc_parameters(cc_params)
+        if ecmp == "adaptive":
+            self.params["loss_recovery"] = adaptive_loss_recovery(cc_params)
         self.seed = int(seed)
         self.sample_interval_ns = int(sample_interval_ns)
         self._validate_flows()
@@ -175,6 +191,8 @@ class Simulation:
         prm[L.P_CTS_CHUNK_BYTES] = p["cts_chunk"]
         prm[L.P_CTS_WINDOW] = p["cts_window"]
         prm[L.P_GO_BACK_N] = int(p["loss_recovery"] == "go-back-n")
+        prm[L.P_CLAMP_TARGET] = int(p["clamp_target"])
+        prm[L.P_ADAPTIVE] = int(self.routing.policy == "adaptive")
         fprm = np.zeros(L.FP_NFPRM, dtype=np.float64)
         fprm[L.FP_G] = p["g"]
         self.mtu = mtu

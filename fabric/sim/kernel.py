@@ -17,7 +17,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from fabric.routing import MODE_SPRAY, Live, Net, route_packet
+from fabric.addressing import ROCE_UDP_PORT
+from fabric.routing import MODE_SPRAY, Live, Net, flow_hash, is_next_hop, route_packet
 from fabric.sim import congestion, ecn, pfc
 from fabric.sim.heap import pop, schedule
 from fabric.sim.layout import (
@@ -106,6 +107,7 @@ from fabric.sim.layout import (
     ND_CNT,
     ND_OFF,
     ND_RR,
+    P_ADAPTIVE,
     P_CC,
     P_EVENT_RESERVE,
     P_GO_BACK_N,
@@ -631,6 +633,63 @@ def send_pfc(S, k, quanta, now):
 
 
 @njit(cache=True)
+def shortest_queue(S, s, lj, h):
+    """Adaptive routing at switch s: its live next hop towards leaf lj with the fewest bytes
+    queued (both classes) now; among equally short queues the packet's hash h picks, so
+    packets spread over idle next hops as they would sprayed. -1 if there is none."""
+    net, live, pt = S.net, S.live, S.pt
+    d = live.dist[net.sw_ord[s], lj]
+    shortest = -1
+    ties = 0
+    for k in range(net.adj_ptr[s], net.adj_ptr[s + 1]):
+        q = net.adj_port[k]
+        if is_next_hop(q, lj, d, net, live):
+            depth = pt[q, PT_Q0_BYTES] + pt[q, PT_Q1_BYTES]
+            if shortest < 0 or depth < shortest:
+                shortest = depth
+                ties = 1
+            elif depth == shortest:
+                ties += 1
+    if ties == 0:
+        return -1
+    want = h % np.uint32(ties)
+    i = 0
+    for k in range(net.adj_ptr[s], net.adj_ptr[s + 1]):
+        q = net.adj_port[k]
+        if is_next_hop(q, lj, d, net, live) and pt[q, PT_Q0_BYTES] + pt[q, PT_Q1_BYTES] == shortest:
+            if i == want:
+                return q
+            i += 1
+    return -1
+
+
+@njit(cache=True)
+def adapt_route(S, i, j):
+    """Data packet i is at the switch that sends it out of its route's port j: it goes out of
+    the next hop with the shortest queue now instead (`shortest_queue`), and so at every
+    switch after; the rest of its route is rewritten the same way here and decided again at
+    each switch. The last hop (the leaf's port to the NIC) is fixed."""
+    pk, net, fl = S.pk, S.net, S.fl
+    n = pk[i, PK_NHOPS]
+    f = pk[i, PK_FLOW]
+    src = fl[f, FL_SRC]
+    dst = fl[f, FL_DST]
+    lj = net.leaf_ord[net.nic_switch[dst]]
+    s = net.port_peer[pk[i, PK_ROUTE + j - 1]]
+    seeds, table, ip = S.live.seeds, S.live.crc_table, S.nic_ip
+    psn = S.pc[i, PC_PSN] & 0xFFFFFF
+    while j < n - 1:
+        h = flow_hash(ip[src], ip[dst], fl[f, FL_SPORT], ROCE_UDP_PORT, fl[f, FL_DQPN], psn,
+                      MODE_SPRAY, seeds[s], table)  # fmt: skip
+        q = shortest_queue(S, s, lj, h)
+        if q < 0:
+            return
+        pk[i, PK_ROUTE + j] = q
+        s = net.port_peer[q]
+        j += 1
+
+
+@njit(cache=True)
 def arrive_at_switch(S, i, p_in, q, now):
     """Packet i came over port p_in into a switch and goes out of its port q."""
     pt, pk = S.pt, S.pk
@@ -968,6 +1027,8 @@ def run(S_counted, t_stop, max_events):
                 deliver(S, a, now)
             else:
                 pk[a, PK_HOP] = h + 1
+                if S.prm[P_ADAPTIVE] and pk[a, PK_KIND] == K_DATA:
+                    adapt_route(S, a, h + 1)
                 arrive_at_switch(S, a, p, pk[a, PK_ROUTE + h + 1], now)
         elif kind == EV_TX:
             if pt[a, PT_TXEV_PS] == now:

@@ -92,8 +92,10 @@ EV_RTO = 8  # a = flow, b = byte offset of data lost (go-back-N): timeout, go ba
     P_PACKET_RESERVE,  # free packets kept before each event: the most one event allocates
     P_STALL_PS,  # no data delivered for this long while flows are unfinished: stalled
     P_GO_BACK_N,  # 1: go-back-N loss recovery, 0: selective repeat
+    P_CLAMP_TARGET,  # DCQCN: 1: a cut sets the target rate to the current rate, 0: keeps it
+    P_ADAPTIVE,  # 1: switches forward each data packet on the next hop with the shortest queue
     P_NPRM,
-) = range(20)
+) = range(22)
 # float parameters (fprm[...])
 FP_G, FP_NFPRM = range(2)
 

@@ -50,13 +50,28 @@ def features(scenario: Scenario) -> dict[str, Support]:
         )
     out["links.rate"] = implemented("serialization at each link's rate, 82 bytes of overhead")
     out["ecmp.policy"] = implemented("the hash of fabric.routing at every switch")
+    recovery = scenario_features(scenario)["loss_recovery"]
     out["loss_recovery"] = implemented(
         {
             "go-back-n": "the receiver NAKs the first gap, the sender resends from there; "
             "a lost tail is resent after the RTO",
             "selective": "only lost packets are resent (IRN-style selective repeat)",
-        }[scenario_features(scenario)["loss_recovery"]]
+        }[recovery]
     )
+    if scenario.ecmp == "adaptive":
+        out["ecmp.policy"] = implemented(
+            "every switch forwards each data packet on the next hop with the shortest queue"
+        )
+        if "loss_recovery" in scenario.cc_params and recovery == "go-back-n":
+            out["loss_recovery"] = refused(
+                "adaptive routing reorders packets, which a go-back-N receiver takes for "
+                "losses (leave loss_recovery out: adaptive places out of order)"
+            )
+        elif recovery == "go-back-n":
+            out["loss_recovery"] = approximated(
+                "selective: adaptive routing reorders packets, which the receiver places out "
+                "of order, as NICs deployed with adaptive-routing switches do"
+            )
     if "captures" in out:
         out["captures"] = implemented(
             f"frames rebuilt from the simulated packets, cut at {CAPTURE_SNAPLEN} bytes"
