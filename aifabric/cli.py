@@ -286,7 +286,8 @@ def _spread_text(r: dict) -> str:
         for t in r["tiers"]
     ]  # fmt: skip
     table = render(
-        ["tier", "uplinks", "QP flows", "max/mean", "uniform", "CV", "uniform", "Jain"], rows
+        ["tier", "uplinks", "QP flows", "max/mean", "uniform max/mean", "CV", "uniform CV", "Jain"],
+        rows,
     )
     hists = [
         f"{t['tier']:<10} uplinks carrying n QP flows  "
