@@ -432,12 +432,30 @@ def pause_spread(fabric, ports: dict) -> list[dict]:
                 "because_of": names[by] if by is not None else None,
             }
         )
+    _chains(rows)
+    return rows
+
+
+def _chains(rows: list[dict]) -> None:
+    """Each row's `hops_from_root` and `root`, following `because_of` up its chain. Ports
+    first paused in the same interval may name one later in the list, or each other (a
+    loop within one interval): a loop's last port counts as its root."""
     by_port = {r["port"]: r for r in rows}
     for r in rows:
-        parent = by_port.get(r["because_of"]) if r["cause"] == "pause" else None
-        r["hops_from_root"] = parent["hops_from_root"] + 1 if parent else 0
-        r["root"] = parent["root"] if parent else r["because_of"]
-    return rows
+        path, on_path, cur = [], set(), r
+        while cur is not None and "hops_from_root" not in cur and cur["port"] not in on_path:
+            path.append(cur)
+            on_path.add(cur["port"])
+            cur = by_port.get(cur["because_of"]) if cur["cause"] == "pause" else None
+        if cur is not None and "hops_from_root" in cur:
+            hops, root = cur["hops_from_root"], cur["root"]
+        else:
+            last = path.pop()
+            last["hops_from_root"], last["root"] = 0, last["because_of"]
+            hops, root = 0, last["because_of"]
+        for row in reversed(path):
+            hops += 1
+            row["hops_from_root"], row["root"] = hops, root
 
 
 def recorded(run, key: str):

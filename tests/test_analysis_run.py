@@ -409,3 +409,39 @@ def test_an_emulated_runs_figures_are_the_fabrics_and_its_scale_converts(tmp_pat
     out = CliRunner().invoke(main, ["analyze", str(tmp_path / "emu")]).output
     assert "link rates divided by 1,000" in out and "busbw emulated" in out
     assert "divided by" not in CliRunner().invoke(main, ["analyze", str(run_dir[0])]).output
+
+
+def test_pause_chains_within_one_interval_follow_their_cause_whatever_the_order(get_fabric):
+    """Two ports first paused in the same sample: the one listed first (lower port id) was
+    paused because of the other; the chain still reaches the congested root."""
+    from analysis.metrics import pause_spread
+
+    fabric = get_fabric("lab-small")
+    names = fabric.port_names
+    # p: a node towards Y; q: Y towards Z, with q's id above p's; Z's port r is congested
+    p, q = next(
+        (p, q)
+        for p in range(fabric.n_ports)
+        for q in fabric.ports_of(int(fabric.port_peer[p])).tolist()
+        if q > p
+        and q != p ^ 1
+        and fabric.port_peer[q] != fabric.port_node[p]
+        and fabric.degree(int(fabric.port_peer[q])) > 1
+    )
+    z = int(fabric.port_peer[q])
+    r = next(x for x in fabric.ports_of(z).tolist() if x != q ^ 1)
+    port = np.arange(fabric.n_ports)
+    t = np.array([0, 1000, 2000])
+    paused = np.zeros((3, fabric.n_ports), dtype=np.int64)
+    paused[1:, [p, q]] = 400
+    qdepth = np.zeros((3, fabric.n_ports), dtype=np.int64)
+    qdepth[1, r] = 10**6
+    ports = {
+        "port": port, "t_ns": t, "paused_ns": paused, "qdepth_max_bytes": qdepth,
+        "pfc_sent": np.zeros((3, fabric.n_ports), dtype=np.int64),
+    }  # fmt: skip
+    spread = {x["port"]: x for x in pause_spread(fabric, ports)}
+    assert spread[names[p]]["cause"] == "pause" and spread[names[p]]["because_of"] == names[q]
+    assert spread[names[q]]["cause"] == "congestion" and spread[names[q]]["root"] == names[r]
+    assert spread[names[q]]["hops_from_root"] == 0
+    assert spread[names[p]]["hops_from_root"] == 1 and spread[names[p]]["root"] == names[r]
