@@ -182,6 +182,12 @@ def _print_summary(sc, s: dict) -> None:
             f"{format_time(s.get('paused_ns_total', 0))} paused"
         )
         click.echo(f"drops             {s.get('drops', 0):,}")
+    if s.get("events_per_s") is not None:
+        click.echo(
+            f"simulator speed   {s['events_per_s'] / 1e6:.2f} M events/s, "
+            f"{s['packet_hops_per_s'] / 1e6:.2f} M packet-hops/s "
+            f"({s['events']:,} events in {s['simulator_wall_s']:.2f} s)"
+        )
     for f in s.get("faults_not_reached", []):
         click.echo(
             f"fault not reached {f['target']} {f['action']} at {format_time(f['at_ns'])}: "
