@@ -65,8 +65,13 @@ OVERRIDE: dict = {}  # congestion-control parameters every case takes (--loss-re
 
 
 def scenario_sim(scenario) -> Simulation:
-    scenario = replace(scenario, cc_params={**scenario.cc_params, **OVERRIDE})
-    return simulation_for(scenario, captured_ports(scenario.fabric))
+    fabric = scenario.fabric
+    scenario = replace(
+        scenario,
+        cc_params={**scenario.cc_params, **OVERRIDE},
+        captures=tuple(fabric.port_name(p) for p in captured_ports(fabric)),
+    )
+    return simulation_for(scenario)
 
 
 def cases():
