@@ -200,7 +200,8 @@ def main() -> None:
             f"run {med['run_s']:.2f} wall, {med['run_cpu_s']:.2f} CPU)  "
             f"{r['events'] / med['run_s'] / 1e6:6.2f} M events/s  "
             f"{r['hops'] / med['run_s'] / 1e6:6.2f} M packet-hops/s  "
-            f"{per_hop[case]:6.1f} ns/hop  peak RSS {peak_mib():,.0f} MiB  "
+            f"{per_hop[case]:6.1f} ns/hop ({med['run_cpu_s'] / max(r['hops'], 1) * 1e9:.1f} CPU)  "
+            f"peak RSS {peak_mib():,.0f} MiB  "
             f"simulated {r['simulated_ns'] / 1e3:,.0f} us  "
             f"{'all flows done' if r['done'] else 'NOT ALL FLOWS DONE'}  "
             f"(fabric and flows built in {built_s:.1f} s; {load()}; median of {len(runs)})",
