@@ -93,6 +93,7 @@ def load() -> str:
 def reporter(label: str):
     """A progress hook printing simulated time, flows, events and memory every PROGRESS_S."""
     last = [time.perf_counter()]
+    cpu0 = time.process_time()
 
     def hook(p) -> None:
         now = time.perf_counter()
@@ -103,6 +104,7 @@ def reporter(label: str):
             f"  ({label}) {p.wall_s:7.0f} s  simulated {p.now_ns / 1e3:,.0f} us  "
             f"flows {p.flows_done:,} of {p.flows:,}  events {p.events:,}  "
             f"{p.events / max(p.wall_s, 1e-9) / 1e6:.2f} M events/s  "
+            f"CPU {time.process_time() - cpu0:,.0f} s  "
             f"peak RSS {peak_mib():,.0f} MiB  {load()}",
             flush=True,
         )
