@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fabric.sim import Simulation  # noqa: E402
 from fabric.sim import layout as L  # noqa: E402
+from fabric.units import format_size  # noqa: E402
 from topologies import load_fabric  # noqa: E402
 from traffic.flows import FlowTable  # noqa: E402
 
@@ -141,9 +142,10 @@ def row_bytes(a) -> int:
     return a.itemsize * (a.shape[1] if a.ndim > 1 else 1)
 
 
-def memory_layout(table, mean_route: float) -> str:
+def memory_layout(fabric, table, mean_route: float) -> str:
     """Bytes per in-flight packet, per pending event and per flow, from the state's
-    array layouts (plus the flow table's own columns and the flow's route)."""
+    array layouts (plus the flow table's own columns and the flow's route), and per
+    sample interval of the port series (kept for the whole run)."""
     packet = L.PK_N * 4 + L.PC_N * 8  # pk (int32, one cache line) + pc (capture-only, int64)
     event = L.E_N * 8
     state = L.FL_N * 8 + L.FR_N * 8 + 3 * 8  # fl, fr, act, path_ptr, dep_ptr
@@ -158,7 +160,9 @@ def memory_layout(table, mean_route: float) -> str:
         f"{event} per pending event; per flow {state} of state (fl {L.FL_N * 8}, "
         f"fr {L.FR_N * 8}, act + path_ptr + dep_ptr 24) + {route:.0f} of route "
         f"({mean_route:.1f} ports) + {deps:.0f} of dependencies + {columns / n:.0f} of "
-        f"flow-table columns = {state + route + deps + columns / n:.0f} bytes"
+        f"flow-table columns = {state + route + deps + columns / n:.0f} bytes; "
+        f"{L.SM_N * 8} per port per sample interval ({format_size(L.SM_N * 8 * fabric.n_ports)} "
+        f"for {fabric.n_ports:,} ports)"
     )
 
 
@@ -209,7 +213,7 @@ def main() -> None:
             f"(fabric and flows built in {built_s:.1f} s; {load()}; median of {len(runs)})",
             flush=True,
         )
-        print(f"    {memory_layout(table, r['mean_route'])}", flush=True)
+        print(f"    {memory_layout(fabric, table, r['mean_route'])}", flush=True)
     if "a" in per_hop and "c" in per_hop:
         print(f"cost per packet-hop (c)/(a): {per_hop['c'] / per_hop['a']:.2f} (goal: <= 2)")
 
