@@ -174,11 +174,14 @@ def warm() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("cases", nargs="*", choices=sorted(CASES))
+    ap.add_argument("cases", nargs="*", help=f"of {' '.join(CASES)} (default: a b)")
     ap.add_argument("--big", action="store_true", help="also run (f), 24,576 GPUs")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     cases = list(args.cases or ["a", "b"])
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        ap.error(f"no case {', '.join(unknown)}; the cases are {' '.join(CASES)}")
     if args.big:
         cases += [c for c in sorted(BIG) if c not in cases]
     per_hop = {}
