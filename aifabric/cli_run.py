@@ -169,6 +169,15 @@ def run(
         ctx.exit(EXIT_INTERRUPTED)
 
 
+def _per_s(rate: float) -> str:
+    """A rate for the summary: 12.34 M, 56.7 k or 89."""
+    if rate >= 1e6:
+        return f"{rate / 1e6:.2f} M"
+    if rate >= 1e3:
+        return f"{rate / 1e3:.1f} k"
+    return f"{rate:.0f}"
+
+
 def _print_summary(sc, s: dict) -> None:
     from fabric.units import format_rate, format_size, format_time
 
@@ -198,6 +207,12 @@ def _print_summary(sc, s: dict) -> None:
             f"{format_time(s.get('paused_ns_total', 0))} paused"
         )
         click.echo(f"drops             {s.get('drops', 0):,}")
+    if s.get("events_per_s") is not None:
+        click.echo(
+            f"simulator speed   {_per_s(s['events_per_s'])} events/s, "
+            f"{_per_s(s['packet_hops_per_s'])} packet-hops/s "
+            f"({s['events']:,} events in {s['simulator_wall_s']:.2f} s)"
+        )
     for f in s.get("faults_not_reached", []):
         click.echo(
             f"fault not reached {f['target']} {f['action']} at {format_time(f['at_ns'])}: "

@@ -66,8 +66,11 @@ OVERRIDE: dict = {}  # congestion-control parameters every case takes (--loss-re
 
 def scenario_sim(scenario) -> Simulation:
     fabric = scenario.fabric
-    captures = tuple(fabric.port_name(p) for p in captured_ports(fabric))
-    scenario = replace(scenario, cc_params={**scenario.cc_params, **OVERRIDE}, captures=captures)
+    scenario = replace(
+        scenario,
+        cc_params={**scenario.cc_params, **OVERRIDE},
+        captures=tuple(fabric.port_name(p) for p in captured_ports(fabric)),
+    )
     return simulation_for(scenario)
 
 

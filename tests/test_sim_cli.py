@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -98,6 +99,26 @@ def test_run_prints_a_summary_and_the_same_seed_reproduces(small, tmp_path):
     fa, fb = Run(tmp_path / "a").flows(), Run(tmp_path / "b").flows()
     for key in fa:
         assert np.array_equal(fa[key], fb[key])
+
+
+def test_run_reports_the_simulator_speed(small, tmp_path):
+    result = invoke("run", small, "-o", tmp_path / "r")
+    assert result.exit_code == 0, result.output
+    results = Run(tmp_path / "r").meta["results"]
+    s, counters = results["summary"], results["counters"]
+    assert s["events"] == counters["events"] > 0
+    assert s["packet_hops"] == counters["packet_hops"] > 0
+    assert 0 < s["simulator_wall_s"] <= Run(tmp_path / "r").meta["wall_time_s"]
+    # the rates are the counters over the simulator's wall time, to its rounding (1 ms)
+    wall = s["simulator_wall_s"]
+    for rate, count in (("events_per_s", "events"), ("packet_hops_per_s", "packet_hops")):
+        assert s[count] / (wall + 0.0005) <= s[rate] <= s[count] / max(wall - 0.0005, 1e-9)
+    line = next(x for x in result.output.splitlines() if x.startswith("simulator speed"))
+    scale = {"M": 1e6, "k": 1e3, "": 1}
+    for rate, unit in (("events_per_s", "events/s"), ("packet_hops_per_s", "packet-hops/s")):
+        number, prefix = re.search(rf"([\d.]+) ?([Mk]?) {unit}", line).groups()
+        assert float(number) * scale[prefix] == pytest.approx(s[rate], rel=0.01)
+    assert f"{s['events']:,} events in" in line
 
 
 @pytest.mark.parametrize(

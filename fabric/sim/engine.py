@@ -404,17 +404,22 @@ class Simulation:
         if len(which) == 0:
             return
         new = self._route(self.routing, which)
+        n = len(self.flows)
         lengths = np.diff(self.path_ptr)
         lengths[which] = np.diff(new.ptr)
-        ptr = np.zeros(len(self.flows) + 1, dtype=np.int64)
+        ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=ptr[1:])
+        # every port of the new lists: its flow, its place in the flow's route, and
+        # where it comes from (the old route, or the new one of a re-routed flow)
+        flow = np.repeat(np.arange(n), lengths)
+        offset = np.arange(int(ptr[-1])) - ptr[flow]
+        row = np.full(n, -1, dtype=np.int64)
+        row[which] = np.arange(len(which))
+        new_route = row[flow] >= 0
         ports_out = np.empty(int(ptr[-1]), dtype=np.int64)
-        replaced = np.zeros(len(self.flows), dtype=bool)
-        replaced[which] = True
-        for i in np.flatnonzero(~replaced):
-            ports_out[ptr[i] : ptr[i + 1]] = self.path_port[self.path_ptr[i] : self.path_ptr[i + 1]]
-        for j, i in enumerate(which):
-            ports_out[ptr[i] : ptr[i + 1]] = new.ports[new.ptr[j] : new.ptr[j + 1]]
+        kept = ~new_route
+        ports_out[kept] = self.path_port[self.path_ptr[flow[kept]] + offset[kept]]
+        ports_out[new_route] = new.ports[new.ptr[row[flow[new_route]]] + offset[new_route]]
         self.path_ptr, self.path_port = ptr, ports_out
 
     # running -----------------------------------------------------------------------------

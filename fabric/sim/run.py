@@ -187,7 +187,6 @@ def write_results(sim: Simulation, writer, ports, *, ran: bool = True) -> dict:
         engine="sim",
         counters=sim.counters(),
         summary=summary,
-        simulator_wall_s=round(sim.wall_s, 3),
     )
     return summary
 
@@ -211,8 +210,10 @@ def write_captures(sim: Simulation, writer, ports) -> dict[str, int]:
 
 
 def summarize(sim: Simulation, flows: dict, series: dict, coll: dict) -> dict:
-    """The figures `aifabric run` prints: completion, bandwidth, queues, ECN, PFC, drops."""
+    """The figures `aifabric run` prints: completion, bandwidth, queues, ECN, PFC, drops,
+    and the simulator's speed (events and packet-hops per second of the run's wall time)."""
     c = sim.counters()
+    wall_s = sim.wall_s
     q = series["qdepth_max_bytes"]
     max_queue, where = 0, None
     if q.size:
@@ -235,4 +236,7 @@ def summarize(sim: Simulation, flows: dict, series: dict, coll: dict) -> dict:
         "drops": c["drops"],
         "events": c["events"],
         "packet_hops": c["packet_hops"],
+        "simulator_wall_s": round(wall_s, 3),
+        "events_per_s": round(c["events"] / wall_s) if wall_s > 0 else None,
+        "packet_hops_per_s": round(c["packet_hops"] / wall_s) if wall_s > 0 else None,
     }
