@@ -13,7 +13,12 @@ temporary file renamed into place, so a reader never sees half of one):
                      interval_ns; t_ns[s] (start of sample s); port[p] (the port ids
                      recorded, see fabric.model); scale (emulation rate factor, 1 in sim);
                      arrays [samples, ports]: tx_bytes, qdepth_max_bytes,
-                     qdepth_mean_bytes, ecn_marked, paused_ns, pfc_sent, drops
+                     qdepth_mean_bytes, ecn_marked, paused_ns, pfc_sent, drops;
+                     optional (OPTIONAL_PORT_SERIES, where the engine counts it):
+                     cnp_sent, the CNPs a NIC sent, on the NIC's own port, in the
+                     sample its receiver generated them (the simulator writes it,
+                     summing to run.json's cnp_sent; the emulator's switch monitor
+                     does not see its hosts' CNPs and leaves it out)
     collectives.npz  per collective op: op job kind algorithm bytes ranks start_ns
                      end_ns algbw_bps busbw_bps (nccl-tests convention)
     captures/*.pcap  packet captures where taken
@@ -57,6 +62,7 @@ PORT_SERIES = (
     "tx_bytes", "qdepth_max_bytes", "qdepth_mean_bytes", "ecn_marked", "paused_ns",
     "pfc_sent", "drops",
 )  # fmt: skip
+OPTIONAL_PORT_SERIES = ("cnp_sent",)
 COLLECTIVE_FIELDS = (
     "op", "job", "kind", "algorithm", "bytes", "ranks", "start_ns", "end_ns",
     "algbw_bps", "busbw_bps",
@@ -197,6 +203,9 @@ class RunWriter:
         missing = [k for k in PORT_SERIES if k not in series]
         if missing:
             raise ValueError(f"port series lack {', '.join(missing)}")
+        unknown = [k for k in series if k not in PORT_SERIES + OPTIONAL_PORT_SERIES]
+        if unknown:
+            raise ValueError(f"port series {', '.join(unknown)} are not in the run format")
         write_npz(
             self.path / "ports.npz",
             {"interval_ns": interval_ns, "t_ns": t_ns, "port": port, "scale": scale, **series},

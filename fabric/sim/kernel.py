@@ -153,6 +153,7 @@ from fabric.sim.layout import (
     PT_QUANTA,
     PT_RATE_BPS,
     PT_REFRESH,
+    PT_S_CNP,
     PT_S_DROPS,
     PT_S_ECN,
     PT_S_PAUSED_PS,
@@ -172,6 +173,7 @@ from fabric.sim.layout import (
     R_OVERFLOW,
     R_STALLED,
     R_STOP,
+    SM_CNP_SENT,
     SM_DROPS,
     SM_ECN_MARKED,
     SM_PAUSED_NS,
@@ -784,6 +786,7 @@ def deliver(S, i, now):
             todo = congestion.on_data(S, f, pk[i, PK_CE], now)
         if todo & DO_CNP:
             g[G_CNP] += 1
+            S.pt[S.net.nic_port[fl[f, FL_DST]], PT_S_CNP] += 1
             send_control(S, f, K_CNP, 0, now)
         if todo & DO_GRANT:
             grant(S, f, now)
@@ -902,6 +905,7 @@ def close_sample(S, now):
         smp[SM_PAUSED_NS, row, p] = pt[p, PT_S_PAUSED_PS] // PS_PER_NS
         smp[SM_PFC_SENT, row, p] = pt[p, PT_S_PFC]
         smp[SM_DROPS, row, p] = pt[p, PT_S_DROPS]
+        smp[SM_CNP_SENT, row, p] = pt[p, PT_S_CNP]
         pt[p, PT_S_TX_BYTES] = 0
         pt[p, PT_S_QMAX_BYTES] = depth_bytes(pt, p)
         pt[p, PT_S_QINT_BYTE_PS] = 0
@@ -910,6 +914,7 @@ def close_sample(S, now):
         pt[p, PT_S_PAUSED_PS] = 0
         pt[p, PT_S_PFC] = 0
         pt[p, PT_S_DROPS] = 0
+        pt[p, PT_S_CNP] = 0
     g[G_SAMPLES] = row + 1
     g[G_SAMPLE_T_PS] = now
 

@@ -153,8 +153,9 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     PT_BUF_BYTES,
     PT_PEER,
     PT_PURGE,  # 1 while the port is down and its queues are not yet purged
+    PT_S_CNP,  # CNPs the NIC of this port sent in the open sample
     PT_N,
-) = range(40)
+) = range(41)
 
 # flows (fl[f, ...]); rates in fr[f, ...]
 (
@@ -239,6 +240,7 @@ SERIES = (
     "paused_ns",
     "pfc_sent",
     "drops",
+    "cnp_sent",
 )
 (
     SM_TX_BYTES,
@@ -248,6 +250,7 @@ SERIES = (
     SM_PAUSED_NS,
     SM_PFC_SENT,
     SM_DROPS,
+    SM_CNP_SENT,
     SM_N,
 ) = range(len(SERIES) + 1)
 
