@@ -1,0 +1,137 @@
+"""The simulator's go-back-N against an independent reference model (tests/gbn_reference.py)
+and a closed form: one flow through one switch whose egress to the receiver is slower than
+the sender's link and drops at a small buffer, PFC and ECN off, cc = none."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fabric.sim import layout as L
+from tests import gbn_reference as ref
+from tests.conftest import fabric as preset
+from tests.simhelp import flows, run
+from tests.test_sim_closed_forms import with_queue
+
+MTU = 4096
+PS = L.PS_PER_NS
+WIRE = MTU + L.DATA_OVERHEAD_BYTES  # a full packet on the wire
+
+
+def lossy_pair(out_rate_bps, buffer_bytes):
+    """lab-small's first two NICs (one switch apart), PFC and ECN off, the receiver's link at
+    out_rate_bps and the switch buffer buffer_bytes."""
+    fab = with_queue(
+        preset("lab-small"), buffer_bytes, ecn={"enabled": False}, pfc={"enabled": False}
+    )
+    src, dst = (int(n) for n in fab.nic_ids[:2])
+    rates = fab.link_rate_bps.copy()
+    rates[int(fab.nic_port[dst]) // 2] = out_rate_bps
+    return dataclasses.replace(fab, link_rate_bps=rates), src, dst
+
+
+def simulate(size, out_rate_bps, buffer_bytes, rto_ns, recovery="go-back-n"):
+    fab, src, dst = lossy_pair(out_rate_bps, buffer_bytes)
+    sim = run(
+        fab, flows([src], [dst], size), cc="none",
+        cc_params={"rto": f"{rto_ns}ns", "loss_recovery": recovery},
+    )  # fmt: skip
+    c = sim.counters()
+    return fab, src, dst, sim, c
+
+
+def reference(fab, src, dst, size, buffer_bytes, rto_ns, selective=False):
+    p_in, p_out = int(fab.nic_port[src]), int(fab.nic_port[dst]) ^ 1
+    return ref.one_flow(
+        size, MTU,
+        int(fab.port_rate_bps[p_in]), int(fab.port_delay_ns[p_in]) * PS,
+        int(fab.port_rate_bps[p_out]), int(fab.port_delay_ns[p_out]) * PS,
+        buffer_bytes, rto_ns * PS, selective=selective,
+    )  # fmt: skip
+
+
+# (bytes, receiver link rate, buffer in full packets, rto): deep and shallow buffers, a
+# short timeout that fires while NAKed data is still on its way, a long one that only
+# recovers tails, a last packet shorter than the MTU
+SCENARIOS = [
+    (64 * MTU, 37 * 10**9, 3, 100_000),
+    (200 * MTU, 37 * 10**9, 5, 20_000),
+    (150 * MTU + 1000, 43 * 10**9, 8, 5_000),
+    (40 * MTU + 7, 61 * 10**9, 1, 300_000),
+]
+
+
+@pytest.mark.parametrize("size, rate, packets, rto_ns", SCENARIOS)
+@pytest.mark.parametrize("recovery", ["go-back-n", "selective"])
+def test_the_simulator_resends_and_completes_as_the_reference_model_does(
+    size, rate, packets, rto_ns, recovery
+):
+    buffer = packets * WIRE
+    fab, src, dst, sim, c = simulate(size, rate, buffer, rto_ns, recovery)
+    want = reference(fab, src, dst, size, buffer, rto_ns, selective=recovery == "selective")
+    assert want.drops > 0
+    assert c["drops"] == want.drops
+    assert c["retransmitted_bytes"] == want.resent_bytes
+    assert int(sim.fl[0, L.FL_T_END_PS]) == want.end_ps
+    assert c["flows_done"] == 1
+
+
+@pytest.mark.parametrize("size, rate, packets, rto_ns", SCENARIOS)
+def test_go_back_n_resends_at_least_what_selective_recovery_does(size, rate, packets, rto_ns):
+    buffer = packets * WIRE
+    resent = {
+        r: simulate(size, rate, buffer, rto_ns, r)[4]["retransmitted_bytes"]
+        for r in ("go-back-n", "selective")
+    }
+    assert resent["go-back-n"] >= resent["selective"] > 0
+
+
+def first_drop(t_in, t_out, packets):
+    """Packets leave the sender every t_in and the switch every t_out > t_in: when packet n
+    arrives, n - 1 - floor(n t_in / t_out) wait before it; the first n with `packets`
+    waiting is dropped."""
+    n = 1
+    while n - 1 - n * t_in // t_out < packets:
+        n += 1
+    return n
+
+
+def closed_form_setup(rate, packets):
+    fab, src, dst = lossy_pair(rate, packets * WIRE)
+    p_in, p_out = int(fab.nic_port[src]), int(fab.nic_port[dst]) ^ 1
+    r_in, r_out = int(fab.port_rate_bps[p_in]), int(fab.port_rate_bps[p_out])
+    d_in, d_out = int(fab.port_delay_ns[p_in]) * PS, int(fab.port_delay_ns[p_out]) * PS
+    return ref.ser_ps(WIRE, r_in), ref.ser_ps(WIRE, r_out), d_in, d_out, r_in
+
+
+def test_a_lost_last_packet_is_sent_once_more_one_timeout_after_its_drop():
+    rate, packets, rto_ns = 47 * 10**9, 5, 100_000
+    t_in, t_out, d_in, d_out, r_in = closed_form_setup(rate, packets)
+    k = first_drop(t_in, t_out, packets)
+    _, _, _, sim, c = simulate((k + 1) * MTU, rate, packets * WIRE, rto_ns)
+    dropped_at = (k + 1) * t_in + d_in
+    again = dropped_at + rto_ns * PS  # the queue has long drained: straight through
+    assert c["drops"] == 1
+    assert c["retransmitted_bytes"] == MTU
+    assert int(sim.fl[0, L.FL_T_END_PS]) == again + t_in + d_in + t_out + d_out
+
+
+def test_one_loss_at_psn_k_of_n_in_flight_resends_n_minus_k_packets_after_one_nak():
+    rate, packets = 47 * 10**9, 5
+    t_in, t_out, d_in, d_out, r_in = closed_form_setup(rate, packets)
+    k = first_drop(t_in, t_out, packets)
+    # packet k + 1 finds one packet fewer waiting (one started since k arrived): it is taken
+    assert (k + 1) * t_in // t_out > k * t_in // t_out
+    n = k + 2
+    _, _, _, sim, c = simulate(n * MTU, rate, packets * WIRE, 100_000)
+    # k + 1 is the k-th packet through the queue, which never emptied: it reaches the
+    # receiver, which NAKs k; by then the sender has sent all n packets
+    delivered = t_in + d_in + (k + 1) * t_out + d_out
+    ack = L.ACK_WIRE_BYTES
+    nak = delivered + ref.ser_ps(ack, rate) + d_out + ref.ser_ps(ack, r_in) + d_in
+    assert nak > n * t_in
+    assert c["drops"] == 1
+    assert c["retransmitted_bytes"] == (n - k) * MTU
+    # k and k + 1 again, back to back, into an empty queue
+    assert int(sim.fl[0, L.FL_T_END_PS]) == nak + t_in + d_in + 2 * t_out + d_out
