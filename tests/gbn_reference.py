@@ -53,9 +53,10 @@ def ser_ps(wire_bytes: int, rate_bps: int) -> int:
 @dataclass
 class Outcome:
     resent_bytes: int
-    end_ps: int
+    end_ps: int | None  # None: not done by `until_ps`
     drops: int
     naks: int
+    delivered_bytes: int
 
 
 def one_flow(
@@ -69,6 +70,7 @@ def one_flow(
     rto_ps: int,
     *,
     selective: bool = False,
+    until_ps: int | None = None,
 ) -> Outcome:
     # (time, when the kernel would schedule it, push order, kind, payload): at one
     # picosecond the kernel runs events in the order they were scheduled
@@ -145,6 +147,8 @@ def one_flow(
     emit(0)
     while events:
         t, scheduled, _, kind, payload = heapq.heappop(events)
+        if until_ps is not None and t > until_ps:
+            break
         if events and events[0][:2] == (t, scheduled):
             raise Tie(f"two events at {t} ps scheduled at the same time")
         if kind == "emit":
@@ -179,5 +183,4 @@ def one_flow(
                 )
             if delivered >= size_bytes and done_ps is None:
                 done_ps = t
-    assert done_ps is not None
-    return Outcome(resent, done_ps, drops, naks)
+    return Outcome(resent, done_ps, drops, naks, delivered)

@@ -8,7 +8,9 @@ import dataclasses
 
 import pytest
 
+from fabric.sim import Simulation
 from fabric.sim import layout as L
+from fabric.sim.engine import Stalled
 from tests import gbn_reference as ref
 from tests.conftest import fabric as preset
 from tests.simhelp import flows, run
@@ -41,13 +43,13 @@ def simulate(size, out_rate_bps, buffer_bytes, rto_ns, recovery="go-back-n"):
     return fab, src, dst, sim, c
 
 
-def reference(fab, src, dst, size, buffer_bytes, rto_ns, selective=False):
+def reference(fab, src, dst, size, buffer_bytes, rto_ns, selective=False, until_ps=None):
     p_in, p_out = int(fab.nic_port[src]), int(fab.nic_port[dst]) ^ 1
     return ref.one_flow(
         size, MTU,
         int(fab.port_rate_bps[p_in]), int(fab.port_delay_ns[p_in]) * PS,
         int(fab.port_rate_bps[p_out]), int(fab.port_delay_ns[p_out]) * PS,
-        buffer_bytes, rto_ns * PS, selective=selective,
+        buffer_bytes, rto_ns * PS, selective=selective, until_ps=until_ps,
     )  # fmt: skip
 
 
@@ -135,3 +137,27 @@ def test_one_loss_at_psn_k_of_n_in_flight_resends_n_minus_k_packets_after_one_na
     assert c["retransmitted_bytes"] == (n - k) * MTU
     # k and k + 1 again, back to back, into an empty queue
     assert int(sim.fl[0, L.FL_T_END_PS]) == nak + t_in + d_in + 2 * t_out + d_out
+
+
+def test_go_back_n_locks_in_phase_and_never_recovers_in_the_model_as_in_the_simulator():
+    # a 50G egress takes exactly one packet of every two the 100G sender sends, so drops
+    # fall in a fixed phase; with a 10 us timeout the receiver never gets past packet 5:
+    # one NAK, then only timeouts, each go-back losing the packet at the gap again
+    size, rate, buffer, rto_ns = 58 * MTU, 50 * 10**9, 2 * WIRE, 10_000
+    fab, src, dst = lossy_pair(rate, buffer)
+    sim = Simulation(
+        fab, flows([src], [dst], size), cc="none",
+        cc_params={"rto": f"{rto_ns}ns", "loss_recovery": "go-back-n"},
+    )  # fmt: skip
+    until_ns = 2_000_000
+    assert not sim.run(until_ns=until_ns)
+    want = reference(fab, src, dst, size, buffer, rto_ns, until_ps=until_ns * PS)
+    assert want.end_ps is None and want.naks == 1 and want.delivered_bytes == 5 * MTU
+    assert int(sim.fl[0, L.FL_DELIV_BYTES]) == want.delivered_bytes
+    assert sim.counters()["retransmitted_bytes"] == want.resent_bytes > 100 * size
+    with pytest.raises(Stalled, match="20,480 of 237,568 bytes delivered"):
+        sim.run()
+    # selective recovery of the same losses completes, as the model says it does
+    done = simulate(size, rate, buffer, rto_ns, "selective")[3]
+    want = reference(fab, src, dst, size, buffer, rto_ns, selective=True)
+    assert int(done.fl[0, L.FL_T_END_PS]) == want.end_ps
