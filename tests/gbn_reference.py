@@ -1,0 +1,210 @@
+"""A slow, obvious reference model of the simulator's go-back-N through one switch.
+
+The scenario: flows from sender NICs (one flow each) through one switch to one receiver
+NIC, `cc = none`, PFC and ECN off. Each sender's link feeds the switch; the switch's
+egress to the receiver is slower than what arrives and drops at its buffer.
+
+The rules, as `fabric/sim/kernel.py` states them (this module does not call it):
+
+- The sender sends its next packet (min(mtu, unsent) bytes, the lowest offset not yet
+  sent) back to back at line rate: a packet of w wire bytes (payload + DATA_OVERHEAD_BYTES)
+  takes ceil(w * 8e12 / rate) ps; there is no window, everything may be in flight.
+- A packet arrives at the switch one serialization plus the link delay after it starts.
+  Drop-tail: it is dropped if the bytes waiting at the egress (not the one being sent)
+  plus its own wire bytes exceed the buffer; else it waits in FIFO order and is sent when
+  the port is free. It reaches the receiver one serialization plus the delay after.
+- The receiver takes data only in order (its byte offset is the delivered count). Data
+  past a gap is discarded and the first such packet sends one NAK, not again until an
+  in-order packet arrives; an old duplicate (below the delivered count) does nothing; no
+  NAK once the flow is done. A NAK (ACK_WIRE_BYTES) travels back over both links.
+- A NAK for offset o reaching the sender: unless the flow is done, if o is below what has
+  been sent, it is sent again from o (the resent bytes are sent - o) and the time noted;
+  an idle sender starts at once (or when its port frees).
+- A drop at time t for offset o: at t + rto, if the sender has not gone back since t and
+  the receiver has not got o, the sender goes back to what the receiver has.
+- The flow completes when the last byte is delivered; the receiver then sends an ACK.
+  The receiver's port sends NAKs and ACKs one at a time (a scenario where one would wait
+  for another is refused).
+
+Events at the same picosecond run in the order the kernel schedules them (its sequence
+numbers): the model keys each event on the time the kernel would schedule it (a packet's
+arrival when its link starts sending it, a NAK's arrival when the switch sends it on, a
+timeout at the drop, the sender's next packet when it starts the one before). Where that
+too is equal the model refuses the scenario (`Tie`) rather than guess.
+
+`selective=True` models the other recovery: one rto after a drop the sender sends that
+many bytes more (at the end of what it sends) and the receiver counts data in any order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from fabric.sim.layout import ACK_WIRE_BYTES, DATA_OVERHEAD_BYTES
+
+
+class Tie(Exception):
+    """Two events at the same picosecond whose order would change the outcome."""
+
+
+def ser_ps(wire_bytes: int, rate_bps: int) -> int:
+    return -(-wire_bytes * 8 * 10**12 // rate_bps)
+
+
+@dataclass
+class Outcome:
+    resent_bytes: int
+    end_ps: int | None  # None: not done by `until_ps`
+    drops: int
+    naks: int
+    delivered_bytes: int
+
+
+@dataclass
+class Sender:
+    """One flow of an incast: its own NIC and link into the switch."""
+
+    size_bytes: int
+    rate_bps: int
+    delay_ps: int
+    start_ps: int
+
+
+def incast(
+    senders: list[Sender],
+    mtu_bytes: int,
+    rate_out_bps: int,
+    delay_out_ps: int,
+    buffer_bytes: int,
+    rto_ps: int,
+    *,
+    selective: bool = False,
+    until_ps: int | None = None,
+) -> list[Outcome]:
+    """Go-back-N (or selective recovery) for flows, each from its own NIC, into one receiver
+    through one switch, by the rules above. What they share: the switch's egress to the
+    receiver (one FIFO), and the receiver's port, which sends every flow's NAKs and, as a
+    flow completes, its ACK. Events after `until_ps` are not run."""
+    # (time, when the kernel would schedule it, push order, kind, payload): at one
+    # picosecond the kernel runs events in the order they were scheduled
+    events: list[tuple] = []
+    order = 0
+
+    def at(t, scheduled, kind, payload):
+        nonlocal order
+        heapq.heappush(events, (t, scheduled, order, kind, payload))
+        order += 1
+
+    n = len(senders)
+    unsent = [s.size_bytes for s in senders]
+    busy_until = [0] * n
+    emitting = [False] * n
+    last_emit = [0] * n
+    rewind_ps = [-1] * n
+    delivered = [0] * n
+    naked = [False] * n
+    done_ps: list[int | None] = [None] * n
+    resent = [0] * n
+    drops = [0] * n
+    naks = [0] * n
+    egress: list[tuple[int, int, int]] = []  # accepted: (start, when scheduled, wire bytes)
+    egress_free = 0
+    receiver_free = 0  # the receiver's port, for NAKs and ACKs
+    ack_out = ser_ps(ACK_WIRE_BYTES, rate_out_bps)
+
+    def emit(f, t):
+        emitting[f] = False
+        last_emit[f] = t
+        size = min(mtu_bytes, unsent[f])
+        unsent[f] -= size
+        offset = senders[f].size_bytes - unsent[f] - size
+        wire = size + DATA_OVERHEAD_BYTES
+        busy_until[f] = t + ser_ps(wire, senders[f].rate_bps)
+        if unsent[f] > 0:
+            emitting[f] = True
+            at(busy_until[f], t, "emit", f)
+        at(busy_until[f] + senders[f].delay_ps, t, "arrive", (f, offset, size))
+
+    def wake(f, t):
+        if emitting[f]:
+            return
+        if busy_until[f] > t:
+            emitting[f] = True
+            at(busy_until[f], last_emit[f], "emit", f)
+        else:
+            emit(f, t)
+
+    def go_back(f, offset, t):
+        if done_ps[f] is not None:
+            return
+        sent = senders[f].size_bytes - unsent[f]
+        if offset < sent:
+            rewind_ps[f] = t
+            resent[f] += sent - offset
+            unsent[f] = senders[f].size_bytes - offset
+            wake(f, t)
+
+    def control(f, t, nak_offset):
+        """The receiver's port sends a NAK (offset) or an ACK (None) of flow f back."""
+        nonlocal receiver_free
+        if receiver_free > t:
+            raise Tie(f"the receiver's port is busy at {t} ps (not modelled)")
+        receiver_free = t + ack_out
+        at_switch = t + ack_out + delay_out_ps
+        s = senders[f]
+        if nak_offset is not None:
+            back = at_switch + ser_ps(ACK_WIRE_BYTES, s.rate_bps) + s.delay_ps
+            at(back, at_switch, "nak", (f, nak_offset))
+
+    for f, s in enumerate(senders):
+        at(s.start_ps, -1, "emit", f)
+    while events:
+        t, scheduled, _, kind, payload = heapq.heappop(events)
+        if until_ps is not None and t > until_ps:
+            break
+        if events and events[0][:2] == (t, scheduled):
+            raise Tie(f"two events at {t} ps scheduled at the same time")
+        if kind == "emit":
+            emit(payload, t)
+        elif kind == "arrive":
+            f, offset, size = payload
+            wire = size + DATA_OVERHEAD_BYTES
+            waiting = 0
+            for start, when, w in egress:
+                if start == t and when == scheduled:
+                    raise Tie(f"a packet reaches the switch as the egress frees, at {t} ps")
+                if start > t or (start == t and when > scheduled):
+                    waiting += w
+            if waiting + wire > buffer_bytes:
+                drops[f] += 1
+                at(t + rto_ps, t, "rto", (f, offset, size))
+                continue
+            start = max(t, egress_free)
+            when = -1 if start == t else start - ser_ps(egress[-1][2], rate_out_bps)
+            egress.append((start, when, wire))
+            egress_free = start + ser_ps(wire, rate_out_bps)
+            at(egress_free + delay_out_ps, start, "deliver", (f, offset, size))
+        elif kind == "rto":
+            f, offset, size = payload
+            if selective:
+                unsent[f] += size
+                resent[f] += size
+                wake(f, t)
+            elif rewind_ps[f] < t - rto_ps and delivered[f] <= offset:
+                go_back(f, delivered[f], t)
+        elif kind == "nak":
+            go_back(*payload, t)
+        elif kind == "deliver":
+            f, offset, size = payload
+            if selective or offset == delivered[f]:
+                delivered[f] += size
+                naked[f] = False
+                if delivered[f] >= senders[f].size_bytes and done_ps[f] is None:
+                    done_ps[f] = t
+                    control(f, t, None)
+            elif offset > delivered[f] and not naked[f] and done_ps[f] is None:
+                naked[f] = True
+                naks[f] += 1
+                control(f, t, delivered[f])
+    return [Outcome(resent[f], done_ps[f], drops[f], naks[f], delivered[f]) for f in range(n)]
