@@ -1,5 +1,6 @@
 """aifabric: a lab for the RoCE backend networks that train large models."""
 
+import signal
 import sys
 
 
@@ -11,7 +12,13 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         raise SystemExit(130) from None
-    command()
+    try:
+        command()
+    finally:
+        # The command is done and its run written: a signal while Python exits (its atexit
+        # handlers, numba's finalizers) would only print a KeyboardInterrupt traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def __getattr__(name: str):

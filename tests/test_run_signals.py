@@ -291,3 +291,23 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, w
     assert result.exit_code == code, result.output
     assert says in result.output and "unknown scenario" not in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_signal_while_python_exits_after_the_command_is_quiet():
+    """A signal after the command finished (while Python runs its exit handlers) is no
+    KeyboardInterrupt traceback: seen under load, when a run ended just before Ctrl-C."""
+    code = (
+        "import atexit, os, signal, sys\n"
+        "import aifabric\n"
+        "atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))\n"
+        "sys.argv = ['aifabric', '--version']\n"
+        "aifabric.main()\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "KeyboardInterrupt" not in r.stderr, r.stderr
+    assert "aifabric" in r.stdout
