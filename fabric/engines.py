@@ -235,11 +235,27 @@ class Stop:
             yield self
             return
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable(hook)
         try:
             yield self
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+            if not self.is_set():
+                sys.unraisablehook = hook
+
+    def _unraisable(self, hook):
+        """Once a signal asked to stop, what finalizers cannot raise is not printed: an
+        `Interrupted` raised in numba's or LLVM's middle leaves their objects half made, and
+        their `__del__` then fails (the run's status and files already say what happened).
+        Stays installed for the rest of the process, whose exit collects those objects."""
+
+        def unraisable(info):
+            if not self.is_set():
+                hook(info)
+
+        return unraisable
 
 
 def takers(option: str) -> list[str]:

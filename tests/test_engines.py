@@ -263,3 +263,29 @@ def test_every_registered_engine_module_imports():
         except ModuleNotFoundError as e:
             assert e.name.partition(".")[0] not in engines.PACKAGES, (name, e)
             pytest.skip(f"engine {name} needs {e.name}, which is not installed here")
+
+
+def test_after_a_stop_what_finalizers_cannot_raise_is_not_printed(monkeypatch):
+    """An Interrupted raised in numba's or LLVM's middle leaves objects whose __del__ then
+    fails; once a stop was asked for, those are not printed as tracebacks. Before, they are."""
+    import gc
+    import sys
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: seen.append(info.exc_type))
+
+    class Broken:
+        def __del__(self):
+            raise AttributeError("half made")
+
+    stop = engines.Stop()
+    with stop.handling():
+        Broken()
+        gc.collect()
+        assert seen == [AttributeError]  # not stopped: reported as usual
+        stop.set()
+        Broken()
+        gc.collect()
+    Broken()
+    gc.collect()
+    assert seen == [AttributeError]  # stopped: dropped, inside and after the context
