@@ -1,17 +1,31 @@
 """aifabric: a lab for the RoCE backend networks that train large models."""
 
+import contextlib
+import os
 import signal
 import sys
+
+
+def _interrupted(signum, frame) -> None:
+    """SIGINT before a command installs its own handling: KeyboardInterrupt, as Python's own
+    handler, except inside an import, where the exception could be swallowed or turned into
+    another (`fabric.interrupts`): there, nothing is written yet, and the process ends."""
+    interrupts = sys.modules.get("fabric.interrupts")
+    if interrupts is None or interrupts.importing(frame):
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.write("\naifabric: interrupted\n")
+            sys.stderr.flush()
+        os._exit(130)
+    raise KeyboardInterrupt
 
 
 def main() -> None:
     """The `aifabric` command. A Ctrl-C while Python is still loading it is a quiet exit
     130, not a traceback (the command line is what installs the run's signal handling)."""
-    try:
-        from aifabric.cli import main as command
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        raise SystemExit(130) from None
+    signal.signal(signal.SIGINT, _interrupted)
+    import fabric.interrupts  # noqa: F401  (what the handler asks once it is loaded)
+    from aifabric.cli import main as command
+
     try:
         command()
     finally:

@@ -93,7 +93,7 @@ def sweep_run(source, output, vary, together, assignments, seeds, full, workers,
 
 
 def _interrupt(signum, frame):
-    raise KeyboardInterrupt  # `kill` stops a sweep as Ctrl-C does: cleanly, resumable
+    raise KeyboardInterrupt  # Ctrl-C and `kill` stop a sweep cleanly, resumable
 
 
 def _run(spec, output, workers, scheduler, as_json) -> dict:
@@ -106,13 +106,14 @@ def _run(spec, output, workers, scheduler, as_json) -> dict:
         )
     from experiments.runner import run_sweep, stderr_progress
 
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         outcome = run_sweep(
             spec, output, workers=workers, scheduler=scheduler, echo=stderr_progress()
         )
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     sys.stderr.write("\n")
     if as_json:
         emit_json(outcome)

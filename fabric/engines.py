@@ -44,15 +44,15 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from fabric._numba_cache import PACKAGES
 from fabric.errors import AifabricError
+from fabric.interrupts import EXIT_INTERRUPTED, numba_compiling, raising_is_unsafe
 from fabric.model import Role
 from fabric.rundir import RunWriter, check_run_dir
 from fabric.scenario import Scenario
 
-EXIT_INTERRUPTED = 130  # as a shell reports a process ended by SIGINT
 ENGINES = {"sim": "fabric.sim.run", "mininet": "fabric.emu.engine"}  # name -> module with ENGINE
 SUPPORT = ("implemented", "approximated", "refused")
 
@@ -191,6 +191,8 @@ class Stop:
         self.phase = "setup"
         self.mode = "abortable"
         self.first = ""  # the phase the first signal came in
+        # what a run says before the process ends at once (set while a run directory is open)
+        self.last_words: Callable[[], str] | None = None
 
     def is_set(self) -> bool:
         return self.event.is_set()
@@ -217,16 +219,30 @@ class Stop:
         self.set()
         if self.mode == "shielded":
             return
-        if self.mode == "compiling" and self.signals > 1:
-            with contextlib.suppress(OSError, ValueError):
-                name = signal.Signals(signum).name
-                sys.stderr.write(f"\n{name}: stopped while compiling; nothing was written\n")
-                sys.stderr.flush()
-            os._exit(EXIT_INTERRUPTED)
-        if self.mode == "abortable" or self.signals > 1:
+        at_once = self.mode == "abortable" or self.signals > 1
+        if at_once and (self.mode == "compiling" or raising_is_unsafe(frame)):
+            self._exit_now(signal.Signals(signum).name)
+        if at_once:
             raise Interrupted(self.phase)
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.write(f"\n{signal.Signals(signum).name}: stopping after this step ...\n")
+
+    def _exit_now(self, name: str) -> NoReturn:
+        """Stop where raising is unsafe (`fabric.interrupts`: while compiling, importing):
+        the run's last words (`last_words`: teardown and the final status) are said here
+        and the process ends at once, exit 130."""
+        said = "nothing was written"
+        if self.last_words is not None:
+            self.mode = "shielded"
+            try:
+                said = self.last_words()
+            except BaseException as e:  # noqa: BLE001 - the process ends here whatever happened
+                said = f"the run's status could not be written ({type(e).__name__}: {e})"
+        with contextlib.suppress(OSError, ValueError):
+            how = "while compiling" if self.mode == "compiling" or numba_compiling() else "at once"
+            sys.stderr.write(f"\n{name}: stopped {how}; {said}\n")
+            sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
 
     @contextlib.contextmanager
     def handling(self) -> Iterator[Stop]:
@@ -321,6 +337,14 @@ def _phases(eng, sc, session, writer, stop: Stop, progress) -> dict:
     ran = False  # the run phase began
     ran_all = False  # the engine says everything ran
     ran_out = False  # stopped before the run phase ended
+
+    def last_words() -> str:
+        with contextlib.suppress(Exception):
+            session.close()
+        writer.finish("partial", f"interrupted while {_doing(stop.phase)}; {_files(writer)}")
+        return f"{writer.path} records the run as partial"
+
+    stop.last_words = last_words
     try:
         writer.topology(sc.fabric)
         stop.check()
@@ -367,6 +391,7 @@ def _phases(eng, sc, session, writer, stop: Stop, progress) -> dict:
             )
     summary.pop("incomplete", None)
     stop.enter("finish", "shielded")
+    stop.last_words = None
     writer.finish(status, message)
     if isinstance(error, MemoryError):
         raise AifabricError(

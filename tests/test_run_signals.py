@@ -174,8 +174,8 @@ def test_a_signal_while_the_command_starts_is_quiet(small, tmp_path, after_s):
     time.sleep(after_s)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
-    if "init_import_site" in err:
-        pytest.skip("the signal came while CPython itself started, before any of aifabric")
+    if "init_import_site" in err or ("KeyboardInterrupt" in err and "in main" not in err):
+        pytest.skip("the signal came while Python started, before aifabric's first line ran")
     assert "Traceback" not in err, err
     if out.exists() and (out / "run.json").exists():
         status = Run(out).status
@@ -185,6 +185,77 @@ def test_a_signal_while_the_command_starts_is_quiet(small, tmp_path, after_s):
         assert proc.returncode in ((0, 130, -signal.SIGINT) if status == "complete" else (130,))
     else:
         assert proc.returncode in (1, 130), err
+
+
+_HOLDS_THE_COMPILER = """
+import os, signal, sys
+from pathlib import Path
+from numba.core.compiler_lock import global_compiler_lock
+from fabric.engines import Stop
+
+stop = Stop()
+said = Path(sys.argv[1])
+stop.last_words = lambda: (said.write_text("partial"), "the status is written")[1]
+with stop.handling():
+    stop.enter("run")
+    with global_compiler_lock:  # as numba holds it while compiling or loading a kernel
+        for _ in range(2):
+            os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10**6):
+            pass
+print("the second signal did not stop the process")
+"""
+
+
+def test_a_second_signal_inside_numba_says_the_last_words_and_exits_without_raising(tmp_path):
+    """An exception raised inside numba's compiler can crash the process later (a fresh-clone
+    CI run ended by SIGSEGV after a second SIGTERM during the kernel's compile), so a signal
+    that would raise there instead writes the run's status and ends the process, exit 130."""
+    said = tmp_path / "said"
+    proc = subprocess.run(
+        [sys.executable, "-c", _HOLDS_THE_COMPILER, str(said)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert said.read_text() == "partial"
+    assert "SIGTERM: stopped while compiling; the status is written" in proc.stderr
+    assert "Traceback" not in proc.stderr and "did not stop" not in proc.stdout
+
+
+def test_ctrl_c_inside_an_import_before_the_command_is_ready_ends_quietly(tmp_path):
+    """A KeyboardInterrupt raised while a module imports can be swallowed by importlib or
+    become a RuntimeError (a class body's `__set_name__`); the command's first handler ends
+    the process instead (nothing is written before a command installs its own handling)."""
+    (tmp_path / "interrupted_while_imported.py").write_text(
+        "import os, signal\n"
+        "class Field:\n"
+        "    def __set_name__(self, owner, name):\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        sum(range(10**6))\n"
+        "class Model:\n"
+        "    queues = Field()\n"
+    )
+    driver = (
+        "import signal, sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import aifabric, fabric.interrupts\n"
+        "signal.signal(signal.SIGINT, aifabric._interrupted)\n"
+        "import interrupted_while_imported\n"
+        "print('the import went on')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", driver],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "aifabric: interrupted"
+    assert "went on" not in proc.stdout
 
 
 def test_sigterm_while_numba_compiles_ends_partial_without_a_traceback(small, tmp_path):
