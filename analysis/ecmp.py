@@ -14,11 +14,16 @@ at each of its choices picks one of its next hops uniformly at random,
 averaged over `TRIALS` draws (fixed seed), and for collisions the closed
 form m - n (1 - (1 - 1/n)^m) of m QPs on n links.
 
-The next-hop sets are those of the intact fabric under the run's policy; a
-run with faults also had fewer.
+A run with faults had fewer next hops after each: a flow's sets are those of
+the routing that chose its route (`route_epoch` in flows.npz, as the simulator
+records it: the routing at the start, or the one after the fault that re-routed
+the flow). For a run without that column (the emulator's), a flow counts under
+the routing in force when it started.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -35,7 +40,7 @@ def expected_collisions(balls: int, bins: int) -> float:
     return float(balls - bins * (1.0 - (1.0 - 1.0 / bins) ** balls))
 
 
-def _choices(fabric, routing, flows: dict, ports: np.ndarray):
+def _choices(fabric, routings: Sequence, epoch: np.ndarray, flows: dict, ports: np.ndarray):
     """One row per (QP, hop with a choice): QP, chosen port, the candidate ports (CSR)."""
     from analysis.metrics import group_rows
 
@@ -44,19 +49,20 @@ def _choices(fabric, routing, flows: dict, ports: np.ndarray):
     keys = np.stack([flows[k].astype(np.int64).view(np.uint64) for k in QP_KEY], axis=1)
     qp, rep, _, _ = group_rows(keys, np.zeros(n, dtype=np.int64))
     qp_bytes = np.bincount(qp, weights=flows["bytes"].astype(np.float64), minlength=len(rep))
-    cache: dict[tuple[int, int], np.ndarray] = {}
+    cache: dict[tuple[int, int, int], np.ndarray] = {}
     row_qp, row_port, cand = [], [], []
     for q, f in enumerate(rep.tolist()):
         dst = int(flows["dst"][f])
+        e = int(epoch[f])
         for j in range(ptr[f], ptr[f + 1]):
             p = int(ports[j])
             node = int(fabric.port_node[p])
             if node == int(flows["src"][f]):
                 continue
-            key = (node, dst)
+            key = (e, node, dst)
             hops = cache.get(key)
             if hops is None:
-                hops = cache[key] = routing.next_hops(node, dst)
+                hops = cache[key] = routings[e].next_hops(node, dst)
             if len(hops) > 1:
                 row_qp.append(q)
                 row_port.append(p)
@@ -103,11 +109,19 @@ def _expected(draws: np.ndarray, ports: np.ndarray, bins: np.ndarray) -> dict:
     }
 
 
-def ecmp_metrics(fabric, flows: dict, routing, ports: np.ndarray) -> dict:
-    """Per tier (up and down) and per switch: the spread of the QPs that had a choice."""
+def ecmp_metrics(
+    fabric, flows: dict, routing, ports: np.ndarray, epoch: np.ndarray | None = None
+) -> dict:
+    """Per tier (up and down) and per switch: the spread of the QPs that had a choice.
+    `routing` is one Routing, or one per epoch of a run with faults, `epoch` (per flow)
+    saying which chose each flow's route."""
     from fabric.spread import tier_name, tier_of_ports
 
-    qp, chosen, cand_ptr, flat, qp_bytes = _choices(fabric, routing, flows, ports)
+    routings = list(routing) if isinstance(routing, Sequence) else [routing]
+    if epoch is None:
+        epoch = np.zeros(len(flows["src"]), dtype=np.int64)
+    epoch = np.clip(np.asarray(epoch, dtype=np.int64), 0, len(routings) - 1)
+    qp, chosen, cand_ptr, flat, qp_bytes = _choices(fabric, routings, epoch, flows, ports)
     if not len(qp):
         return {"tiers": [], "switches": [], "choices": 0}
     labels = tier_of_ports(fabric)

@@ -478,20 +478,38 @@ def job_names(run, jobs) -> dict[int, str]:
     return out
 
 
-def _routing(run, fabric):
+def _routings(run, fabric, flows: dict) -> tuple[list, np.ndarray]:
+    """The routings of the run (at the start, then after each fault during it) and, per
+    flow, the one that chose its route (`ecmp_metrics`)."""
+    from fabric.faults import during_run, routing_after, routing_at_start
     from fabric.routing import Routing
+    from fabric.scenario import Fault
 
     scenario = run.meta.get("scenario", {})
     ecmp = scenario.get("ecmp") if isinstance(scenario.get("ecmp"), dict) else {}
     try:
-        return Routing(
-            fabric,
-            ecmp.get("policy", "5tuple"),
-            int(scenario.get("hash_seed", scenario.get("seed", 0))),
-            same_seed=bool(ecmp.get("same_seed", False)),
-        )
+        faults = [Fault(**f) for f in scenario.get("faults") or []]
+        routings = [
+            routing_at_start(
+                fabric,
+                faults,
+                ecmp.get("policy", "5tuple"),
+                int(scenario.get("hash_seed", scenario.get("seed", 0))),
+                same_seed=bool(ecmp.get("same_seed", False)),
+            )
+        ]
+        later = during_run(faults)
+        for fault in later:
+            routings.append(routing_after(fault, routings[-1]))
     except (AifabricError, TypeError, ValueError):
-        return Routing(fabric)
+        routings, later = [Routing(fabric)], []
+    if "route_epoch" in flows:
+        epoch = flows["route_epoch"].astype(np.int64)
+    else:  # routed when it started; one not started, by the routing at the end
+        start = np.where(flows["start_ns"] >= 0, flows["start_ns"], np.iinfo(np.int64).max)
+        at = np.array([f.at_ns for f in later], dtype=np.int64)
+        epoch = np.searchsorted(at, start, side="right")
+    return routings, epoch
 
 
 def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | None = None) -> dict:
@@ -525,7 +543,8 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
         }
         out["fct_ns"] = distribution(fct)
         ports_used = flow_ports(fabric, flows["src"], flows["path_ptr"], flows["path_link"])
-        out["ecmp"] = ecmp_metrics(fabric, flows, _routing(run, fabric), ports_used)
+        routings, epoch = _routings(run, fabric, flows)
+        out["ecmp"] = ecmp_metrics(fabric, flows, routings, ports_used, epoch)
     else:
         out["flows"] = {"count": 0, "finished": 0, "bytes": 0}
         out["fct_ns"] = distribution([])

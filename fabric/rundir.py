@@ -8,7 +8,10 @@ temporary file renamed into place, so a reader never sees half of one):
     flows.npz        per flow (one QP's transfer): flow_id job op step channel src dst
                      sqpn dqpn sport bytes start_ns end_ns (end_ns -1: unfinished),
                      path_ptr int64[n + 1] and path_link: the links flow f used are
-                     path_link[path_ptr[f]:path_ptr[f + 1]], in order
+                     path_link[path_ptr[f]:path_ptr[f + 1]], in order;
+                     optional: route_epoch, which routing chose flow f's route (0 the
+                     one at the start, k the one after the run's k-th fault during
+                     the run; the simulator writes it)
     ports.npz        per-port time series at a fixed interval:
                      interval_ns; t_ns[s] (start of sample s); port[p] (the port ids
                      recorded, see fabric.model); scale (emulation rate factor, 1 in sim);

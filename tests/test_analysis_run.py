@@ -445,3 +445,50 @@ def test_pause_chains_within_one_interval_follow_their_cause_whatever_the_order(
     assert spread[names[q]]["cause"] == "congestion" and spread[names[q]]["root"] == names[r]
     assert spread[names[q]]["hops_from_root"] == 0
     assert spread[names[p]]["hops_from_root"] == 1 and spread[names[p]]["root"] == names[r]
+
+
+def test_ecmp_choices_after_a_fault_are_those_of_the_routing_that_chose_the_route(tmp_path):
+    """On `link-failure` the simulator records which routing chose each flow's route; a flow
+    it re-routed when the uplink failed no longer had that link among its choices where the
+    routing at the start had offered it."""
+    from analysis.ecmp import QP_KEY, _choices
+    from analysis.metrics import _routings, group_rows
+    from analysis.topology import fabric_from_topology
+    from fabric.engines import run_scenario
+    from fabric.scenarios import load_scenario
+
+    run_scenario("sim", load_scenario("link-failure"), tmp_path / "run")
+    run = Run(tmp_path / "run")
+    flows = run.flows()
+    fabric = fabric_from_topology(run.topology())
+    failed = fabric.port_id("z0-r0-rtsw--z0-ctsw0")
+    ptr, links = flows["path_ptr"], flows["path_link"]
+    epoch = flows["route_epoch"]
+    assert set(np.unique(epoch)) == {0, 1}
+    for f in np.flatnonzero(epoch == 1):
+        assert failed // 2 not in links[ptr[f] : ptr[f + 1]]
+    routings, ep = _routings(run, fabric, flows)
+    assert len(routings) == 2 and (ep == epoch).all()
+    ports = flow_ports(fabric, flows["src"], ptr, links)
+    keys = np.stack([flows[k].astype(np.int64).view(np.uint64) for k in QP_KEY], axis=1)
+    qp_of, _, _, _ = group_rows(keys, np.zeros(len(epoch), dtype=np.int64))
+
+    def candidates(routing_list, epochs):
+        qp, chosen, cand_ptr, flat, _ = _choices(fabric, routing_list, epochs, flows, ports)
+        rows = enumerate(zip(qp.tolist(), chosen.tolist(), strict=True))
+        return {(q, p): flat[cand_ptr[i] : cand_ptr[i + 1]] for i, (q, p) in rows}
+
+    now = candidates(routings, ep)
+    intact = candidates(routings[:1], np.zeros_like(ep))
+    ends = {int(fabric.port_node[p]): p for p in (failed, failed ^ 1)}
+    moved = 0
+    for f in np.flatnonzero(epoch == 1):
+        for p in ports[ptr[f] : ptr[f + 1]]:
+            end = ends.get(int(fabric.port_node[p]))
+            key = (int(qp_of[f]), int(p))
+            if end is None or key not in intact or end not in intact[key]:
+                continue
+            left = [c for c in intact[key] if c != end]  # the failed link's port is gone
+            assert list(now[key]) == left if len(left) > 1 else key not in now
+            moved += 1
+    assert moved > 0

@@ -171,6 +171,8 @@ class Simulation:
         paths = self._route(self.routing, np.arange(n))
         self.path_ptr = paths.ptr.astype(np.int64)
         self.path_port = paths.ports.astype(np.int64)
+        # which routing chose each flow's route: 0 at the start, k after the k-th fault
+        self.route_epoch = np.zeros(n, dtype=np.int16)
 
         mtu = int(f.link_mtu_bytes.min()) if f.n_links else 4096
         prm = np.zeros(L.P_NPRM, dtype=np.int64)
@@ -404,6 +406,7 @@ class Simulation:
         if len(which) == 0:
             return
         new = self._route(self.routing, which)
+        self.route_epoch[which] = len(self.applied_faults) - len(at_start(self.applied_faults))
         n = len(self.flows)
         lengths = np.diff(self.path_ptr)
         lengths[which] = np.diff(new.ptr)
@@ -556,7 +559,7 @@ class Simulation:
             "dqpn": t.dqpn, "sport": t.sport, "bytes": t.bytes,
             "start_ns": start.astype(np.int64), "end_ns": end.astype(np.int64),
             "delivered_bytes": fl[:, L.FL_DELIV_BYTES].copy(),
-            "path_ptr": ptr, "path_link": links,
+            "path_ptr": ptr, "path_link": links, "route_epoch": self.route_epoch.copy(),
         }  # fmt: skip
 
     def links_used(self) -> tuple[np.ndarray, np.ndarray]:
