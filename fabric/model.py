@@ -131,8 +131,9 @@ class PfcProfile:
 
 
 BUFFER_MODELS = ("shared", "static")
-MAX_ALPHA = 64.0  # a dynamic threshold at most 64 x the free pool (Broadcom's largest is 8)
+MAX_ALPHA = 64.0  # a dynamic threshold at most 64 x the free pool
 ALPHA_SCALE = 2**16  # the kernel keeps alpha in units of 1/65536
+MAX_POOL_BYTES = 2**40  # a shared pool: free bytes x alpha x ALPHA_SCALE stays below 2**63
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,11 @@ class QueueProfile:
             )
         if self.buffer_bytes <= 0:
             raise SpecError(f"queue buffer must be positive, got {self.buffer_bytes} B")
+        if self.model == "shared" and self.buffer_bytes > MAX_POOL_BYTES:
+            raise SpecError(
+                f"a shared queue buffer holds at most {MAX_POOL_BYTES} B (1 TiB), "
+                f"got {self.buffer_bytes} B"
+            )
         if not 0 < self.alpha <= MAX_ALPHA or round(self.alpha * ALPHA_SCALE) < 1:
             raise SpecError(
                 f"queue alpha must be above 0 (at least 1/{ALPHA_SCALE}) and at most "

@@ -335,3 +335,13 @@ def test_run_json_says_which_buffer_model_ran():
     said = features(static)["queues.buffer"]
     assert said.state == "approximated" and "rtsw: static, 4MiB per port" in said.how
     assert scenario_features(static)["queues.buffer"] == "switch buffers: rtsw static, ctsw static"
+
+
+def test_a_pool_whose_threshold_could_overflow_is_refused():
+    ecn = EcnProfile(0, 0, 0.0, enabled=False)
+    with pytest.raises(SpecError, match="a shared queue buffer holds at most"):
+        QueueProfile(2**41, ecn, PfcProfile(1000, 500, 20_000))
+    assert QueueProfile(2**41, ecn, PfcProfile(1000, 500, 20_000), model="static").buffer_bytes
+    for alpha in (float("nan"), float("inf"), 0.0, 1e-6):
+        with pytest.raises(SpecError, match="alpha must be above 0"):
+            QueueProfile(2**20, ecn, PfcProfile(1000, 500, 20_000), alpha=alpha)

@@ -231,7 +231,7 @@ def queue_profiles(name: str, body: dict) -> dict[Role, QueueProfile]:
                 model=merged["model"],
                 alpha=float(merged["alpha"]),
                 reserved_bytes=merged["reserved"],
-                profile=profile,
+                profile=profile if role_name != "nic" else "",
             )
         except SpecError as e:
             raise SpecError(f"topology {name}: [{table}] {e}") from None
