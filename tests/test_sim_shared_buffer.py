@@ -207,8 +207,8 @@ def test_a_31_to_1_incast_with_pfc_stays_within_the_pool_and_is_lossless():
 def test_pfc_fires_at_the_dynamic_threshold_and_the_configured_headroom_keeps_it_lossless():
     """Two NICs of a rack send to a third: the two ingress ports fill the pool B alike, so
     the first to pause does so at the threshold (its shared bytes reach alpha x the free
-    pool, nothing in its headroom yet), within two frames of B/3 for alpha = 1; the
-    headroom the links need takes what is in flight, and nothing is dropped."""
+    pool, nothing in its headroom yet), within two frames of B/3 for alpha = 1; what
+    arrives after it goes to the headroom the links need, and nothing is dropped."""
     pool = 1 << 20
     base = preset("lab-medium")
     rate, delay = int(base.link_rate_bps[0]), int(base.link_delay_ns.max())
@@ -222,9 +222,10 @@ def test_pfc_fires_at_the_dynamic_threshold_and_the_configured_headroom_keeps_it
     sim = Simulation(fab, flows(nics[1:3], [nics[0], nics[0]], 2 << 20))
     s = switch_of(fab, nics[0])
     ingress = [port_to(fab, n) for n in nics[1:3]]
-    first = []
+    first, held_most = [], [0]
 
     def look(_):
+        held_most[0] = max(held_most[0], *(int(sim.pt[k, L.PT_HDRM_BYTES]) for k in ingress))
         for k in ingress:
             if sim.pt[k, L.PT_XOFF] and not first:
                 part = int(sim.pt[k, L.PT_ING_BYTES])
@@ -237,6 +238,8 @@ def test_pfc_fires_at_the_dynamic_threshold_and_the_configured_headroom_keeps_it
     assert part >= free  # its shared bytes reached alpha x the free pool
     assert part <= free + WIRE  # ... with the frame that crossed it
     assert abs(part - pool / 3) <= 2 * WIRE
+    # what was still on the wire after the pause went to the headroom, not to the pool
+    assert 0 < held_most[0] <= fab.queue(Role.RTSW).pfc.headroom_bytes
     c = sim.counters()
     assert c["drops"] == 0 and c["pfc_frames"] > 0
 
