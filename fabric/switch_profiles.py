@@ -27,7 +27,10 @@ SWITCH_PROFILES: dict[str, dict[str, object]] = {
     # and Minipack rack switches: "Small system buffers (64 MB)", one pool for every port
     # (I. Pepelnjak, "Data Center Switching ASICs Tradeoffs", blog.ipspace.net,
     # 2022-06-02; Minipack on Tomahawk III: Cumulus Networks, "First to power
-    # Facebook's Minipack", cumulusnetworks.com, 2019). Read as 64 MiB.
+    # Facebook's Minipack", cumulusnetworks.com, 2019; "the standard Wedge 400, which
+    # uses the Broadcom Tomahawk 3 ASIC": grokipedia.com, "Meta Wedge 400-DC-F").
+    # Read as 64 MiB. Minipack2 (Tomahawk 4) has no profile: no public figure for its
+    # buffer was found.
     "tomahawk3": {"model": "shared", "buffer": 64 * MIB},
     # Broadcom Jericho2 (BCM88690), the chip of the Arista 7800R3 line cards Meta's CTSWs
     # are built of: "8 GB buffers implemented with HBM2" per chip, which serves 12 x
