@@ -1,6 +1,7 @@
 """A digest of the simulator's numeric outputs, to show a change leaves results bit-identical.
 
     python benchmarks/sim_fingerprint.py [--save FILE | --compare FILE]
+        [--loss-recovery go-back-n|selective] [--buffer-model shared|static]
 
 Runs every scenario preset (fabric/scenarios/presets), variants of two of them
 that exercise what the presets do not (clear-to-send, spraying, DCQCN on an
@@ -11,7 +12,8 @@ are hashed apart, as the case's `LABEL +new` entry, so that the digest of
 everything else still compares with a file saved before they existed.
 Prints one line per case; `--save` writes them to a JSON file and
 `--compare` checks the entries it holds against one, exiting 1 on any
-difference.
+difference. `--buffer-model` runs every switch with that buffer model (static: the
+per-port model every fingerprint saved before the shared-buffer model holds).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_sim import CASES  # noqa: E402
 
+from fabric.model import Role  # noqa: E402
 from fabric.results import collective_records  # noqa: E402
 from fabric.scenarios import load_scenario, scenario_presets  # noqa: E402
 from fabric.sim import Simulation  # noqa: E402
@@ -74,12 +77,22 @@ def captured_ports(fabric) -> list[int]:
 
 
 OVERRIDE: dict = {}  # congestion-control parameters every case takes (--loss-recovery)
+BUFFER_MODEL: list[str] = []  # the switches' buffer model every case takes (--buffer-model)
+
+
+def with_model(fabric):
+    """The fabric with every switch on the --buffer-model, if one was given."""
+    if not BUFFER_MODEL:
+        return fabric
+    queues = {r: replace(fabric.queue(r), model=BUFFER_MODEL[0]) for r in Role if r != Role.NIC}
+    return replace(fabric, queues={**fabric.queues, **queues})
 
 
 def scenario_sim(scenario) -> Simulation:
-    fabric = scenario.fabric
+    fabric = with_model(scenario.fabric)
     scenario = replace(
         scenario,
+        fabric=fabric,
         cc_params={**scenario.cc_params, **OVERRIDE},
         captures=tuple(fabric.port_name(p) for p in captured_ports(fabric)),
     )
@@ -104,7 +117,7 @@ def cases():
         topo, make, size = CASES[case]
 
         def bench(topo=topo, make=make, size=size):
-            fabric = load_fabric(topo)
+            fabric = with_model(load_fabric(topo))
             table = make(fabric, size, 1)
             return Simulation(
                 fabric, table, ecmp="5tuple", seed=1, cc="none", sample_interval_ns=100_000,
@@ -120,7 +133,10 @@ def main() -> None:
     group.add_argument("--save", type=Path)
     group.add_argument("--compare", type=Path)
     ap.add_argument("--loss-recovery", choices=["go-back-n", "selective"])
+    ap.add_argument("--buffer-model", choices=["shared", "static"])
     args = ap.parse_args()
+    if args.buffer_model:
+        BUFFER_MODEL.append(args.buffer_model)
     if args.loss_recovery:
         OVERRIDE["loss_recovery"] = args.loss_recovery
     out = {}

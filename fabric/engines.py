@@ -123,7 +123,8 @@ def scenario_features(sc: Scenario) -> dict[str, str]:
         "links.rate": "link rates as given",
         "links.delay": "propagation delay per link",
         "links.mtu": f"{int(f.link_mtu_bytes.min()) if f.n_links else 0}-byte payloads",
-        "queues.buffer": "switch egress buffers",
+        "queues.buffer": "switch buffers: "
+        + ", ".join(f"{r.label} {q.model}" for r, q in zip(roles, queues, strict=True)),
         "ecmp.policy": sc.ecmp,
         "congestion_control.kind": sc.cc,
         "loss_recovery": _loss_recovery(sc),

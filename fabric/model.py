@@ -112,8 +112,13 @@ class PfcProfile:
     headroom_bytes: int
     pause_quanta: int = 0xFFFF  # one quantum is 512 bit times
     enabled: bool = True
+    # shared model: a paused ingress resumes once its shared bytes are this far below
+    # the dynamic threshold (and its headroom is empty)
+    xon_offset_bytes: int = 8 * 2**10
 
     def __post_init__(self):
+        if self.xon_offset_bytes < 0:
+            raise SpecError(f"PFC xon_offset must not be negative, got {self.xon_offset_bytes} B")
         if not 0 <= self.xon_bytes < self.xoff_bytes:
             raise SpecError(
                 f"PFC thresholds need 0 <= xon < xoff, got xon={self.xon_bytes} B "
@@ -125,13 +130,31 @@ class PfcProfile:
             raise SpecError(f"PFC pause quanta must be in 1..65535, got {self.pause_quanta}")
 
 
+BUFFER_MODELS = ("shared", "static")
+MAX_ALPHA = 64.0  # a dynamic threshold at most 64 x the free pool
+ALPHA_SCALE = 2**16  # the kernel keeps alpha in units of 1/65536
+MAX_POOL_BYTES = 2**40  # a shared pool: free bytes x alpha x ALPHA_SCALE stays below 2**63
+
+
 @dataclass(frozen=True)
 class QueueProfile:
-    """Egress buffering of a switch port, with ECN and PFC settings.
+    """Buffering of a switch (or NIC) with ECN and PFC settings.
 
     Priority `lossless_priority` carries RoCE data (ECN-marked, PFC-protected);
     `control_priority` is served strictly first and carries CNP, ACK and
-    clear-to-send packets.
+    clear-to-send packets. `model` is how a switch shares its memory between ports
+    (NICs always run the static model):
+
+    - "shared": `buffer` is the switch's one pool. Each port keeps `reserved_bytes` per
+      priority for itself; above that a queue (the lossy classes, at egress) or an
+      ingress port's lossless bytes (PFC on) may use at most `alpha` x the pool's free
+      bytes (the dynamic threshold of Choudhury and Hahne, as Broadcom's MMU applies
+      it). A lossless ingress that reaches its threshold pauses its peer; what still
+      arrives goes to its `pfc.headroom_bytes`, carved from a headroom pool apart from
+      `buffer`, and it resumes once its headroom is empty and its shared bytes are
+      `pfc.xon_offset_bytes` below the threshold. `pfc.xoff_bytes`/`xon_bytes` are
+      the static model's and go unused.
+    - "static": `buffer` is each port's buffer (the model fabric/sim/pfc.py runs).
     """
 
     buffer_bytes: int
@@ -139,25 +162,49 @@ class QueueProfile:
     pfc: PfcProfile
     lossless_priority: int = 3
     control_priority: int = 6
+    model: str = "shared"
+    alpha: float = 1.0
+    reserved_bytes: int = 0
+    profile: str = ""  # the switch profile (fabric.switch_profiles) it came from, if any
 
     def __post_init__(self):
-        # The checks follow the per-port model the simulator runs (fabric/sim/pfc.py).
-        # `buffer` is a port's buffer: it bounds the control class, and the lossless
-        # class when PFC is off. With PFC on, lossless bytes are counted per ingress
-        # port: past XOFF the port pauses its peer, the headroom above XOFF takes what
-        # is still on the wire, and a frame past XOFF + headroom is dropped. Headroom
-        # is reserved apart from the buffer, as switches carve PFC headroom from a pool
-        # of its own rather than from the memory pause thresholds count against: so
-        # XOFF must fit in the buffer and XOFF + headroom need not (a 60,000-byte
-        # buffer with a 60,000-byte XOFF is a lossless setup other simulators use).
+        # Static model (fabric/sim/pfc.py): `buffer` is a port's buffer: it bounds the
+        # control class, and the lossless class when PFC is off. With PFC on, lossless
+        # bytes are counted per ingress port: past XOFF the port pauses its peer, the
+        # headroom above XOFF takes what is still on the wire, and a frame past XOFF +
+        # headroom is dropped. Headroom is reserved apart from the buffer, as switches
+        # carve PFC headroom from a pool of its own rather than from the memory pause
+        # thresholds count against: so XOFF must fit in the buffer and XOFF + headroom
+        # need not (a 60,000-byte buffer with a 60,000-byte XOFF is a lossless setup
+        # other simulators use). The shared model has no fixed XOFF: the pause follows
+        # the dynamic threshold, which never exceeds the pool, so XOFF is not checked.
         # A threshold is checked against the buffer only while its feature is on.
+        if self.model not in BUFFER_MODELS:
+            raise SpecError(
+                f"queue model = {self.model!r} is not one of {', '.join(BUFFER_MODELS)}"
+            )
         if self.buffer_bytes <= 0:
             raise SpecError(f"queue buffer must be positive, got {self.buffer_bytes} B")
+        if self.model == "shared" and self.buffer_bytes > MAX_POOL_BYTES:
+            raise SpecError(
+                f"a shared queue buffer holds at most {MAX_POOL_BYTES} B (1 TiB), "
+                f"got {self.buffer_bytes} B"
+            )
+        if not 0 < self.alpha <= MAX_ALPHA or round(self.alpha * ALPHA_SCALE) < 1:
+            raise SpecError(
+                f"queue alpha must be above 0 (at least 1/{ALPHA_SCALE}) and at most "
+                f"{MAX_ALPHA:g}, got {self.alpha}"
+            )
+        if not 0 <= self.reserved_bytes <= self.buffer_bytes:
+            raise SpecError(
+                f"queue reserved ({self.reserved_bytes} B) must be between 0 and the "
+                f"buffer ({self.buffer_bytes} B)"
+            )
         if self.ecn.enabled and self.ecn.kmax_bytes > self.buffer_bytes:
             raise SpecError(
                 f"ECN kmax ({self.ecn.kmax_bytes} B) exceeds the buffer ({self.buffer_bytes} B)"
             )
-        if self.pfc.enabled and self.pfc.xoff_bytes > self.buffer_bytes:
+        if self.model == "static" and self.pfc.enabled and self.pfc.xoff_bytes > self.buffer_bytes:
             raise SpecError(
                 f"PFC xoff ({self.pfc.xoff_bytes} B) exceeds the buffer "
                 f"({self.buffer_bytes} B); the headroom is reserved apart from it"
@@ -234,6 +281,7 @@ class Fabric:
         if np.any(self.link_a == self.link_b):
             raise ValueError("a link connects a node to itself")
         self._check_headroom()
+        self._check_reserved()
         for name in self.__dataclass_fields__:
             value = getattr(self, name)
             if isinstance(value, np.ndarray):
@@ -255,6 +303,25 @@ class Fabric:
                     f"fabric {self.name}: the {Role(role).label} queues' PFC headroom "
                     f"({pfc.headroom_bytes} B) is less than one frame of their links "
                     f"({frame} B): the frame crossing XOFF would be dropped and no pause sent"
+                )
+
+    def _check_reserved(self) -> None:
+        """A shared-buffer switch's pool must hold the reserved minimums of all its ports
+        (one per port for each of the two priorities it queues)."""
+        if not len(self.link_a):
+            return
+        ports = np.bincount(np.concatenate([self.link_a, self.link_b]), minlength=self.n_nodes)
+        for role in sorted(set(self.node_role.tolist()) - {Role.NIC}):
+            q = self.queue(role)
+            if q.model != "shared" or q.reserved_bytes == 0:
+                continue
+            most = int(ports[self.node_role == role].max())
+            need = 2 * most * q.reserved_bytes
+            if need > q.buffer_bytes:
+                raise SpecError(
+                    f"fabric {self.name}: the {Role(role).label} buffer ({q.buffer_bytes} B) "
+                    f"cannot hold the reserved minimums of a switch's {most} ports "
+                    f"({need} B: {q.reserved_bytes} B per port and priority)"
                 )
 
     # sizes -----------------------------------------------------------------

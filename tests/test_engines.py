@@ -4,6 +4,7 @@ runner's, the same for every engine."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -171,6 +172,14 @@ def test_the_emulator_says_what_it_approximates():
     assert set(answer) == set(scenario_features(demo))
     assert answer["links.delay"].state == "approximated" and "netem" in answer["links.delay"].how
     assert answer["queues.ecn"].state == "approximated"
+    # one byte-limited queue per egress: the static model, not the default shared pool
+    assert answer["queues.buffer"].state == "approximated"
+    assert "not one pool per switch shared by its ports (rtsw, ctsw)" in answer["queues.buffer"].how
+    queues = {r: replace(q, model="static") for r, q in demo.fabric.queues.items()}
+    static = replace(demo, fabric=replace(demo.fabric, queues=queues))
+    answer = features(static, switch="ovs", ecn="ebpf", delay="none", pfc=True)
+    assert answer["queues.buffer"].state == "implemented"
+    answer = features(demo, switch="ovs", ecn="ebpf", delay="none", pfc=True)
     assert answer["ecmp.policy"] == Support(
         "implemented", "Open vSwitch select groups hash the 5-tuple with each switch's seed"
     )

@@ -92,7 +92,9 @@ def test_xoff_fits_the_buffer_and_headroom_is_reserved_apart():
     pfc = PfcProfile(xoff_bytes=60_000, xon_bytes=50_000, headroom_bytes=20_000)
     assert QueueProfile(60_000, ecn, pfc).pfc.xoff_bytes == 60_000  # other simulators' setup
     with pytest.raises(SpecError, match=r"PFC xoff \(60000 B\) exceeds the buffer \(59999 B\)"):
-        QueueProfile(59_999, ecn, pfc)
+        QueueProfile(59_999, ecn, pfc, model="static")
+    # the shared model pauses at its dynamic threshold, below the pool: no XOFF to check
+    assert QueueProfile(59_999, ecn, pfc, model="shared").pfc.xoff_bytes == 60_000
     off = PfcProfile(xoff_bytes=60_000, xon_bytes=50_000, headroom_bytes=20_000, enabled=False)
     assert QueueProfile(59_999, ecn, off).buffer_bytes == 59_999  # unused with PFC off
 

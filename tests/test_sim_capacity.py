@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from aifabric.cli import main
 from fabric.engines import run_scenario
 from fabric.errors import AifabricError
+from fabric.model import Role
 from fabric.rundir import Run
 from fabric.scenario import Fault
 from fabric.scenarios import load_scenario
@@ -36,7 +37,10 @@ def queued_packets(sim, p):
 def test_a_receiver_link_failing_under_a_100_to_1_incast_cuts_every_flow_off_cleanly():
     # issue 11: lab-medium, 16 MiB per sender, no congestion control, the receiver's link
     # down at 200 us, when more packets wait on it than the event list has free rows
-    fab = preset("lab-medium")
+    # (rack switches with a Tomahawk 3's 64 MiB pool: a queue that deep)
+    base = preset("lab-medium")
+    rtsw = replace(base.queue(Role.RTSW), buffer_bytes=64 * 2**20)
+    fab = replace(base, queues={**base.queues, Role.RTSW: rtsw})
     nics = fab.nic_ids
     recv = int(nics[0])
     link = int(fab.nic_port[recv]) // 2

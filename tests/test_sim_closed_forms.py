@@ -19,7 +19,7 @@ from tests.simhelp import flows, path_latency_ps, run, transfer_ps
 MTU = 4096
 
 
-def with_queue(fab, buffer_bytes=None, ecn=None, pfc=None):
+def with_queue(fab, buffer_bytes=None, ecn=None, pfc=None, model=None):
     """The fabric with every switch queue profile changed."""
     queues = {}
     for role in (Role.RTSW, Role.CTSW, Role.ATSW):
@@ -30,6 +30,7 @@ def with_queue(fab, buffer_bytes=None, ecn=None, pfc=None):
             dataclasses.replace(q.pfc, **(pfc or {})),
             q.lossless_priority,
             q.control_priority,
+            model or q.model,
         )
     return dataclasses.replace(fab, queues=queues)
 

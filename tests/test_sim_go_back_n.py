@@ -23,10 +23,12 @@ WIRE = MTU + L.DATA_OVERHEAD_BYTES  # a full packet on the wire
 
 def lossy_pair(out_rate_bps, buffer_bytes):
     """lab-small's first two NICs (one switch apart), PFC and ECN off, the receiver's link at
-    out_rate_bps and the switch buffer buffer_bytes."""
+    out_rate_bps and the switch buffer buffer_bytes per port (the static model: the
+    reference's drop-tail queue)."""
     fab = with_queue(
-        preset("lab-small"), buffer_bytes, ecn={"enabled": False}, pfc={"enabled": False}
-    )
+        preset("lab-small"), buffer_bytes, ecn={"enabled": False}, pfc={"enabled": False},
+        model="static",
+    )  # fmt: skip
     src, dst = (int(n) for n in fab.nic_ids[:2])
     rates = fab.link_rate_bps.copy()
     rates[int(fab.nic_port[dst]) // 2] = out_rate_bps
@@ -168,8 +170,9 @@ def lossy_incast(rates, packets):
     """lab-small, PFC and ECN off, a buffer of `packets` full packets: its NIC 0 receives
     from NICs 1.. (one switch apart), whose links run at `rates`."""
     fab = with_queue(
-        preset("lab-small"), packets * WIRE, ecn={"enabled": False}, pfc={"enabled": False}
-    )
+        preset("lab-small"), packets * WIRE, ecn={"enabled": False}, pfc={"enabled": False},
+        model="static",
+    )  # fmt: skip
     nics = [int(n) for n in fab.nic_ids[: len(rates) + 1]]
     link_rates = fab.link_rate_bps.copy()
     for nic, rate in zip(nics[1:], rates, strict=True):

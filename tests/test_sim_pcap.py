@@ -92,6 +92,7 @@ def test_a_simulated_capture_holds_data_cnp_ack_and_pfc_that_tshark_decodes(tmp_
     fab = with_queue(
         preset("lab-small"),
         pfc={"xoff_bytes": 200 * 1024, "xon_bytes": 150 * 1024, "headroom_bytes": 64 * 1024},
+        model="static",  # pauses at this XOFF
     )
     nics = fab.nic_ids
     senders = [int(n) for n in nics[1:4]]

@@ -163,7 +163,11 @@ def test_the_base_spec_of_the_error_cases_builds():
         ({"queue__ecn_kmin": '"2MiB"', "queue__ecn_kmax": '"1MiB"'}, ["kmin", "kmax"]),
         ({"queue__pfc_xon": '"2MiB"'}, ["xon", "xoff"]),
         ({"queue__ctsw": "{ buffer = '1KiB' }"}, ["queue.ctsw", "exceeds the buffer"]),
-        ({"queue__buffer": '"512KiB"'}, ["queue.rtsw", "PFC xoff (1048576 B)", "(524288 B)"]),
+        (
+            {"queue__buffer": '"512KiB"', "queue__model": '"static"'},
+            ["queue.rtsw", "PFC xoff (1048576 B)", "(524288 B)"],
+        ),
+        ({"queue__model": '"fifo"'}, ["queue.rtsw", "queue model = 'fifo'", "shared, static"]),
         (
             {"queue__pfc_headroom": '"4195B"'},
             ["fabric bad", "rtsw queues' PFC headroom (4195 B)", "one frame", "(4196 B)"],

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from fabric.errors import SpecError, cut, shown
-from fabric.model import DEFAULT_QUEUE, EcnProfile, PfcProfile, QueueProfile, Role
+from fabric.model import (
+    BUFFER_MODELS,
+    DEFAULT_QUEUE,
+    MAX_ALPHA,
+    EcnProfile,
+    PfcProfile,
+    QueueProfile,
+    Role,
+)
 from fabric.specfile import (
     Key,
     Presets,
@@ -24,6 +32,7 @@ from fabric.specfile import (
     load_toml,
     parse_keys,
 )
+from fabric.switch_profiles import SWITCH_PROFILES
 from fabric.units import parse_rate, parse_size, parse_time
 
 MAX_MTU = 9000  # payload bytes: a jumbo frame
@@ -40,6 +49,10 @@ KINDS = {
 COMMON = ("fabric", "links", "radix", "queue")
 
 _QUEUE_KEYS = {
+    "profile": Key(as_str, "", doc=f"a switch profile: {', '.join(SWITCH_PROFILES)}"),
+    "model": Key(as_str, DEFAULT_QUEUE.model, doc=" or ".join(BUFFER_MODELS)),
+    "alpha": Key(as_number, DEFAULT_QUEUE.alpha, 0, "shared: dynamic threshold", MAX_ALPHA),
+    "reserved": Key(parse_size, DEFAULT_QUEUE.reserved_bytes, 0, maximum=MAX_QUEUE_BYTES),
     "buffer": Key(parse_size, DEFAULT_QUEUE.buffer_bytes, 1, maximum=MAX_QUEUE_BYTES),
     "ecn": Key(as_bool, DEFAULT_QUEUE.ecn.enabled),
     "ecn_kmin": Key(parse_size, DEFAULT_QUEUE.ecn.kmin_bytes, 0, maximum=MAX_QUEUE_BYTES),
@@ -50,6 +63,9 @@ _QUEUE_KEYS = {
     "pfc_xon": Key(parse_size, DEFAULT_QUEUE.pfc.xon_bytes, 0, maximum=MAX_QUEUE_BYTES),
     "pfc_headroom": Key(parse_size, DEFAULT_QUEUE.pfc.headroom_bytes, 0, maximum=MAX_QUEUE_BYTES),
     "pfc_quanta": Key(as_int, DEFAULT_QUEUE.pfc.pause_quanta, 1),
+    "pfc_xon_offset": Key(
+        parse_size, DEFAULT_QUEUE.pfc.xon_offset_bytes, 0, maximum=MAX_QUEUE_BYTES
+    ),
     "lossless_priority": Key(as_int, DEFAULT_QUEUE.lossless_priority, 0),
     "control_priority": Key(as_int, DEFAULT_QUEUE.control_priority, 0),
 }
@@ -185,7 +201,17 @@ def queue_profiles(name: str, body: dict) -> dict[Role, QueueProfile]:
         if not isinstance(override, dict):
             raise SpecError(f"topology {name}: queue.{role_name} must be a table")
         table = f"queue.{role_name}"
-        merged = _check_table(name, table, {**base, **override}, _QUEUE_KEYS)
+        given = {**base, **override}
+        _check_table(name, table, given, _QUEUE_KEYS)
+        profile = given.get("profile", "")
+        if profile not in ("", *SWITCH_PROFILES):
+            raise SpecError(
+                f"topology {name}: {table}.profile = {shown(profile)} is not one of "
+                f"{', '.join(SWITCH_PROFILES)}"
+            )
+        # a profile sets a switch's buffer; NICs keep their own (and the static model)
+        under = SWITCH_PROFILES.get(profile, {}) if role_name != "nic" else {}
+        merged = _check_table(name, table, {**under, **given}, _QUEUE_KEYS)
         try:
             out[Role[role_name.upper()]] = QueueProfile(
                 buffer_bytes=merged["buffer"],
@@ -198,9 +224,14 @@ def queue_profiles(name: str, body: dict) -> dict[Role, QueueProfile]:
                     merged["pfc_headroom"],
                     merged["pfc_quanta"],
                     merged["pfc"],
+                    merged["pfc_xon_offset"],
                 ),
                 lossless_priority=merged["lossless_priority"],
                 control_priority=merged["control_priority"],
+                model=merged["model"],
+                alpha=float(merged["alpha"]),
+                reserved_bytes=merged["reserved"],
+                profile=profile if role_name != "nic" else "",
             )
         except SpecError as e:
             raise SpecError(f"topology {name}: [{table}] {e}") from None

@@ -27,6 +27,7 @@ from fabric.emu.replay import PAYLOAD_MTU, Replay
 from fabric.engines import Support, approximated, implemented, refused, scenario_features
 from fabric.errors import AifabricError
 from fabric.faults import applied, at_start
+from fabric.model import Role
 from fabric.results import collective_records, collective_rows, completion_ns
 
 CAPTURE_SNAPLEN = 128
@@ -100,7 +101,7 @@ def features(scenario, *, switch: str, ecn: str, delay: str, pfc: bool) -> dict[
         "links.delay": implemented("netem holds each frame for the link's delay times the scale")
         if delay == "netem"
         else approximated("this kernel has no netem qdisc (sch_netem): links have no delay"),
-        "queues.buffer": implemented("a byte-limited queue per switch egress"),
+        "queues.buffer": shared_buffer_support(f),
         "sample_interval": approximated(
             "the monitor polls the kernel's queues every few milliseconds of wall time and "
             "folds the polls into samples of the interval"
@@ -434,3 +435,16 @@ def _write(writer, scenario, pl, monitor, result, path_ptr, path_link) -> dict:
         "paused_ns_total": int(series["paused_ns"].sum()),
         "drops": int(series["drops"].sum()),
     }
+
+
+def shared_buffer_support(f) -> Support:
+    """The emulator gives each switch egress a byte-limited queue of `buffer` bytes: the
+    static model; a shared pool per switch it cannot make from Linux qdiscs."""
+    roles = sorted(set(int(r) for r in f.node_role) - {int(Role.NIC)})
+    shared = [Role(r).label for r in roles if f.queue(Role(r)).model == "shared"]
+    if not shared:
+        return implemented("a byte-limited queue per switch egress")
+    return approximated(
+        f"a byte-limited queue of `buffer` bytes per switch egress, not one pool per switch "
+        f"shared by its ports ({', '.join(shared)})"
+    )

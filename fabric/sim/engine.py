@@ -25,7 +25,7 @@ from fabric.faults import (
     routing_after,
     routing_at_start,
 )
-from fabric.model import Fabric, Role
+from fabric.model import ALPHA_SCALE, Fabric, Role
 from fabric.routing import Routing
 from fabric.scenario import Fault
 from fabric.sim import kernel
@@ -224,6 +224,9 @@ class Simulation:
             pt[sel, L.PT_XON_BYTES] = q.pfc.xon_bytes
             pt[sel, L.PT_HEADROOM_BYTES] = q.pfc.headroom_bytes
             pt[sel, L.PT_QUANTA] = q.pfc.pause_quanta
+            pt[sel, L.PT_SHARED] = int(is_switch and q.model == "shared")
+            pt[sel, L.PT_RESERVED_BYTES] = q.reserved_bytes
+            pt[sel, L.PT_XON_OFFSET_BYTES] = q.pfc.xon_offset_bytes
         pt[self.capture_ports, L.PT_CAPTURE] = 1
 
         fl = zeros_aligned((n, L.FL_N), np.int64)
@@ -252,6 +255,7 @@ class Simulation:
         counts = np.bincount(t.src, minlength=f.n_nodes) if n else np.zeros(f.n_nodes, int)
         nd[1:, L.ND_OFF] = np.cumsum(counts)[:-1]
         act = np.zeros(max(n, 1), dtype=np.int64)
+        self._pools(nd)
 
         # the flows waiting on each flow
         dep_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(t.dep_ptr))
@@ -286,6 +290,25 @@ class Simulation:
         for i in np.flatnonzero(fl[:, L.FL_DEPS] == 0):
             schedule(ev, g, int(fl[i, L.FL_EARLIEST_PS]), L.EV_FLOW_START, int(i), 0)
         schedule(ev, g, int(prm[L.P_SAMPLE_PS]), L.EV_SAMPLE, 0, 0)
+
+    def _pools(self, nd: np.ndarray) -> None:
+        """Each shared-buffer switch's pool (fabric/sim/buffer.py): its buffer less the
+        reserved minimums of its ports (two priorities each), and its alpha."""
+        f = self.fabric
+        ports = np.bincount(f.port_node, minlength=f.n_nodes)
+        for r in Role:
+            q = f.queue(r)
+            if r == Role.NIC or q.model != "shared":
+                continue
+            sel = f.node_role == r
+            nd[sel, L.ND_SB_SIZE] = q.buffer_bytes - 2 * q.reserved_bytes * ports[sel]
+            nd[sel, L.ND_SB_ALPHA] = round(q.alpha * ALPHA_SCALE)
+        if (nd[:, L.ND_SB_SIZE] < 0).any():  # Fabric checks this; a hand-built one may not
+            v = int(np.argmin(nd[:, L.ND_SB_SIZE]))
+            raise AifabricError(
+                f"switch {f.node_name[v]}'s buffer cannot hold the reserved minimums of its "
+                f"{ports[v]} ports"
+            )
 
     def _reserves(self) -> tuple[int, int]:
         """Free event rows and packets the loop keeps before each event: more than one

@@ -19,7 +19,7 @@ from numba.extending import intrinsic
 
 from fabric.addressing import ROCE_UDP_PORT
 from fabric.routing import MODE_SPRAY, Live, Net, flow_hash, is_next_hop, route_packet
-from fabric.sim import congestion, ecn, pfc
+from fabric.sim import buffer, congestion, ecn, pfc
 from fabric.sim.heap import pop, schedule
 from fabric.sim.layout import (
     ACK_WIRE_BYTES,
@@ -162,6 +162,7 @@ from fabric.sim.layout import (
     PT_S_QMAX_BYTES,
     PT_S_QT_PS,
     PT_S_TX_BYTES,
+    PT_SHARED,
     PT_TXEV_PS,
     PT_XOFF,
     R_DONE,
@@ -583,6 +584,8 @@ def kick(S, p, now):
         return
     if pt[p, PT_HEAD0] >= 0:
         i = dequeue(pt, pk, p, 0, now)
+        if pt[p, PT_SHARED]:
+            buffer.release_egress(pt, S.nd, p, 0, pk[i, PK_WIRE_BYTES])
         put_on_wire(S, p, i, now)
         want_tx(S, p, pt[p, PT_FREE_AT_PS])
         return
@@ -614,7 +617,10 @@ def kick(S, p, now):
             pt[p, PT_S_ECN] += 1
             g[G_ECN] += 1
     k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
-    if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
+    if pt[p, PT_SHARED]:
+        if buffer.release_data(pt, S.nd, p, k, pk[i, PK_WIRE_BYTES]):
+            send_pfc(S, k, 0, now)
+    elif pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
         send_pfc(S, k, 0, now)
     put_on_wire(S, p, i, now)
     want_tx(S, p, pt[p, PT_FREE_AT_PS])
@@ -699,6 +705,9 @@ def arrive_at_switch(S, i, p_in, q, now):
         drop(S, i, q, now)
         return
     wire = pk[i, PK_WIRE_BYTES]
+    if pt[q, PT_SHARED]:
+        arrive_shared(S, i, p_in ^ 1, q, wire, now)
+        return
     if pk[i, PK_KIND] == K_DATA:
         k = p_in ^ 1
         if pt[k, PT_PFC_ON]:
@@ -717,6 +726,26 @@ def arrive_at_switch(S, i, p_in, q, now):
             drop(S, i, q, now)
             return
         enqueue(pt, pk, q, 0, i, now)
+    kick(S, q, now)
+
+
+@njit(cache=True)
+def arrive_shared(S, i, k, q, wire, now):
+    """Packet i came in over port k of a shared-buffer switch and goes out of its port q
+    (fabric/sim/buffer.py decides whether it fits and whether port k pauses its peer)."""
+    pt, pk = S.pt, S.pk
+    cls = 1 if pk[i, PK_KIND] == K_DATA else 0
+    if cls == 1 and pt[k, PT_PFC_ON]:
+        verdict = buffer.admit_lossless(pt, S.nd, k, wire)
+        if verdict == pfc.DROP:
+            drop(S, i, q, now)
+            return
+        if verdict == pfc.ADMIT_XOFF:
+            send_pfc(S, k, pt[k, PT_QUANTA], now)
+    elif not buffer.admit_egress(pt, S.nd, q, cls, wire):
+        drop(S, i, q, now)
+        return
+    enqueue(pt, pk, q, cls, i, now)
     kick(S, q, now)
 
 
@@ -938,7 +967,13 @@ def purge(S, p, now):
             if g[G_HEAP] + PURGE_ROOM > ev.shape[0]:
                 return defer_purge(S, p)
             i = dequeue(pt, pk, p, cls, now)
-            if cls == 1 and not pt[p, PT_IS_NIC]:
+            if pt[p, PT_SHARED]:
+                k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
+                if cls == 0:
+                    buffer.release_egress(pt, S.nd, p, 0, pk[i, PK_WIRE_BYTES])
+                elif buffer.release_data(pt, S.nd, p, k, pk[i, PK_WIRE_BYTES]):
+                    send_pfc(S, k, 0, now)
+            elif cls == 1 and not pt[p, PT_IS_NIC]:
                 k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
                 if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
                     send_pfc(S, k, 0, now)

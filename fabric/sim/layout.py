@@ -154,8 +154,12 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     PT_PEER,
     PT_PURGE,  # 1 while the port is down and its queues are not yet purged
     PT_S_CNP,  # CNPs the NIC of this port sent in the open sample
+    PT_SHARED,  # 1: the port's switch runs the shared-buffer model (fabric/sim/buffer.py)
+    PT_RESERVED_BYTES,  # shared: bytes the port keeps for itself per priority
+    PT_HDRM_BYTES,  # shared: lossless bytes from this port's link held in its headroom
+    PT_XON_OFFSET_BYTES,  # shared: resume this far below the dynamic threshold
     PT_N,
-) = range(41)
+) = range(45)
 
 # flows (fl[f, ...]); rates in fr[f, ...]
 (
@@ -195,8 +199,10 @@ DO_GRANT = 32  # the receiver sends the grants that are due
 FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_N = range(5)
 ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
 
-# nodes (nd[v, ...]): a NIC's list of flows that have data to send
-ND_OFF, ND_CNT, ND_RR, ND_N = range(4)
+# nodes (nd[v, ...]): a NIC's list of flows that have data to send; a shared-buffer
+# switch's pool: its shared bytes (the buffer less the reserved minimums), those in use,
+# and alpha in units of 1/BUFFER_ALPHA_SCALE (fabric/sim/buffer.py)
+ND_OFF, ND_CNT, ND_RR, ND_SB_SIZE, ND_SB_USED, ND_SB_ALPHA, ND_N = range(7)
 
 # packets: pk[i, ...] (int32) is one cache line holding what a hop reads, the route
 # included (the ports pk[i, PK_ROUTE:PK_ROUTE + PK_NHOPS]); on a large fabric a packet

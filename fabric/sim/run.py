@@ -15,12 +15,13 @@ import numpy as np
 from fabric.engines import Support, approximated, implemented, refused, scenario_features
 from fabric.faults import applied
 from fabric.files import replace_atomic
+from fabric.model import Role
 from fabric.results import collective_records, collective_rows, completion_ns
 from fabric.scenario import Scenario
 from fabric.sim.engine import Progress, Simulation
 from fabric.sim.layout import CP_PORT, CP_TIME, PS_PER_NS, SM_N
 from fabric.sim.pcap import FrameBuilder, write_pcap
-from fabric.units import format_time
+from fabric.units import format_size, format_time
 
 CAPTURE_SNAPLEN = 256
 
@@ -43,11 +44,7 @@ def simulation_for(scenario: Scenario) -> Simulation:
 def features(scenario: Scenario) -> dict[str, Support]:
     """What the simulator does with each feature `scenario` uses: all of them."""
     out = {k: implemented() for k in scenario_features(scenario)}
-    if "queues.pfc" in out:
-        out["queues.buffer"] = approximated(
-            "with PFC on, the lossless class is bounded per ingress port (XOFF plus headroom), "
-            "not by the buffer: there is no shared-buffer model"
-        )
+    out["queues.buffer"] = buffer_support(scenario)
     out["links.rate"] = implemented("serialization at each link's rate, 82 bytes of overhead")
     out["ecmp.policy"] = implemented("the hash of fabric.routing at every switch")
     recovery = scenario_features(scenario)["loss_recovery"]
@@ -80,6 +77,32 @@ def features(scenario: Scenario) -> dict[str, Support]:
     if too_fine:
         out["sample_interval"] = refused(too_fine)
     return out
+
+
+def buffer_support(scenario: Scenario) -> Support:
+    """Which buffer model each switch tier ran (fabric/sim/buffer.py, fabric/sim/pfc.py)."""
+    f = scenario.fabric
+    roles = [Role(int(r)) for r in sorted(set(f.node_role.tolist())) if r != Role.NIC]
+    parts, loose = [], False
+    for r in roles:
+        q = f.queue(r)
+        named = f" ({q.profile})" if q.profile else ""
+        if q.model == "shared":
+            parts.append(
+                f"{r.label}{named}: shared, one {format_size(q.buffer_bytes)} pool per switch, "
+                f"dynamic thresholds alpha = {q.alpha:g} x the free pool"
+                + (", PFC from the ingress accounting, headroom apart" if q.pfc.enabled else "")
+            )
+        else:
+            parts.append(f"{r.label}{named}: static, {format_size(q.buffer_bytes)} per port")
+            loose |= q.pfc.enabled
+    how = "; ".join(parts)
+    if loose:  # the static model with PFC: lossless bytes are bounded per ingress port only
+        return approximated(
+            f"{how}; with PFC on, the static model bounds the lossless class per ingress port "
+            "(XOFF plus headroom), not by the buffer"
+        )
+    return implemented(how)
 
 
 MAX_SAMPLE_BYTES = 8 * 10**9  # the port series a run may keep in memory
