@@ -293,3 +293,70 @@ def test_ovs_hash_is_ofproto_trace_of_the_emulators_select_group(tmp_path):
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+
+
+def _mininet_ready():
+    from fabric.emu import available
+
+    return available() if os.geteuid() == 0 else "the Mininet engine needs root"
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.parametrize("switch", ["router", "ovs"])
+@pytest.mark.parametrize("topology", ["lab-small", "lab-medium"])
+def test_the_simulator_predicts_the_emulators_paths_flow_by_flow(topology, switch):
+    """Every flow's path in the emulator (asked of each switch, as the run records it) is the
+    path of the simulator's policy for that kind of switch, before and after an uplink of
+    rack 0 fails; under Linux the failure also moves flows that never crossed that uplink."""
+    if _mininet_ready() is not None:
+        pytest.skip(str(_mininet_ready()))
+    from fabric.emu.engine import observed_paths
+    from fabric.emu.net import make_network
+    from fabric.emu.plan import plan
+    from fabric.faults import routing_after, routing_at_start
+    from fabric.routing import EMULATOR_POLICY
+    from fabric.scenarios import scenario_from_dict
+
+    policy = EMULATOR_POLICY[switch]
+    raw = {
+        "scenario": {"topology": topology, "hash_seed": 29},
+        "workload": {"pattern": "permutation", "size": "64KiB", "qps": 4},
+        "ecmp": {"policy": policy},
+        "faults": [{"link": "z0-r0-rtsw--z0-ctsw0", "at": "50us", "action": "down"}],
+    }
+    sc = scenario_from_dict(raw, "paths")
+    f, ft = sc.fabric, sc.flows
+    fault = sc.faults[0]
+    before = routing_at_start(f, sc.faults, policy, sc.hash_seed)
+    after = routing_after(fault, before)
+    predicted = [r.paths(ft.src, ft.dst, ft.sport, ft.dqpn) for r in (before, after)]
+    pl = plan(sc, ecn="none", scale=1000)
+    net = make_network(sc, pl, switch)
+    try:
+        net.build()
+        net.apply()
+        observed = [observed_paths(net, sc)]
+        _, actions, _ = net.fault_actions(fault, pl.routing)
+        for node, act in actions:
+            assert act() is None, f.node_name[node]
+        observed.append(observed_paths(net, sc))
+    finally:
+        net.close()
+    for (ptr, links), sim in zip(observed, predicted, strict=True):
+        differ = [
+            i
+            for i in range(len(ft))
+            if links[ptr[i] : ptr[i + 1]].tolist() != sim.links(i).tolist()
+        ]
+        assert not differ, f"{len(differ)} of {len(ft)} flows differ, e.g. flow {differ[0]}"
+    uplink = fault.target
+    moved = [
+        i
+        for i in range(len(ft))
+        if predicted[0].links(i).tolist() != predicted[1].links(i).tolist()
+    ]
+    crossed = [i for i in moved if uplink in predicted[0].links(i).tolist()]
+    assert crossed, "no flow crossed the failed uplink: the test shows nothing"
+    if switch == "router":
+        assert len(moved) > len(crossed)  # hash-threshold moves others too
