@@ -90,6 +90,9 @@ def _print(sc, switch: str, r: dict) -> None:
     def x(ratio):
         return "-" if ratio is None else f"x{ratio:.2f}"
 
+    def bw(bps):
+        return f"{format_rate(int(bps))}bps" if bps > 0 else "-"
+
     kind = "Linux routers" if switch == "router" else "Open vSwitch bridges"
     click.echo(
         f"{sc.name}: {sc.fabric.name}, {r['paths']['flows']:,} flows; simulator with policy "
@@ -102,19 +105,20 @@ def _print(sc, switch: str, r: dict) -> None:
         click.echo(f"  {'':>{len(str(d['flow'])) + 5}} mininet {' '.join(d['mininet'])}")
     for c in r["collectives"]:
         label = c["kind"] if c["algorithm"] in ("", "-") else f"{c['kind']} {c['algorithm']}"
-        bw = c["busbw_bps"]
+        b = c["busbw_bps"]
         click.echo(
             f"{label:<17} sim {t(c['time_ns']['sim'])}  mininet {t(c['time_ns']['mininet'])}"
-            f"  ({x(c['ratio'])})  busbw {format_rate(int(bw['sim']))}bps / "
-            f"{format_rate(int(bw['mininet']))}bps  {'ok' if c['within'] else 'OUTSIDE'}"
+            f"  ({x(c['ratio'])})  busbw {bw(b['sim'])} / {bw(b['mininet'])}"
+            f"  {'ok' if c['within'] else 'OUTSIDE'}"
         )
-    ups = r["uplinks"]
+    ups = [u for u in r["uplinks"] if u["judged"]]
     if ups:
         worst = max(ups, key=lambda u: abs((u["ratio"] or 0) - 1))
         off = sum(not u["within"] for u in ups)
         click.echo(
-            f"uplink bytes      {len(ups)} ports, {off} outside; furthest {worst['port']} "
-            f"{worst['bytes']['sim']:,} / {worst['bytes']['mininet']:,} ({x(worst['ratio'])})"
+            f"uplink bytes      {len(ups)} uplinks carried data, {off} outside; furthest "
+            f"{worst['port']} {worst['bytes']['sim']:,} / {worst['bytes']['mininet']:,} "
+            f"({x(worst['ratio'])})"
         )
     tot = r["totals"]
     click.echo(f"completion        sim {t(tot['completion_ns']['sim'])}  "
