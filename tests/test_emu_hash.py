@@ -360,3 +360,28 @@ def test_the_simulator_predicts_the_emulators_paths_flow_by_flow(topology, switc
     assert crossed, "no flow crossed the failed uplink: the test shows nothing"
     if switch == "router":
         assert len(moved) > len(crossed)  # hash-threshold moves others too
+
+
+def test_a_batch_goes_to_the_address_given_from_an_unconnected_socket():
+    """The replay's sockets stay unconnected (a connected one's packets carry its random flow
+    hash, which Linux routers forward by instead of the 5-tuple): each sendmmsg names its
+    destination."""
+    import socket
+
+    from fabric.emu.packets import Batch, fill_writes
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with rx, tx:
+        rx.bind(("127.0.0.1", 0))
+        rx.settimeout(5)
+        tx.bind(("127.0.0.1", 0))
+        batch = Batch(8, 4200)
+        k = fill_writes(batch.buf, batch.lens, 3, 77, 0, 0, 3 * 1000, 1000)
+        sent = batch.send(tx, k, (0x7F000001, rx.getsockname()[1]))
+        assert sent == k == 3
+        got = [rx.recvfrom(4200) for _ in range(k)]
+        assert [len(data) for data, _ in got] == batch.lens[:k].tolist()
+        assert {addr for _, addr in got} == {tx.getsockname()}
+        with pytest.raises(OSError):
+            tx.getpeername()  # never connected

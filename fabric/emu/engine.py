@@ -243,6 +243,10 @@ class EmuSession:
                 if self.delay == "netem"
                 else "not emulated: this kernel has no netem qdisc (sch_netem)",
                 "notes": pl.notes,
+                "paths": "flows.npz's paths are asked of the switches, hop by hop ("
+                + ("`ovs-appctl ofproto/trace`" if self.switch == "ovs" else "`ip route get`")
+                + "), once built and again after the faults for flows that ended after one; "
+                "the replay sends from unconnected sockets, so packets follow them",
                 "switch": net.describe(),
                 "names": pl.table(),
                 "build_s": round(self.timings["build_s"], 3),
