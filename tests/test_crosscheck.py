@@ -114,3 +114,35 @@ def test_crosscheck_with_pfc_and_ecn_agrees_path_for_path_and_within_15_percent(
     assert judged and all(u["within"] for u in judged)
     assert report["verdict"] == "agree", report["reasons"]
     assert Run(out / "mininet").meta["scenario"]["ecmp"]["policy"] == "linux"
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the Mininet engine needs root")
+def test_link_failure_paths_agree_in_both_engines_after_the_failure(tmp_path):
+    """The `link-failure` preset (lab-medium, an uplink down at 50 us) run in full: every flow's
+    recorded path is equal in both engines, and the failure moved flows that never crossed
+    the failed uplink (Linux's hash-threshold), which the simulator moved too."""
+    from fabric.emu import available
+    from fabric.faults import routing_after, routing_at_start
+    from fabric.scenarios import load_scenario
+
+    if available() is not None:
+        pytest.skip(str(available()))
+    r = CliRunner().invoke(main, ["crosscheck", "link-failure", "-o", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    assert report["paths"]["differ"] == 0, report["paths"]["differences"]
+    sc = load_scenario("link-failure")
+    ft, fault = sc.flows, sc.faults[0]
+    before = routing_at_start(sc.fabric, [], "linux", sc.hash_seed)
+    old = before.paths(ft.src, ft.dst, ft.sport)
+    new = routing_after(fault, before).paths(ft.src, ft.dst, ft.sport)
+    moved = [i for i in range(len(ft)) if old.links(i).tolist() != new.links(i).tolist()]
+    crossed = [i for i in moved if fault.target in old.links(i).tolist()]
+    assert len(moved) > len(crossed) > 0
+    emu = Run(tmp_path / "mininet").flows()
+    assert (emu["end_ns"] > fault.at_ns).all()  # every flow was recorded on its final path
+    for i in moved:
+        got = emu["path_link"][emu["path_ptr"][i] : emu["path_ptr"][i + 1]].tolist()
+        assert got == new.links(i).tolist(), i
