@@ -299,4 +299,11 @@ def _spread_text(r: dict) -> str:
 
 
 # Command modules add their commands to `main` when imported.
-from aifabric import cli_analysis, cli_emu, cli_run, cli_sweep, cli_traffic  # noqa: E402, F401
+from aifabric import (  # noqa: E402, F401
+    cli_analysis,
+    cli_crosscheck,
+    cli_emu,
+    cli_run,
+    cli_sweep,
+    cli_traffic,
+)

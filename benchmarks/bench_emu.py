@@ -13,6 +13,7 @@ the emulator (completion time in fabric time, bytes per leaf uplink).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import socket
 import statistics
@@ -88,7 +89,7 @@ def flood_rate(across: bool, seconds=1.0):
             rx_dev = pl.port_iface[int(f.nic_port[nic]) ^ 1]
         with netns_of(net.pid[nic]):
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.connect((to, 9))
+        dest = (int(ipaddress.IPv4Address(to)), 9)
         batch = Batch(64, 4200)
         k = fill_writes(batch.buf, batch.lens, 0, 1, 0, 0, 64 * 4096, 4096)
 
@@ -99,7 +100,7 @@ def flood_rate(across: bool, seconds=1.0):
         r0 = rx()
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            batch.send(s, k)
+            batch.send(s, k, dest)
         dt = time.perf_counter() - t0
         s.close()
         return (rx() - r0) / dt

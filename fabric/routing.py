@@ -22,6 +22,13 @@ at every hop and polarization is what you get. Policies:
   user-defined field over the BTH).
 - `pinned`: static by destination, the NIC's ordinal (Meta's path pinning).
 - `spray`: the 5-tuple plus the packet sequence number: every packet anew.
+- `linux`: what the emulator's routers do (`fabric.emuhash`): the Linux
+  kernel's L4 multipath hash (siphash of the 5-tuple keyed by the switch's
+  `fib_multipath_hash_seed`) and hash-threshold selection over the live next
+  hops in order. Not resilient: a failure moves some flows that did not use it.
+- `ovs`: what the emulator's Open vSwitch bridges do: a select group hashing
+  the 5-tuple with the switch's seed as basis, each live bucket scored by a
+  hash of its id (highest score wins).
 - `adaptive`: adaptive routing as switches do it: every switch sends each data
   packet out of the next hop with the fewest bytes queued at that moment (the
   simulator's forwarding decides, `fabric.sim.kernel.adapt_route`); the route
@@ -45,12 +52,17 @@ import numpy as np
 from numba import njit
 
 from fabric.addressing import ROCE_UDP_PORT, nic_ipv4
+from fabric.emuhash import linux_hash, linux_pick, ovs_basis, ovs_pick
 from fabric.errors import AifabricError
 from fabric.model import Fabric, Role
 
-POLICIES = ("5tuple", "eecmp", "pinned", "spray", "adaptive")
+POLICIES = ("5tuple", "eecmp", "pinned", "spray", "adaptive", "linux", "ovs")
 _MODE = {name: i for i, name in enumerate(POLICIES)}
-MODE_5TUPLE, MODE_EECMP, MODE_PINNED, MODE_SPRAY, MODE_ADAPTIVE = (_MODE[p] for p in POLICIES)
+MODE_5TUPLE, MODE_EECMP, MODE_PINNED, MODE_SPRAY, MODE_ADAPTIVE, MODE_LINUX, MODE_OVS = (
+    _MODE[p] for p in POLICIES
+)
+EMULATOR_POLICY = {"router": "linux", "ovs": "ovs"}
+"""The policy that predicts the emulator's paths, per kind of emulated switch."""
 MODE_RANDOM = len(POLICIES)  # uniform random choice per hop: the balls-into-bins reference
 UNREACHABLE = np.int16(32767)
 MAX_HOPS = 8
@@ -170,7 +182,9 @@ def _choose(s, lj, h, mode, net, live, load):
 
     Resilient selection: h picks a member of the intact group (the next hops
     before any failure); if that member is still a live next hop it is taken,
-    otherwise h picks again among the live next hops.
+    otherwise h picks again among the live next hops. Under `linux` and `ovs` the
+    emulator's switches choose among the live next hops, in port order, as their
+    routes and groups list them.
     """
     port_peer, adj_ptr, adj_port, sw_ord = net.port_peer, net.adj_ptr, net.adj_port, net.sw_ord
     dist, dist0 = live.dist, live.dist0
@@ -190,6 +204,9 @@ def _choose(s, lj, h, mode, net, live, load):
             ncand += 1
     if ncand == 0:
         return -1
+    if mode in (MODE_LINUX, MODE_OVS):  # over the live next hops in port order
+        want = linux_pick(h, ncand) if mode == MODE_LINUX else ovs_pick(h, ncand)
+        return _live_hop(s, lj, d, want, net, live)
     if mode == MODE_ADAPTIVE:  # least load; among equals, the hashed one
         chosen = -1
         best = np.inf
@@ -215,10 +232,15 @@ def _choose(s, lj, h, mode, net, live, load):
                     return q
                 break
             i += 1
-    want = (h // np.uint32(nbase)) % np.uint32(ncand)
+    return _live_hop(s, lj, d, (h // np.uint32(nbase)) % np.uint32(ncand), net, live)
+
+
+@njit(cache=True)
+def _live_hop(s, lj, d, want, net, live):
+    """The `want`-th (from 0) live next hop of switch s towards leaf lj, in port order."""
     i = 0
-    for k in range(adj_ptr[s], adj_ptr[s + 1]):
-        q = adj_port[k]
+    for k in range(net.adj_ptr[s], net.adj_ptr[s + 1]):
+        q = net.adj_port[k]
         if is_next_hop(q, lj, d, net, live):
             if i == want:
                 return q
@@ -253,6 +275,10 @@ def route_packet(src, dst, sip, dip, sport, dqpn, psn, rnd, mode, net, live, loa
             h = np.uint32(dst)
         elif mode == MODE_RANDOM:
             h = np.uint32(rnd[n])
+        elif mode == MODE_LINUX:
+            h = linux_hash(sip, dip, sport, ROCE_UDP_PORT, seeds[s])
+        elif mode == MODE_OVS:
+            h = ovs_basis(sip, dip, sport, ROCE_UDP_PORT, seeds[s])
         else:
             h = flow_hash(sip, dip, sport, ROCE_UDP_PORT, dqpn, psn, mode, seeds[s], table)
         q = _choose(s, lj, h, mode, net, live, load)
@@ -327,6 +353,15 @@ def routing_seeds(n_nodes: int, seed: int, same_seed: bool = False) -> np.ndarra
     )
 
 
+def switch_seeds(n_nodes: int, seed: int, same_seed: bool = False) -> np.ndarray:
+    """The seeds the emulator gives its switches (`fib_multipath_hash_seed`, the select
+    groups' basis) and the `linux` and `ovs` policies hash with: `routing_seeds`, never 0
+    (to Linux a seed of 0 means one drawn at random)."""
+    seeds = routing_seeds(n_nodes, seed, same_seed)
+    seeds[seeds == 0] = 1
+    return seeds
+
+
 class Routing:
     """ECMP next hops of a fabric under a policy, a seed and a set of failures."""
 
@@ -381,7 +416,8 @@ class Routing:
             self.dist0 = self._distances(np.ones(f.n_ports, dtype=np.bool_))
 
     def _seeds(self) -> np.ndarray:
-        return routing_seeds(self.fabric.n_nodes, self.seed, self.same_seed)
+        seeds = switch_seeds if self.policy in EMULATOR_POLICY.values() else routing_seeds
+        return seeds(self.fabric.n_nodes, self.seed, self.same_seed)
 
     def _distances(self, port_alive: np.ndarray) -> np.ndarray:
         f = self.fabric

@@ -198,6 +198,36 @@ def test_link_down_reroutes_flows_and_they_complete():
     assert (sim.pt[[2 * link, 2 * link + 1], L.PT_ALIVE] == 0).all()
 
 
+@pytest.mark.parametrize("policy", ["linux", "ovs"])
+def test_a_link_down_moves_the_flows_the_emulators_switches_move(policy):
+    """Under `linux` (hash-threshold) a failure also moves flows that never crossed the
+    failed link; the simulator re-routes exactly the flows whose route the switches change."""
+    from fabric.faults import routing_after, routing_at_start
+
+    fab = preset("lab-medium")
+    nics = fab.nic_ids
+    src = np.repeat(nics[:16], 4)
+    dst = np.repeat(nics[64:80], 4)
+    table = flows(src, dst, 200 * 4096, sport=0xC000 + 7 * np.arange(len(src)))
+    link = fab.port_id("z0-r0-rtsw--z0-ctsw0") // 2
+    fault = Fault("link", link, at_ns=5_000)
+    before = routing_at_start(fab, [], policy, 5)
+    after = routing_after(fault, before)
+    old = before.paths(table.src, table.dst, table.sport)
+    new = after.paths(table.src, table.dst, table.sport)
+    sim = run(fab, table, ecmp=policy, seed=5, faults=[fault])
+    rec = sim.flow_records()
+    assert (rec["start_ns"] < 5_000).all() and (rec["end_ns"] > 5_000).all()
+    for f in range(len(src)):
+        got = rec["path_link"][rec["path_ptr"][f] : rec["path_ptr"][f + 1]].tolist()
+        assert got == new.links(f).tolist(), f
+    moved = [f for f in range(len(src)) if old.links(f).tolist() != new.links(f).tolist()]
+    crossed = [f for f in range(len(src)) if link in old.links(f).tolist()]
+    assert crossed and set(crossed) <= set(moved)
+    if policy == "linux":
+        assert len(moved) > len(crossed)
+
+
 def test_drained_switch_carries_no_new_flows():
     fab = preset("lab-small")
     nics = fab.nic_ids

@@ -131,6 +131,12 @@ def features(scenario, *, switch: str, ecn: str, delay: str, pfc: bool) -> dict[
         "pinned": approximated(f"{hashing} hash source and destination address"),
         "spray": approximated(f"{hashing} cannot spray packets; they hash the 5-tuple"),
         "adaptive": approximated(f"{hashing} cannot route adaptively; they hash the 5-tuple"),
+        "linux": implemented("the routers' own hash, which the policy reproduces")
+        if switch == "router"
+        else approximated("Open vSwitch's select groups hash as policy ovs does, not as Linux"),
+        "ovs": implemented("the bridges' own select-group hash, which the policy reproduces")
+        if switch == "ovs"
+        else approximated("Linux's multipath routes hash as policy linux does, not as OVS"),
     }[scenario.ecmp]
     out["queues.ecn"] = {
         "red": implemented("the kernel's RED qdisc marks ECT packets on the lossless queue"),
@@ -238,6 +244,10 @@ class EmuSession:
                 if self.delay == "netem"
                 else "not emulated: this kernel has no netem qdisc (sch_netem)",
                 "notes": pl.notes,
+                "paths": "flows.npz's paths are asked of the switches, hop by hop ("
+                + ("`ovs-appctl ofproto/trace`" if self.switch == "ovs" else "`ip route get`")
+                + "), once built and again after the faults for flows that ended after one; "
+                "the replay sends from unconnected sockets, so packets follow them",
                 "switch": net.describe(),
                 "names": pl.table(),
                 "build_s": round(self.timings["build_s"], 3),

@@ -144,6 +144,15 @@ class _Mmsghdr(ctypes.Structure):
     _fields_ = [("hdr", _Msghdr), ("len", ctypes.c_uint)]
 
 
+class _SockaddrIn(ctypes.Structure):
+    _fields_ = [
+        ("family", ctypes.c_uint16),
+        ("port", ctypes.c_uint16),  # network order
+        ("addr", ctypes.c_uint32),  # network order
+        ("zero", ctypes.c_uint8 * 8),
+    ]
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 MSG_DONTWAIT = 0x40
 
@@ -156,14 +165,26 @@ class Batch:
         self.lens = np.zeros(rows, dtype=np.int64)
         self._iov = (_Iovec * rows)()
         self._msgs = (_Mmsghdr * rows)()
+        self._to = _SockaddrIn(family=socket.AF_INET)
         base = self.buf.ctypes.data
         for i in range(rows):
             self._iov[i].base = base + i * row_bytes
             self._msgs[i].hdr.iov = ctypes.pointer(self._iov[i])
             self._msgs[i].hdr.iovlen = 1
+            self._msgs[i].hdr.name = ctypes.addressof(self._to)
+            self._msgs[i].hdr.namelen = ctypes.sizeof(self._to)
 
-    def send(self, sock: socket.socket, n: int) -> int:
-        """Send rows 0..n-1 on a connected socket; returns how many left (0 when it would block)."""
+    def send(self, sock: socket.socket, n: int, to: tuple[int, int]) -> int:
+        """Send rows 0..n-1 from `sock` to `to` (IPv4 address, UDP port); returns how many
+        left (0 when it would block).
+
+        The socket is not connected on purpose: a connected UDP socket gets a random flow
+        hash (`sk_txhash`) that its packets carry, and a Linux router forwards a packet
+        that carries one by that hash instead of its multipath hash of the 5-tuple, so
+        the paths would be neither the routes' nor the simulator's (fabric.emuhash).
+        """
+        self._to.addr = socket.htonl(to[0])
+        self._to.port = socket.htons(to[1])
         for i in range(n):
             self._iov[i].len = int(self.lens[i])
         r = _libc.sendmmsg(sock.fileno(), self._msgs, n, MSG_DONTWAIT)

@@ -35,14 +35,22 @@ from fabric.errors import AifabricError
 from fabric.faults import fault_ports, routing_after, routing_at_start
 from fabric.frames import DSCP_CNP
 from fabric.model import Fabric, Role
-from fabric.routing import Routing, routing_seeds
+from fabric.routing import Routing, switch_seeds
 
 PREFIX = "af"
 P2P_BASE = int(ipaddress.IPv4Address("100.64.0.0"))
 MTU_BYTES = 9000
 HOST_BUFFER_BYTES = 64 * 2**20  # a sender's NIC queue: large, senders block on their socket
 MAX_PACKET_BYTES = 9100  # the pause burst: at most one frame leaves after PAUSE
-HASH_POLICY = {"5tuple": 1, "eecmp": 1, "pinned": 0, "spray": 1, "adaptive": 1}
+HASH_POLICY = {
+    "5tuple": 1,
+    "eecmp": 1,
+    "pinned": 0,
+    "spray": 1,
+    "adaptive": 1,
+    "linux": 1,
+    "ovs": 1,
+}
 ECN_MECHANISMS = ("red", "ebpf", "none")
 DELAY_MECHANISMS = ("netem", "none")
 NETEM_LIMIT_PACKETS = 10_000  # frames on the wire at once: far above rate * delay / MTU
@@ -103,13 +111,6 @@ def port_mac(port: int) -> str:
 
 def p2p_ip(port: int) -> int:
     return P2P_BASE + int(port)
-
-
-def switch_seeds(fabric: Fabric, seed: int, same_seed: bool) -> np.ndarray:
-    """Per-switch multipath hash seeds, fabric.routing's; never 0 (to Linux: pick at random)."""
-    seeds = routing_seeds(fabric.n_nodes, seed, same_seed)
-    seeds[seeds == 0] = 1
-    return seeds
 
 
 def choose_scale(
@@ -258,7 +259,7 @@ def plan(
     macs = tuple(port_mac(p) for p in range(n_ports))
     rates = np.maximum(fabric.port_rate_bps // scale, 8).astype(np.int64)
     delays = fabric.port_delay_ns * scale if delay == "netem" else np.zeros(n_ports, np.int64)
-    seeds = switch_seeds(fabric, scenario.hash_seed, scenario.same_seed)
+    seeds = switch_seeds(fabric.n_nodes, scenario.hash_seed, scenario.same_seed)
     policy = HASH_POLICY[scenario.ecmp]
     notes = {}
     if scenario.ecmp in ("spray", "adaptive"):

@@ -121,8 +121,7 @@ class Replay:
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.setsockopt(socket.SOL_IP, IP_TOS, TOS_DATA_ECT0)
-                s.bind((format_ipv4(ips[src]), sport))
-                s.connect((format_ipv4(ips[dst]), ROCE_UDP_PORT))
+                s.bind((format_ipv4(ips[src]), sport))  # not connected: see Batch.send
                 s.setblocking(False)
                 self._send[key] = s
 
@@ -268,7 +267,7 @@ class Replay:
                         self.batch.buf, self.batch.lens, f, int(ft.dqpn[f]), int(psn[f]),
                         int(sent_off[f]), int(nbytes[f] - sent_off[f]), self.mtu,
                     )  # fmt: skip
-                    m = self.batch.send(sock, k)
+                    m = self.batch.send(sock, k, (int(ips[ft.dst[f]]), ROCE_UDP_PORT))
                     if m < k:
                         blocked.append(sock)
                     if m:

@@ -21,6 +21,7 @@ checked (an unknown key is an error, not silence):
 
     [workload]                       # traffic.workload_from_dict keys
     [ecmp]            policy = "5tuple" | "eecmp" | "pinned" | "spray" | "adaptive"
+                             | "linux" | "ovs" (the emulator's routers, its OVS bridges)
                       same_seed = false
     [queue]           the topology's [queue] keys (and [queue.rtsw] ...), overriding it
     [congestion_control]  kind = "dcqcn" | "none" | "cts", and its parameters

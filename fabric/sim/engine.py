@@ -26,7 +26,7 @@ from fabric.faults import (
     routing_at_start,
 )
 from fabric.model import ALPHA_SCALE, Fabric, Role
-from fabric.routing import Routing
+from fabric.routing import EMULATOR_POLICY, Routing
 from fabric.scenario import Fault
 from fabric.sim import kernel
 from fabric.sim import layout as L
@@ -426,6 +426,8 @@ class Simulation:
             which = np.flatnonzero((uses & (state != L.ST_DONE)) | (state == L.ST_WAIT))
         else:
             which = np.flatnonzero(state == L.ST_WAIT)
+        if self.routing.policy in EMULATOR_POLICY.values():
+            which = self._moved(np.flatnonzero(state != L.ST_DONE))
         if len(which) == 0:
             return
         new = self._route(self.routing, which)
@@ -447,6 +449,21 @@ class Simulation:
         ports_out[kept] = self.path_port[self.path_ptr[flow[kept]] + offset[kept]]
         ports_out[new_route] = new.ports[new.ptr[row[flow[new_route]]] + offset[new_route]]
         self.path_ptr, self.path_port = ptr, ports_out
+
+    def _moved(self, which: np.ndarray) -> np.ndarray:
+        """The flows of `which` whose route the current routing changes. Under `linux` a
+        failure moves flows that never used it (hash-threshold is not resilient), as it
+        does in the emulator's routers."""
+        t = self.flows
+        fresh = self.routing.paths(t.src[which], t.dst[which], t.sport[which], t.dqpn[which])
+        moved = [
+            i
+            for k, i in enumerate(which)
+            if not np.array_equal(
+                fresh.of(k), self.path_port[self.path_ptr[i] : self.path_ptr[i + 1]]
+            )
+        ]
+        return np.array(moved, dtype=np.int64)
 
     # running -----------------------------------------------------------------------------
     @property

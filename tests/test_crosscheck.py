@@ -1,0 +1,148 @@
+"""`aifabric crosscheck`: the comparison of two run directories, and (root) a scenario with PFC
+and ECN at work run in both engines, which must agree path for path and within 15%."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from aifabric.cli import main
+from fabric.crosscheck import compare, with_policy
+from fabric.engines import run_scenario
+from fabric.errors import AifabricError
+from fabric.rundir import Run
+from fabric.scenarios import scenario_from_dict
+
+# a ring AllReduce on racks 0 and 1 beside a 7-to-1 incast on racks 2 and 3: the incast fills
+# its receiver's leaf port, which marks ECN and pauses the uplinks and NICs that feed it
+SCENARIO = """\
+[scenario]
+description = "ring AllReduce beside a 7-to-1 incast on lab-small, PFC and ECN at work"
+topology = "lab-small"
+seed = 5
+
+[[workload.jobs]]
+name = "ring"
+collective = "allreduce"
+algorithm = "ring"
+size = "2MiB"
+gpus = 8
+channels = 2
+
+[[workload.jobs]]
+name = "incast"
+pattern = "incast"
+senders = 7
+size = "1MiB"
+
+[congestion_control]
+kind = "none"
+"""
+
+
+def _scenario():
+    import tomllib
+
+    return scenario_from_dict(tomllib.loads(SCENARIO), "crosscheck")
+
+
+def test_compare_finds_every_flow_whose_path_differs(tmp_path):
+    """Two simulator runs hashing differently (linux, ovs) stand in for two engines: the
+    flows whose paths differ are exactly those the two policies route differently."""
+    from fabric.routing import Routing
+
+    sc = _scenario()
+    for switch in ("router", "ovs"):
+        run_scenario("sim", with_policy(sc, switch), tmp_path / switch)
+    report = compare(Run(tmp_path / "router"), Run(tmp_path / "ovs"))
+    ft, f = sc.flows, sc.fabric
+    a = Routing(f, "linux", sc.hash_seed).paths(ft.src, ft.dst, ft.sport)
+    b = Routing(f, "ovs", sc.hash_seed).paths(ft.src, ft.dst, ft.sport)
+    differ = [i for i in range(len(ft)) if a.links(i).tolist() != b.links(i).tolist()]
+    assert differ, "the two policies route every flow alike: the test shows nothing"
+    p = report["paths"]
+    assert p["differ"] == len(differ) and p["equal"] == len(ft) - len(differ)
+    assert [d["flow"] for d in p["differences"]] == differ[: len(p["differences"])]
+    first = p["differences"][0]
+    assert first["sim"][0] == f.port_name(int(f.nic_port[ft.src[differ[0]]]))
+    assert report["verdict"] == "differ"
+    assert f"{len(differ)} flows took different paths" in report["reasons"]
+    same = compare(Run(tmp_path / "router"), Run(tmp_path / "router"))
+    assert same["verdict"] == "agree" and same["paths"]["differ"] == 0
+    assert all(c["ratio"] == 1 for c in same["collectives"])
+
+
+def test_compare_refuses_runs_of_different_scenarios(tmp_path):
+    sc = _scenario()
+    run_scenario("sim", with_policy(sc, "router"), tmp_path / "a")
+    other = scenario_from_dict(
+        {"scenario": {"topology": "lab-small"}, "workload": {"pattern": "permutation"}}, "other"
+    )
+    run_scenario("sim", other, tmp_path / "b")
+    with pytest.raises(AifabricError, match="same flows"):
+        compare(Run(tmp_path / "a"), Run(tmp_path / "b"))
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the Mininet engine needs root")
+def test_crosscheck_with_pfc_and_ecn_agrees_path_for_path_and_within_15_percent(tmp_path):
+    from fabric.emu import available
+
+    if available() is not None:
+        pytest.skip(str(available()))
+    spec = tmp_path / "crosscheck.toml"
+    spec.write_text(SCENARIO)
+    out = tmp_path / "x"
+    r = CliRunner().invoke(main, ["crosscheck", str(spec), "-o", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    assert report == json.loads((out / "crosscheck.json").read_text())
+    assert report["status"] == {"sim": "complete", "mininet": "complete"}
+    assert report["paths"]["differ"] == 0, report["paths"]["differences"]
+    assert report["paths"]["equal"] == len(_scenario().flows)
+    assert len(report["collectives"]) == 2
+    for c in report["collectives"]:
+        assert abs(c["ratio"] - 1) <= 0.15, c
+    tot = report["totals"]
+    for engine in ("sim", "mininet"):  # PFC and ECN were at work in both
+        assert tot["ecn_marked"][engine] > 0 and tot["paused_ns_total"][engine] > 0
+    judged = [u for u in report["uplinks"] if u["judged"]]
+    assert judged and all(u["within"] for u in judged)
+    assert report["verdict"] == "agree", report["reasons"]
+    assert Run(out / "mininet").meta["scenario"]["ecmp"]["policy"] == "linux"
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the Mininet engine needs root")
+def test_link_failure_paths_agree_in_both_engines_after_the_failure(tmp_path):
+    """The `link-failure` preset (lab-medium, an uplink down at 50 us) run in full: every flow's
+    recorded path is equal in both engines, and the failure moved flows that never crossed
+    the failed uplink (Linux's hash-threshold), which the simulator moved too."""
+    from fabric.emu import available
+    from fabric.faults import routing_after, routing_at_start
+    from fabric.scenarios import load_scenario
+
+    if available() is not None:
+        pytest.skip(str(available()))
+    r = CliRunner().invoke(main, ["crosscheck", "link-failure", "-o", str(tmp_path), "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    assert report["paths"]["differ"] == 0, report["paths"]["differences"]
+    sc = load_scenario("link-failure")
+    ft, fault = sc.flows, sc.faults[0]
+    before = routing_at_start(sc.fabric, [], "linux", sc.hash_seed)
+    old = before.paths(ft.src, ft.dst, ft.sport)
+    new = routing_after(fault, before).paths(ft.src, ft.dst, ft.sport)
+    moved = [i for i in range(len(ft)) if old.links(i).tolist() != new.links(i).tolist()]
+    crossed = [i for i in moved if fault.target in old.links(i).tolist()]
+    assert len(moved) > len(crossed) > 0
+    emu = Run(tmp_path / "mininet").flows()
+    assert (emu["end_ns"] > fault.at_ns).all()  # every flow was recorded on its final path
+    for i in moved:
+        got = emu["path_link"][emu["path_ptr"][i] : emu["path_ptr"][i + 1]].tolist()
+        assert got == new.links(i).tolist(), i
