@@ -1,6 +1,6 @@
 """A digest of the simulator's numeric outputs, to show a change leaves results bit-identical.
 
-    python benchmarks/sim_fingerprint.py [--save FILE | --compare FILE]
+    python benchmarks/sim_fingerprint.py [--save FILE | --compare FILE] [--old-conventions]
 
 Runs every scenario preset (fabric/scenarios/presets), variants of two of them
 that exercise what the presets do not (clear-to-send, spraying, DCQCN on an
@@ -11,7 +11,9 @@ are hashed apart, as the case's `LABEL +new` entry, so that the digest of
 everything else still compares with a file saved before they existed.
 Prints one line per case; `--save` writes them to a JSON file and
 `--compare` checks the entries it holds against one, exiting 1 on any
-difference.
+difference. `--old-conventions` runs every case with one ACK per flow and
+flows finishing at the receiver (what the simulator did before those became
+parameters), to compare with a file saved before.
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def captured_ports(fabric) -> list[int]:
     return ports
 
 
-OVERRIDE: dict = {}  # congestion-control parameters every case takes (--loss-recovery)
+OVERRIDE: dict = {}  # parameters every case takes (--loss-recovery, --old-conventions)
+OLD_CONVENTIONS = {"ack_every": "flow", "finish": "receiver"}
 
 
 def scenario_sim(scenario) -> Simulation:
@@ -120,9 +123,12 @@ def main() -> None:
     group.add_argument("--save", type=Path)
     group.add_argument("--compare", type=Path)
     ap.add_argument("--loss-recovery", choices=["go-back-n", "selective"])
+    ap.add_argument("--old-conventions", action="store_true")
     args = ap.parse_args()
     if args.loss_recovery:
         OVERRIDE["loss_recovery"] = args.loss_recovery
+    if args.old_conventions:
+        OVERRIDE.update(OLD_CONVENTIONS)
     out = {}
     for label, make in cases():
         sim = make()

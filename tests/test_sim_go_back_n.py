@@ -8,6 +8,7 @@ import dataclasses
 
 import pytest
 
+from fabric.cc import DEFAULT_ACK_EVERY
 from fabric.sim import Simulation
 from fabric.sim import layout as L
 from fabric.sim.engine import Stalled
@@ -19,6 +20,9 @@ from tests.test_sim_closed_forms import with_queue
 MTU = 4096
 PS = L.PS_PER_NS
 WIRE = MTU + L.DATA_OVERHEAD_BYTES  # a full packet on the wire
+# the simulator's default conventions: an ACK every DEFAULT_ACK_EVERY packets, and a flow
+# ends when the ACK of its last byte reaches the sender
+ACKS = {"ack_every": DEFAULT_ACK_EVERY, "finish_at_sender": True}
 
 
 def lossy_pair(out_rate_bps, buffer_bytes):
@@ -49,7 +53,7 @@ def reference(fab, src, dst, size, buffer_bytes, rto_ns, selective=False, until_
     sender = ref.Sender(size, int(fab.port_rate_bps[p_in]), int(fab.port_delay_ns[p_in]) * PS, 0)
     (outcome,) = ref.incast(
         [sender], MTU, int(fab.port_rate_bps[p_out]), int(fab.port_delay_ns[p_out]) * PS,
-        buffer_bytes, rto_ns * PS, selective=selective, until_ps=until_ps,
+        buffer_bytes, rto_ns * PS, selective=selective, until_ps=until_ps, **ACKS,
     )  # fmt: skip
     return outcome
 
@@ -80,6 +84,33 @@ def test_the_simulator_resends_and_completes_as_the_reference_model_does(
     assert c["flows_done"] == 1
 
 
+@pytest.mark.parametrize("ack_every, at_sender", [("flow", False), ("flow", True), (3, False)])
+@pytest.mark.parametrize("recovery", ["go-back-n", "selective"])
+def test_each_convention_resends_and_completes_as_the_reference_model_does(
+    ack_every, at_sender, recovery
+):
+    size, rate, packets, rto_ns = SCENARIOS[1]
+    buffer = packets * WIRE
+    fab, src, dst = lossy_pair(rate, buffer)
+    finish = "sender" if at_sender else "receiver"
+    sim = run(
+        fab, flows([src], [dst], size), cc="none",
+        cc_params={"rto": f"{rto_ns}ns", "loss_recovery": recovery, "ack_every": ack_every,
+                   "finish": finish},
+    )  # fmt: skip
+    p_in, p_out = int(fab.nic_port[src]), int(fab.nic_port[dst]) ^ 1
+    sender = ref.Sender(size, int(fab.port_rate_bps[p_in]), int(fab.port_delay_ns[p_in]) * PS, 0)
+    (want,) = ref.incast(
+        [sender], MTU, int(fab.port_rate_bps[p_out]), int(fab.port_delay_ns[p_out]) * PS,
+        buffer, rto_ns * PS, selective=recovery == "selective",
+        ack_every=None if ack_every == "flow" else ack_every, finish_at_sender=at_sender,
+    )  # fmt: skip
+    c = sim.counters()
+    assert c["drops"] == want.drops > 0
+    assert c["retransmitted_bytes"] == want.resent_bytes
+    assert int(sim.fl[0, L.FL_T_END_PS]) == want.end_ps
+
+
 @pytest.mark.parametrize("size, rate, packets, rto_ns", SCENARIOS)
 def test_go_back_n_resends_at_least_what_selective_recovery_does(size, rate, packets, rto_ns):
     buffer = packets * WIRE
@@ -108,6 +139,13 @@ def closed_form_setup(rate, packets):
     return ref.ser_ps(WIRE, r_in), ref.ser_ps(WIRE, r_out), d_in, d_out, r_in
 
 
+def ack_return_ps(rate_out, d_out, r_in, d_in):
+    """An ACK from the receiver back to the sender over the two idle links: the flow ends
+    (finish at the sender) this long after its last byte arrived."""
+    ack = L.ACK_WIRE_BYTES
+    return ref.ser_ps(ack, rate_out) + d_out + ref.ser_ps(ack, r_in) + d_in
+
+
 def test_a_lost_last_packet_is_sent_once_more_one_timeout_after_its_drop():
     rate, packets, rto_ns = 47 * 10**9, 5, 100_000
     t_in, t_out, d_in, d_out, r_in = closed_form_setup(rate, packets)
@@ -117,7 +155,9 @@ def test_a_lost_last_packet_is_sent_once_more_one_timeout_after_its_drop():
     again = dropped_at + rto_ns * PS  # the queue has long drained: straight through
     assert c["drops"] == 1
     assert c["retransmitted_bytes"] == MTU
-    assert int(sim.fl[0, L.FL_T_END_PS]) == again + t_in + d_in + t_out + d_out
+    received = again + t_in + d_in + t_out + d_out
+    assert int(sim.fl[0, L.FL_T_RECEIVED_PS]) == received
+    assert int(sim.fl[0, L.FL_T_END_PS]) == received + ack_return_ps(rate, d_out, r_in, d_in)
 
 
 def test_one_loss_at_psn_k_of_n_in_flight_resends_n_minus_k_packets_after_one_nak():
@@ -137,7 +177,9 @@ def test_one_loss_at_psn_k_of_n_in_flight_resends_n_minus_k_packets_after_one_na
     assert c["drops"] == 1
     assert c["retransmitted_bytes"] == (n - k) * MTU
     # k and k + 1 again, back to back, into an empty queue
-    assert int(sim.fl[0, L.FL_T_END_PS]) == nak + t_in + d_in + 2 * t_out + d_out
+    received = nak + t_in + d_in + 2 * t_out + d_out
+    assert int(sim.fl[0, L.FL_T_RECEIVED_PS]) == received
+    assert int(sim.fl[0, L.FL_T_END_PS]) == received + ack_return_ps(rate, d_out, r_in, d_in)
 
 
 def test_go_back_n_locks_in_phase_and_never_recovers_in_the_model_as_in_the_simulator():
@@ -205,7 +247,7 @@ def test_an_incast_resends_and_completes_each_flow_as_the_reference_model_does(
     ]
     want = ref.incast(
         senders, MTU, int(fab.port_rate_bps[p_out]), int(fab.port_delay_ns[p_out]) * PS,
-        packets * WIRE, rto_ns * PS,
+        packets * WIRE, rto_ns * PS, **ACKS,
     )  # fmt: skip
     c = sim.counters()
     # the simulator counts drops and resent bytes per run, the model per flow
