@@ -28,7 +28,10 @@ HEADER_OVERHEAD_BYTES = 14 + 20 + 8 + 12 + 4 + 4 + 20
 """Bytes a RoCEv2 packet takes on the wire besides its payload: Ethernet 14, IPv4 20, UDP 8,
 BTH 12, ICRC 4, FCS 4, preamble and inter-frame gap 20 (the `header_overhead` default)."""
 MAX_HEADER_OVERHEAD_BYTES = 65_535
-DEFAULT_ACK_EVERY = 1
+DEFAULT_ACK_EVERY = 4
+"""RC lets a receiver coalesce ACKs; every 4 packets puts 0.5% of the data's bytes on the
+reverse links at a 4 KiB MTU and costs about 1.5 times the CPU of one ACK per flow (every
+packet: 2%, 2.2 times; benchmarks/bench_sim.py a --ack-every N)."""
 DEFAULT_KIND = "dcqcn"
 SIM_COMPONENTS = {"none": None, "dcqcn": "fabric.sim.dcqcn", "cts": "fabric.sim.cts"}
 """The simulator's module implementing each kind's hooks (fabric.sim.congestion); None: no

@@ -14,7 +14,7 @@ from fabric.sim import layout as L
 from fabric.sim.engine import Stalled
 from tests import gbn_reference as ref
 from tests.conftest import fabric as preset
-from tests.simhelp import flows, run
+from tests.simhelp import ack_return_ps, flows, run
 from tests.test_sim_closed_forms import with_queue
 
 MTU = 4096
@@ -139,25 +139,19 @@ def closed_form_setup(rate, packets):
     return ref.ser_ps(WIRE, r_in), ref.ser_ps(WIRE, r_out), d_in, d_out, r_in
 
 
-def ack_return_ps(rate_out, d_out, r_in, d_in):
-    """An ACK from the receiver back to the sender over the two idle links: the flow ends
-    (finish at the sender) this long after its last byte arrived."""
-    ack = L.ACK_WIRE_BYTES
-    return ref.ser_ps(ack, rate_out) + d_out + ref.ser_ps(ack, r_in) + d_in
-
-
 def test_a_lost_last_packet_is_sent_once_more_one_timeout_after_its_drop():
     rate, packets, rto_ns = 47 * 10**9, 5, 100_000
     t_in, t_out, d_in, d_out, r_in = closed_form_setup(rate, packets)
     k = first_drop(t_in, t_out, packets)
-    _, _, _, sim, c = simulate((k + 1) * MTU, rate, packets * WIRE, rto_ns)
+    fab, src, dst, sim, c = simulate((k + 1) * MTU, rate, packets * WIRE, rto_ns)
     dropped_at = (k + 1) * t_in + d_in
     again = dropped_at + rto_ns * PS  # the queue has long drained: straight through
     assert c["drops"] == 1
     assert c["retransmitted_bytes"] == MTU
     received = again + t_in + d_in + t_out + d_out
     assert int(sim.fl[0, L.FL_T_RECEIVED_PS]) == received
-    assert int(sim.fl[0, L.FL_T_END_PS]) == received + ack_return_ps(rate, d_out, r_in, d_in)
+    route = [int(fab.nic_port[src]), int(fab.nic_port[dst]) ^ 1]
+    assert int(sim.fl[0, L.FL_T_END_PS]) == received + ack_return_ps(fab, route)
 
 
 def test_one_loss_at_psn_k_of_n_in_flight_resends_n_minus_k_packets_after_one_nak():
@@ -167,7 +161,7 @@ def test_one_loss_at_psn_k_of_n_in_flight_resends_n_minus_k_packets_after_one_na
     # packet k + 1 finds one packet fewer waiting (one started since k arrived): it is taken
     assert (k + 1) * t_in // t_out > k * t_in // t_out
     n = k + 2
-    _, _, _, sim, c = simulate(n * MTU, rate, packets * WIRE, 100_000)
+    fab, src, dst, sim, c = simulate(n * MTU, rate, packets * WIRE, 100_000)
     # k + 1 is the k-th packet through the queue, which never emptied: it reaches the
     # receiver, which NAKs k; by then the sender has sent all n packets
     delivered = t_in + d_in + (k + 1) * t_out + d_out
@@ -179,7 +173,8 @@ def test_one_loss_at_psn_k_of_n_in_flight_resends_n_minus_k_packets_after_one_na
     # k and k + 1 again, back to back, into an empty queue
     received = nak + t_in + d_in + 2 * t_out + d_out
     assert int(sim.fl[0, L.FL_T_RECEIVED_PS]) == received
-    assert int(sim.fl[0, L.FL_T_END_PS]) == received + ack_return_ps(rate, d_out, r_in, d_in)
+    route = [int(fab.nic_port[src]), int(fab.nic_port[dst]) ^ 1]
+    assert int(sim.fl[0, L.FL_T_END_PS]) == received + ack_return_ps(fab, route)
 
 
 def test_go_back_n_locks_in_phase_and_never_recovers_in_the_model_as_in_the_simulator():
