@@ -14,6 +14,8 @@ from aifabric.cli import main
 from fabric.cc import DEFAULT_ACK_EVERY, HEADER_OVERHEAD_BYTES, cc_parameters
 from fabric.errors import AifabricError
 from fabric.rundir import Run
+from fabric.scenario import Fault
+from fabric.sim import Simulation
 from fabric.sim import layout as L
 from tests.conftest import fabric as preset
 from tests.simhelp import ack_return_ps, flows, run
@@ -83,6 +85,48 @@ def test_a_flow_waiting_on_another_starts_when_its_last_ack_returns():
         if finish == "sender":
             route = sim.path_port[sim.path_ptr[0] : sim.path_ptr[1]]
             assert first_end == int(sim.fl[0, L.FL_T_RECEIVED_PS]) + ack_return_ps(fab, route)
+
+
+def test_acks_take_their_turn_on_the_port_that_sends_data_the_other_way():
+    # two flows in opposite directions between two NICs of one leaf: the second's data leaves
+    # its NIC's port between the first's ACKs, each of which holds it up by its serialization
+    fab = preset("lab-small")
+    a, b = (int(n) for n in fab.nic_ids[1:3])
+    table = flows([a, b], [b, a], SIZE)
+    took = {}
+    for every in ("flow", 1):
+        sim = run(fab, table, cc="none", cc_params={"ack_every": every, "finish": "receiver"})
+        took[every] = int(sim.fl[1, L.FL_T_RECEIVED_PS])
+    rate = int(fab.port_rate_bps[int(fab.nic_port[b])])
+    ack_ps = -(-L.ACK_WIRE_BYTES * 8 * 10**12 // rate)  # an ACK's serialization on b's port
+    late = took[1] - took["flow"]
+    assert late > 0 and late % ack_ps == 0 and late // ack_ps <= PACKETS
+
+
+def test_a_lost_last_ack_is_sent_again_one_timeout_after_its_loss_on_the_new_route():
+    # the flow's one ACK is on its way back over the spine when that link fails: it is lost
+    # where it arrives; one RTO later the receiver sends it again, over the route the flow
+    # was given when the link failed
+    fab, before, route = one_flow(ack_every="flow")
+    received = int(before.fl[0, L.FL_T_RECEIVED_PS])
+    hop = {p: ack_return_ps(fab, [p]) for p in route}  # each reverse hop: serialization + delay
+    onto_spine_link = received + hop[route[3]] + hop[route[2]]  # it starts back over route[1]
+    lost_at = onto_spine_link + hop[route[1]]  # where it arrives (the link is down by then)
+    fail_ns = -(-onto_spine_link // L.PS_PER_NS) + 1
+    assert fail_ns * L.PS_PER_NS < lost_at
+    rto_ns = 7_000
+    sim = Simulation(
+        fab, flows([fab.nic_ids[1]], [fab.nic_ids[14]], SIZE), cc="none",
+        cc_params={"ack_every": "flow", "rto": f"{rto_ns}ns"},
+        faults=[Fault("link", route[1] // 2, fail_ns)],
+    )  # fmt: skip
+    assert sim.run()
+    assert int(sim.fl[0, L.FL_T_RECEIVED_PS]) == received
+    new_route = [int(p) for p in sim.path_port[sim.path_ptr[0] : sim.path_ptr[1]]]
+    assert route[1] not in new_route
+    assert sim.counters()["drops"] == 1
+    end = lost_at + rto_ns * L.PS_PER_NS + ack_return_ps(fab, new_route)
+    assert int(sim.fl[0, L.FL_T_END_PS]) == end
 
 
 @pytest.mark.parametrize("overhead", [0, 64, 82, 200])
