@@ -1,6 +1,6 @@
 """Simulator throughput: events/s, packet-hops/s, wall time and peak memory.
 
-    python benchmarks/bench_sim.py [a b c d e f] [--big] [--repeat N]
+    python benchmarks/bench_sim.py [a b c d e f] [--big] [--repeat N] [--ack-every N|flow]
 
 (a) fat-tree-k8 (128 NICs) and (b) fat-tree-k16 (1,024 NICs), 100 Gb/s, MTU 4000:
 a random permutation of 2 MB flows, PFC on, per-flow 5-tuple ECMP; (c) the same
@@ -17,6 +17,8 @@ beside wall seconds tell a slower kernel from a busier machine; the load
 average is printed beside each case. Peak memory is the process's resident
 high-water mark (it includes every earlier case). Then the memory the state
 takes per in-flight packet, per event and per flow, from the array layouts.
+`--ack-every` sets the receivers' ACK coalescing (the scenario key of that name;
+default: the simulator's), to measure what ACKs cost in events per packet-hop.
 """
 
 from __future__ import annotations
@@ -113,10 +115,16 @@ def reporter(label: str):
     return hook
 
 
+CC_PARAMS: dict = {}  # --ack-every
+
+
 def once(fabric, table, progress=None) -> dict:
     t0 = time.perf_counter()
     c0 = time.process_time()
-    sim = Simulation(fabric, table, ecmp="5tuple", seed=1, cc="none", sample_interval_ns=100_000)
+    sim = Simulation(
+        fabric, table, ecmp="5tuple", seed=1, cc="none", sample_interval_ns=100_000,
+        cc_params=CC_PARAMS,
+    )  # fmt: skip
     t1 = time.perf_counter()
     c1 = time.process_time()
     done = sim.run(progress=progress)
@@ -182,7 +190,10 @@ def main() -> None:
     ap.add_argument("cases", nargs="*", help=f"of {' '.join(CASES)} (default: a b)")
     ap.add_argument("--big", action="store_true", help="also run (f), 24,576 GPUs")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ack-every", type=lambda v: v if v == "flow" else int(v))
     args = ap.parse_args()
+    if args.ack_every is not None:
+        CC_PARAMS["ack_every"] = args.ack_every
     cases = list(args.cases or ["a", "b"])
     unknown = [c for c in cases if c not in CASES]
     if unknown:
@@ -213,6 +224,7 @@ def main() -> None:
             f"(setup {med['setup_s']:.2f} wall, {med['setup_cpu_s']:.2f} CPU; "
             f"run {med['run_s']:.2f} wall, {med['run_cpu_s']:.2f} CPU)  "
             f"{r['events'] / med['run_s'] / 1e6:6.2f} M events/s  "
+            f"{r['events'] / max(r['hops'], 1):.2f} events/hop  "
             f"{r['hops'] / med['run_s'] / 1e6:6.2f} M packet-hops/s  "
             f"{per_hop[case]:6.1f} ns/hop ({med['run_cpu_s'] / max(r['hops'], 1) * 1e9:.1f} CPU)  "
             f"peak RSS {peak_mib():,.0f} MiB  "

@@ -2,6 +2,7 @@
 
     python benchmarks/sim_fingerprint.py [--save FILE | --compare FILE]
         [--loss-recovery go-back-n|selective] [--buffer-model shared|static]
+        [--old-conventions]
 
 Runs every scenario preset (fabric/scenarios/presets), variants of two of them
 that exercise what the presets do not (clear-to-send, spraying, DCQCN on an
@@ -14,6 +15,9 @@ Prints one line per case; `--save` writes them to a JSON file and
 `--compare` checks the entries it holds against one, exiting 1 on any
 difference. `--buffer-model` runs every switch with that buffer model (static: the
 per-port model every fingerprint saved before the shared-buffer model holds).
+`--old-conventions` runs every case with one ACK per flow and flows
+finishing at the receiver (what the simulator did before those became
+parameters), to compare with a file saved before.
 """
 
 from __future__ import annotations
@@ -76,7 +80,8 @@ def captured_ports(fabric) -> list[int]:
     return ports
 
 
-OVERRIDE: dict = {}  # congestion-control parameters every case takes (--loss-recovery)
+OVERRIDE: dict = {}  # parameters every case takes (--loss-recovery, --old-conventions)
+OLD_CONVENTIONS = {"ack_every": "flow", "finish": "receiver"}
 BUFFER_MODEL: list[str] = []  # the switches' buffer model every case takes (--buffer-model)
 
 
@@ -134,11 +139,14 @@ def main() -> None:
     group.add_argument("--compare", type=Path)
     ap.add_argument("--loss-recovery", choices=["go-back-n", "selective"])
     ap.add_argument("--buffer-model", choices=["shared", "static"])
+    ap.add_argument("--old-conventions", action="store_true")
     args = ap.parse_args()
     if args.buffer_model:
         BUFFER_MODEL.append(args.buffer_model)
     if args.loss_recovery:
         OVERRIDE["loss_recovery"] = args.loss_recovery
+    if args.old_conventions:
+        OVERRIDE.update(OLD_CONVENTIONS)
     out = {}
     for label, make in cases():
         sim = make()

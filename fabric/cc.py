@@ -23,6 +23,15 @@ from fabric.units import parse_rate, parse_size, parse_time
 
 KINDS = ("none", "dcqcn", "cts")
 LOSS_RECOVERY = ("go-back-n", "selective")
+FINISH = ("sender", "receiver")
+HEADER_OVERHEAD_BYTES = 14 + 20 + 8 + 12 + 4 + 4 + 20
+"""Bytes a RoCEv2 packet takes on the wire besides its payload: Ethernet 14, IPv4 20, UDP 8,
+BTH 12, ICRC 4, FCS 4, preamble and inter-frame gap 20 (the `header_overhead` default)."""
+MAX_HEADER_OVERHEAD_BYTES = 65_535
+DEFAULT_ACK_EVERY = 4
+"""RC lets a receiver coalesce ACKs; every 4 packets puts 0.5% of the data's bytes on the
+reverse links at a 4 KiB MTU and costs about 1.5 times the CPU of one ACK per flow (every
+packet: 2%, 2.2 times; benchmarks/bench_sim.py a --ack-every N)."""
 DEFAULT_KIND = "dcqcn"
 SIM_COMPONENTS = {"none": None, "dcqcn": "fabric.sim.dcqcn", "cts": "fabric.sim.cts"}
 """The simulator's module implementing each kind's hooks (fabric.sim.congestion); None: no
@@ -134,6 +143,33 @@ PARAMETERS = (
         "go-back-n (RoCE NICs: the receiver NAKs the first gap, the sender resends all from "
         "there) or selective (only what was lost is resent, as in IRN)",
     ),
+    Parameter(
+        "ack_every",
+        DEFAULT_ACK_EVERY,
+        lambda v: _ack_every(v),
+        "packets",
+        KINDS,
+        "the receiver acknowledges every this many in-order data packets and the last one "
+        '(RC ACK coalescing); "flow": one ACK per flow, when its last byte arrives',
+    ),
+    Parameter(
+        "finish",
+        "sender",
+        lambda v: _choice(v, FINISH),
+        "",
+        KINDS,
+        "a flow ends at the sender when the ACK of its last byte returns (sender) or when "
+        "its last byte arrives (receiver); the flows waiting on it start then",
+    ),
+    Parameter(
+        "header_overhead",
+        HEADER_OVERHEAD_BYTES,
+        parse_size,
+        "bytes",
+        KINDS,
+        "wire bytes of every packet besides its payload (headers, ICRC, FCS, preamble and "
+        "gap); ACKs carry 4 more (AETH), CNPs and grants 16 more",
+    ),
 )
 BY_NAME = {p.name: p for p in PARAMETERS}
 DEFAULTS = {p.name: p.default for p in PARAMETERS}
@@ -142,6 +178,14 @@ DEFAULTS = {p.name: p.default for p in PARAMETERS}
 def _flag(value):
     if not isinstance(value, bool):
         raise ValueError("write true or false")
+    return value
+
+
+def _ack_every(value):
+    if value == "flow":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError('write a positive number of packets or "flow"')
     return value
 
 
@@ -184,4 +228,9 @@ def cc_parameters(params: dict | None) -> dict:
         raise AifabricError(f"the DCQCN gain g must be between 0 and 1, got {out['g']}")
     if out["fast_recovery_steps"] < 0:
         raise AifabricError("fast_recovery_steps must not be negative")
+    if out["header_overhead"] > MAX_HEADER_OVERHEAD_BYTES:
+        raise AifabricError(
+            f"header_overhead must be at most {MAX_HEADER_OVERHEAD_BYTES:,} bytes, "
+            f"got {out['header_overhead']:,}"
+        )
     return out

@@ -127,7 +127,7 @@ def scenario_features(sc: Scenario) -> dict[str, str]:
         + ", ".join(f"{r.label} {q.model}" for r, q in zip(roles, queues, strict=True)),
         "ecmp.policy": sc.ecmp,
         "congestion_control.kind": sc.cc,
-        "loss_recovery": _loss_recovery(sc),
+        **transport_features(sc),
         "sample_interval": f"{sc.sample_interval_ns} ns",
     }
     if sc.same_seed:
@@ -147,10 +147,18 @@ def scenario_features(sc: Scenario) -> dict[str, str]:
     return out
 
 
-def _loss_recovery(sc: Scenario) -> str:
+def transport_features(sc: Scenario) -> dict[str, str]:
+    """The measurement conventions and loss recovery `sc` asks for (fabric.cc's parameters)."""
     from fabric.cc import cc_parameters
 
-    return cc_parameters(dict(sc.cc_params))["loss_recovery"]
+    p = cc_parameters(dict(sc.cc_params))
+    every = p["ack_every"]
+    return {
+        "loss_recovery": p["loss_recovery"],
+        "acks": "one per flow" if every == "flow" else f"every {every} packets",
+        "finish": p["finish"],
+        "header_overhead": f"{p['header_overhead']} bytes",
+    }
 
 
 def check_features(name: str, sc: Scenario, features: dict[str, Support]) -> None:

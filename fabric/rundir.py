@@ -6,7 +6,8 @@ temporary file renamed into place, so a reader never sees half of one):
     run.json         schema, engine, status, scenario, versions, times, message
     topology.json    fabric.export.topology_dict(fabric)
     flows.npz        per flow (one QP's transfer): flow_id job op step channel src dst
-                     sqpn dqpn sport bytes start_ns end_ns (end_ns -1: unfinished),
+                     sqpn dqpn sport bytes start_ns end_ns (end_ns -1: unfinished; where
+                     it is measured: run.json features.finish),
                      path_ptr int64[n + 1] and path_link: the links flow f used are
                      path_link[path_ptr[f]:path_ptr[f + 1]], in order;
                      optional: route_epoch, which routing chose flow f's route (0 the

@@ -22,9 +22,13 @@ The rules, as `fabric/sim/kernel.py` states them (this module does not call it):
   an idle sender starts at once (or when its port frees).
 - A drop at time t for offset o: at t + rto, if the sender has not gone back since t and
   the receiver has not got o, the sender goes back to what the receiver has.
-- The flow completes when the last byte is delivered; the receiver then sends an ACK.
-  The receiver's port sends NAKs and ACKs one at a time (a scenario where one would wait
-  for another is refused).
+- ACKs (`ack_every`): the receiver sends one every `ack_every` packets it takes and for
+  the last one (None: one per flow, as the last byte arrives). An ACK, like a NAK, goes
+  back over both links (ACK_WIRE_BYTES). The flow completes when the last byte is
+  delivered (`finish_at_sender=False`) or when the ACK of it reaches the sender; a NAK
+  reaching a sender whose flow is complete does nothing. The receiver's port and the
+  switch's port towards each sender send NAKs and ACKs one at a time (a scenario where
+  one would wait for another is refused).
 
 Events at the same picosecond run in the order the kernel schedules them (its sequence
 numbers): the model keys each event on the time the kernel would schedule it (a packet's
@@ -42,6 +46,28 @@ import heapq
 from dataclasses import dataclass
 
 from fabric.sim.layout import ACK_WIRE_BYTES, DATA_OVERHEAD_BYTES
+
+PER_FLOW = None  # ack_every: one ACK per flow
+
+
+def receiver_takes(offset: int, delivered: int, naked: bool) -> tuple[bool, bool]:
+    """Go-back-N's receiver, got data at `offset` having `delivered` bytes in order and
+    `naked` (a NAK sent since it last took a packet): (takes it, sends a NAK)."""
+    if offset == delivered:
+        return True, False
+    return False, offset > delivered and not naked
+
+
+def sender_goes_back(offset: int, sent: int, done: bool) -> bool:
+    """Go-back-N's sender, having sent up to `sent`, got a NAK for `offset` (or timed out
+    with the receiver at `offset`): does it send again from `offset`?"""
+    return not done and offset < sent
+
+
+def timeout_goes_back(rewind_ps: int, lost_ps: int, delivered: int, offset: int) -> bool:
+    """One RTO after data at `offset` was lost at `lost_ps`: does the sender go back (to what
+    the receiver has, `delivered`)? Not if it went back since, or the receiver has it."""
+    return rewind_ps < lost_ps and delivered <= offset
 
 
 class Tie(Exception):
@@ -81,11 +107,13 @@ def incast(
     *,
     selective: bool = False,
     until_ps: int | None = None,
+    ack_every: int | None = PER_FLOW,
+    finish_at_sender: bool = False,
 ) -> list[Outcome]:
     """Go-back-N (or selective recovery) for flows, each from its own NIC, into one receiver
     through one switch, by the rules above. What they share: the switch's egress to the
-    receiver (one FIFO), and the receiver's port, which sends every flow's NAKs and, as a
-    flow completes, its ACK. Events after `until_ps` are not run."""
+    receiver (one FIFO), and the receiver's port, which sends every flow's NAKs and ACKs.
+    Events after `until_ps` are not run."""
     # (time, when the kernel would schedule it, push order, kind, payload): at one
     # picosecond the kernel runs events in the order they were scheduled
     events: list[tuple] = []
@@ -104,7 +132,10 @@ def incast(
     rewind_ps = [-1] * n
     delivered = [0] * n
     naked = [False] * n
+    unacked = [0] * n
+    received_ps: list[int | None] = [None] * n
     done_ps: list[int | None] = [None] * n
+    back_free = [0] * n  # the switch's port towards each sender
     resent = [0] * n
     drops = [0] * n
     naks = [0] * n
@@ -136,10 +167,8 @@ def incast(
             emit(f, t)
 
     def go_back(f, offset, t):
-        if done_ps[f] is not None:
-            return
         sent = senders[f].size_bytes - unsent[f]
-        if offset < sent:
+        if sender_goes_back(offset, sent, done_ps[f] is not None):
             rewind_ps[f] = t
             resent[f] += sent - offset
             unsent[f] = senders[f].size_bytes - offset
@@ -152,10 +181,15 @@ def incast(
             raise Tie(f"the receiver's port is busy at {t} ps (not modelled)")
         receiver_free = t + ack_out
         at_switch = t + ack_out + delay_out_ps
+        if back_free[f] > at_switch:
+            raise Tie(f"the switch's port to sender {f} is busy at {at_switch} ps (not modelled)")
         s = senders[f]
+        back_free[f] = at_switch + ser_ps(ACK_WIRE_BYTES, s.rate_bps)
+        back = back_free[f] + s.delay_ps
         if nak_offset is not None:
-            back = at_switch + ser_ps(ACK_WIRE_BYTES, s.rate_bps) + s.delay_ps
             at(back, at_switch, "nak", (f, nak_offset))
+        elif finish_at_sender and delivered[f] >= s.size_bytes:
+            at(back, at_switch, "acked", f)
 
     for f, s in enumerate(senders):
         at(s.start_ps, -1, "emit", f)
@@ -191,19 +225,31 @@ def incast(
                 unsent[f] += size
                 resent[f] += size
                 wake(f, t)
-            elif rewind_ps[f] < t - rto_ps and delivered[f] <= offset:
+            elif timeout_goes_back(rewind_ps[f], t - rto_ps, delivered[f], offset):
                 go_back(f, delivered[f], t)
         elif kind == "nak":
             go_back(*payload, t)
+        elif kind == "acked":
+            if done_ps[payload] is None:
+                done_ps[payload] = t
         elif kind == "deliver":
             f, offset, size = payload
-            if selective or offset == delivered[f]:
+            takes, nak = receiver_takes(offset, delivered[f], naked[f])
+            if selective or takes:
                 delivered[f] += size
                 naked[f] = False
-                if delivered[f] >= senders[f].size_bytes and done_ps[f] is None:
-                    done_ps[f] = t
+                last = delivered[f] >= senders[f].size_bytes and received_ps[f] is None
+                unacked[f] += 1
+                if ack_every is not None and (unacked[f] >= ack_every or last):
+                    unacked[f] = 0
                     control(f, t, None)
-            elif offset > delivered[f] and not naked[f] and done_ps[f] is None:
+                if last:
+                    received_ps[f] = t
+                    if ack_every is None:
+                        control(f, t, None)
+                    if not finish_at_sender:
+                        done_ps[f] = t
+            elif nak and received_ps[f] is None:
                 naked[f] = True
                 naks[f] += 1
                 control(f, t, delivered[f])

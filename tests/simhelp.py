@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fabric.sim import Simulation
-from fabric.sim.layout import DATA_OVERHEAD_BYTES, PS_PER_NS
+from fabric.sim.layout import ACK_WIRE_BYTES, DATA_OVERHEAD_BYTES, PS_PER_NS
 from traffic.flows import FlowTable
 
 
@@ -42,6 +42,17 @@ def path_latency_ps(fabric, ports, mtu_payload: int) -> float:
     delay = sum(int(fabric.port_delay_ns[p]) for p in ports) * PS_PER_NS
     sf = sum(wire_ps(mtu_payload, int(fabric.port_rate_bps[p])) for p in ports[1:])
     return delay + sf
+
+
+def ack_return_ps(fabric, ports, ack_bytes: int = ACK_WIRE_BYTES) -> int:
+    """An ACK from the end of the route `ports` back to its start over idle links: on each
+    hop, its serialization (rounded up to the ps, as the simulator does) and the delay."""
+    total = 0
+    for p in ports:
+        back = int(p) ^ 1
+        rate = int(fabric.port_rate_bps[back])
+        total += -(-ack_bytes * 8 * 10**12 // rate) + int(fabric.port_delay_ns[back]) * PS_PER_NS
+    return total
 
 
 def run(fabric, table, **kw) -> Simulation:

@@ -154,12 +154,13 @@ def test_a_seed_must_be_a_whole_number(key, value):
 def test_analysis_rebuilds_routes_with_the_recorded_hash_seed(get_fabric):
     from types import SimpleNamespace
 
-    from analysis.metrics import _routing
+    from analysis.metrics import _routings
 
     fabric = get_fabric("lab-small")
+    flows = {"start_ns": np.zeros(1, dtype=np.int64)}
     recorded = {"seed": 5, "hash_seed": 11, "ecmp": {"policy": "5tuple", "same_seed": False}}
-    routing = _routing(SimpleNamespace(meta={"scenario": recorded}), fabric)
+    (routing,), _ = _routings(SimpleNamespace(meta={"scenario": recorded}), fabric, flows)
     assert np.array_equal(routing.seeds, routing_seeds(fabric.n_nodes, 11))
     del recorded["hash_seed"]  # a run from before the seeds were separated
-    routing = _routing(SimpleNamespace(meta={"scenario": recorded}), fabric)
+    (routing,), _ = _routings(SimpleNamespace(meta={"scenario": recorded}), fabric, flows)
     assert np.array_equal(routing.seeds, routing_seeds(fabric.n_nodes, 5))

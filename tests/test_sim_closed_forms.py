@@ -14,7 +14,7 @@ from fabric.routing import Routing
 from fabric.sim import Simulation
 from fabric.sim import layout as L
 from tests.conftest import fabric as preset
-from tests.simhelp import flows, path_latency_ps, run, transfer_ps
+from tests.simhelp import ack_return_ps, flows, path_latency_ps, run, transfer_ps
 
 MTU = 4096
 
@@ -43,7 +43,10 @@ def test_one_flow_reaches_line_rate_and_fct_is_size_over_rate_plus_latency():
     rec = sim.flow_records()
     ports = sim.path_port[sim.path_ptr[0] : sim.path_ptr[1]]
     rate = int(fab.port_rate_bps[ports[0]])
-    expected_ps = transfer_ps(size, MTU, rate) + path_latency_ps(fab, ports, MTU)
+    # the flow ends when the ACK of its last packet is back at the sender
+    expected_ps = (
+        transfer_ps(size, MTU, rate) + path_latency_ps(fab, ports, MTU) + ack_return_ps(fab, ports)
+    )
     fct_ps = (rec["end_ns"][0] - rec["start_ns"][0]) * L.PS_PER_NS
     assert fct_ps == pytest.approx(expected_ps, rel=0.01)
     # line rate: the NIC port sent back to back (wire bytes over the transfer time)
@@ -180,7 +183,8 @@ def test_ring_allreduce_matches_the_alpha_beta_model():
     longest = max(
         (sim.path_port[sim.path_ptr[i] : sim.path_ptr[i + 1]] for i in range(len(nics))), key=len
     )
-    alpha = path_latency_ps(fab, longest, MTU)
+    # alpha: to the last byte's arrival, and the ACK's way back (the next step starts then)
+    alpha = path_latency_ps(fab, longest, MTU) + ack_return_ps(fab, longest)
     model_ps = steps * (alpha + transfer_ps(chunk, MTU, rate))
     took_ps = (coll["end_ns"][0] - coll["start_ns"][0]) * L.PS_PER_NS
     assert took_ps == pytest.approx(model_ps, rel=0.02)

@@ -8,17 +8,21 @@ import dataclasses
 
 import pytest
 
+from fabric.cc import DEFAULT_ACK_EVERY
 from fabric.sim import Simulation
 from fabric.sim import layout as L
 from fabric.sim.engine import Stalled
 from tests import gbn_reference as ref
 from tests.conftest import fabric as preset
-from tests.simhelp import flows, run
+from tests.simhelp import ack_return_ps, flows, run
 from tests.test_sim_closed_forms import with_queue
 
 MTU = 4096
 PS = L.PS_PER_NS
 WIRE = MTU + L.DATA_OVERHEAD_BYTES  # a full packet on the wire
+# the simulator's default conventions: an ACK every DEFAULT_ACK_EVERY packets, and a flow
+# ends when the ACK of its last byte reaches the sender
+ACKS = {"ack_every": DEFAULT_ACK_EVERY, "finish_at_sender": True}
 
 
 def lossy_pair(out_rate_bps, buffer_bytes):
@@ -51,7 +55,7 @@ def reference(fab, src, dst, size, buffer_bytes, rto_ns, selective=False, until_
     sender = ref.Sender(size, int(fab.port_rate_bps[p_in]), int(fab.port_delay_ns[p_in]) * PS, 0)
     (outcome,) = ref.incast(
         [sender], MTU, int(fab.port_rate_bps[p_out]), int(fab.port_delay_ns[p_out]) * PS,
-        buffer_bytes, rto_ns * PS, selective=selective, until_ps=until_ps,
+        buffer_bytes, rto_ns * PS, selective=selective, until_ps=until_ps, **ACKS,
     )  # fmt: skip
     return outcome
 
@@ -80,6 +84,33 @@ def test_the_simulator_resends_and_completes_as_the_reference_model_does(
     assert c["retransmitted_bytes"] == want.resent_bytes
     assert int(sim.fl[0, L.FL_T_END_PS]) == want.end_ps
     assert c["flows_done"] == 1
+
+
+@pytest.mark.parametrize("ack_every, at_sender", [("flow", False), ("flow", True), (3, False)])
+@pytest.mark.parametrize("recovery", ["go-back-n", "selective"])
+def test_each_convention_resends_and_completes_as_the_reference_model_does(
+    ack_every, at_sender, recovery
+):
+    size, rate, packets, rto_ns = SCENARIOS[1]
+    buffer = packets * WIRE
+    fab, src, dst = lossy_pair(rate, buffer)
+    finish = "sender" if at_sender else "receiver"
+    sim = run(
+        fab, flows([src], [dst], size), cc="none",
+        cc_params={"rto": f"{rto_ns}ns", "loss_recovery": recovery, "ack_every": ack_every,
+                   "finish": finish},
+    )  # fmt: skip
+    p_in, p_out = int(fab.nic_port[src]), int(fab.nic_port[dst]) ^ 1
+    sender = ref.Sender(size, int(fab.port_rate_bps[p_in]), int(fab.port_delay_ns[p_in]) * PS, 0)
+    (want,) = ref.incast(
+        [sender], MTU, int(fab.port_rate_bps[p_out]), int(fab.port_delay_ns[p_out]) * PS,
+        buffer, rto_ns * PS, selective=recovery == "selective",
+        ack_every=None if ack_every == "flow" else ack_every, finish_at_sender=at_sender,
+    )  # fmt: skip
+    c = sim.counters()
+    assert c["drops"] == want.drops > 0
+    assert c["retransmitted_bytes"] == want.resent_bytes
+    assert int(sim.fl[0, L.FL_T_END_PS]) == want.end_ps
 
 
 @pytest.mark.parametrize("size, rate, packets, rto_ns", SCENARIOS)
@@ -114,12 +145,15 @@ def test_a_lost_last_packet_is_sent_once_more_one_timeout_after_its_drop():
     rate, packets, rto_ns = 47 * 10**9, 5, 100_000
     t_in, t_out, d_in, d_out, r_in = closed_form_setup(rate, packets)
     k = first_drop(t_in, t_out, packets)
-    _, _, _, sim, c = simulate((k + 1) * MTU, rate, packets * WIRE, rto_ns)
+    fab, src, dst, sim, c = simulate((k + 1) * MTU, rate, packets * WIRE, rto_ns)
     dropped_at = (k + 1) * t_in + d_in
     again = dropped_at + rto_ns * PS  # the queue has long drained: straight through
     assert c["drops"] == 1
     assert c["retransmitted_bytes"] == MTU
-    assert int(sim.fl[0, L.FL_T_END_PS]) == again + t_in + d_in + t_out + d_out
+    received = again + t_in + d_in + t_out + d_out
+    assert int(sim.fl[0, L.FL_T_RECEIVED_PS]) == received
+    route = [int(fab.nic_port[src]), int(fab.nic_port[dst]) ^ 1]
+    assert int(sim.fl[0, L.FL_T_END_PS]) == received + ack_return_ps(fab, route)
 
 
 def test_one_loss_at_psn_k_of_n_in_flight_resends_n_minus_k_packets_after_one_nak():
@@ -129,7 +163,7 @@ def test_one_loss_at_psn_k_of_n_in_flight_resends_n_minus_k_packets_after_one_na
     # packet k + 1 finds one packet fewer waiting (one started since k arrived): it is taken
     assert (k + 1) * t_in // t_out > k * t_in // t_out
     n = k + 2
-    _, _, _, sim, c = simulate(n * MTU, rate, packets * WIRE, 100_000)
+    fab, src, dst, sim, c = simulate(n * MTU, rate, packets * WIRE, 100_000)
     # k + 1 is the k-th packet through the queue, which never emptied: it reaches the
     # receiver, which NAKs k; by then the sender has sent all n packets
     delivered = t_in + d_in + (k + 1) * t_out + d_out
@@ -139,7 +173,10 @@ def test_one_loss_at_psn_k_of_n_in_flight_resends_n_minus_k_packets_after_one_na
     assert c["drops"] == 1
     assert c["retransmitted_bytes"] == (n - k) * MTU
     # k and k + 1 again, back to back, into an empty queue
-    assert int(sim.fl[0, L.FL_T_END_PS]) == nak + t_in + d_in + 2 * t_out + d_out
+    received = nak + t_in + d_in + 2 * t_out + d_out
+    assert int(sim.fl[0, L.FL_T_RECEIVED_PS]) == received
+    route = [int(fab.nic_port[src]), int(fab.nic_port[dst]) ^ 1]
+    assert int(sim.fl[0, L.FL_T_END_PS]) == received + ack_return_ps(fab, route)
 
 
 def test_go_back_n_locks_in_phase_and_never_recovers_in_the_model_as_in_the_simulator():
@@ -208,7 +245,7 @@ def test_an_incast_resends_and_completes_each_flow_as_the_reference_model_does(
     ]
     want = ref.incast(
         senders, MTU, int(fab.port_rate_bps[p_out]), int(fab.port_delay_ns[p_out]) * PS,
-        packets * WIRE, rto_ns * PS,
+        packets * WIRE, rto_ns * PS, **ACKS,
     )  # fmt: skip
     c = sim.counters()
     # the simulator counts drops and resent bytes per run, the model per flow

@@ -23,7 +23,7 @@ from fabric.sim.kernel import prefetch
 from fabric.sim.queue import dequeue, enqueue, fifo_check
 from tests import buffer_reference
 from tests.conftest import fabric as preset
-from tests.simhelp import flows, run
+from tests.simhelp import ack_return_ps, flows, run
 
 
 def test_event_heap_pops_in_time_then_schedule_order_like_heapq():
@@ -254,7 +254,9 @@ def test_event_loop_matches_a_store_and_forward_reference_to_the_picosecond():
         [int(fab.port_rate_bps[p]) for p in ports],
         [int(fab.port_delay_ns[p]) * 1000 for p in ports],
     )
-    assert sim.fl[0, L.FL_T_END_PS] == end_ps
+    assert sim.fl[0, L.FL_T_RECEIVED_PS] == end_ps
+    # the flow ends when the ACK of its last packet has come back the same way
+    assert sim.fl[0, L.FL_T_END_PS] == end_ps + ack_return_ps(fab, ports)
 
 
 # purge, grant and complete against slow models ---------------------------------------------
@@ -438,8 +440,34 @@ def test_complete_finishes_a_flow_and_starts_its_dependents_as_the_reference_doe
     starts = [row for row in sim.ev[: int(sim.g[L.G_HEAP])] if row[L.E_SEQ] >= seq]
     starts = sorted((r for r in starts if r[L.E_KIND] == L.EV_FLOW_START), key=lambda r: r[1])
     assert [(int(r[L.E_A]), int(r[L.E_TIME_PS])) for r in starts] == want
+    # ending a flow sends nothing: its ACKs are the receiver's (`received`)
+    assert not (sim.pk[:-1, L.PK_KIND] == L.K_ACK).any()
+
+
+@pytest.mark.parametrize("ack_every", ["flow", 4])
+@pytest.mark.parametrize("finish", ["receiver", "sender"])
+def test_a_receiver_with_every_byte_acks_once_per_flow_and_ends_the_flow_at_the_receiver(
+    ack_every, finish
+):
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    sim = Simulation(
+        fab, flows(nics[1:3], nics[7:9], 10_000), cc="none",
+        cc_params={"ack_every": ack_every, "finish": finish},
+    )  # fmt: skip
+    now = 1_000 * L.PS_PER_NS
+    kernel.received(sim._state(), 0, now)
+    fl = sim.fl
+    assert fl[0, L.FL_T_RECEIVED_PS] == now
     acks = np.flatnonzero(sim.pk[:-1, L.PK_KIND] == L.K_ACK)
-    assert len(acks) == 1 and sim.pk[acks[0], L.PK_FLOW] == 0
+    # a coalescing receiver acknowledged its last packet as it took it, before this
+    assert len(acks) == (ack_every == "flow")
+    if len(acks):
+        assert sim.pk[acks[0], L.PK_FLOW] == 0 and sim.pc[acks[0], L.PC_ARG] == 0
+    at_receiver = finish == "receiver"
+    assert (fl[0, L.FL_STATE] == L.ST_DONE) == at_receiver
+    assert fl[0, L.FL_T_END_PS] == (now if at_receiver else -1)
+    assert sim.g[L.G_DONE] == at_receiver
 
 
 def test_no_kernel_function_calls_itself_even_through_others():

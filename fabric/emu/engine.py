@@ -22,6 +22,7 @@ from fabric.emu import linux
 from fabric.emu.faults import FaultInjector
 from fabric.emu.monitor import Monitor
 from fabric.emu.net import SWITCHES, make_network
+from fabric.emu.packets import WIRE_OVERHEAD_BYTES
 from fabric.emu.plan import plan
 from fabric.emu.replay import PAYLOAD_MTU, Replay
 from fabric.engines import Support, approximated, implemented, refused, scenario_features
@@ -165,6 +166,22 @@ def features(scenario, *, switch: str, ecn: str, delay: str, pfc: bool) -> dict[
             "the emulator's replay recovers losses with go-back-N only; "
             "run selective repeat on the simulator"
         )
+    )
+    transport = scenario_features(scenario)
+    out["acks"] = approximated(
+        "receivers send no ACKs, only a NAK per gap; a sender's timeout stands in for a missing ACK"
+    )
+    out["finish"] = (
+        implemented("a flow ends when its receiver has counted its last byte")
+        if transport["finish"] == "receiver"
+        else approximated(
+            "a flow ends when its receiver has counted its last byte: the replay sends no ACK "
+            "to time at the sender"
+        )
+    )
+    out["header_overhead"] = approximated(
+        f"frames carry real RoCEv2 headers (RETH included: {WIRE_OVERHEAD_BYTES} wire bytes "
+        f"per packet); DCQCN pacing counts {transport['header_overhead']} per packet"
     )
     out["congestion_control.kind"] = {
         "none": implemented("senders send as fast as their NIC queue takes packets"),

@@ -37,6 +37,9 @@ from fabric.frames import RC_RDMA_WRITE_ONLY as OP_WRITE_ONLY
 
 HEADER_BYTES = BTH_BYTES + RETH_BYTES  # before the payload
 OVERHEAD_BYTES = HEADER_BYTES + ICRC_BYTES
+WIRE_OVERHEAD_BYTES = OVERHEAD_BYTES + 8 + 20 + 14 + 4 + 20
+"""A replay packet's wire bytes besides its payload: the above, UDP 8, IPv4 20, Ethernet 14,
+FCS 4, preamble and inter-frame gap 20."""
 
 
 @njit(cache=True)

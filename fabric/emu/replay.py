@@ -12,13 +12,15 @@ its rate on CNPs (DCQCN's rate decrease, alpha update, fast recovery and
 additive increase on the rate timer), otherwise they send as fast as the
 host's NIC queue takes packets.
 
-Delivery is RoCE's go-back-N: a receiver counts a packet only when it
-carries the PSN it expects; past a gap (a drop: a full buffer without PFC,
-a link that failed mid-run) it drops what follows and sends one NAK with the
-expected PSN, and the sender resends from there. A sender whose flow has
-gone quiet for the retransmission timeout (the scenario's `rto`, scaled)
-resends from the receiver's expected PSN, which stands in for the ACKs this
-replay does not send. So "delivered" means every byte arrived in order.
+Delivery is RoCE's go-back-N, by the rules of `fabric.emu.gbn` (the
+simulator's): a receiver counts a packet only when it carries the PSN it
+expects; past a gap (a drop: a full buffer without PFC, a link that failed
+mid-run) it drops what follows and sends one NAK with the expected PSN, and
+the sender resends from there. A flow with data outstanding whose receiver
+has taken nothing for the retransmission timeout (the scenario's `rto`,
+scaled) resends from the receiver's expected PSN, which stands in for the
+ACKs this replay does not send. So "delivered" means every byte arrived in
+order.
 
 Times in the results are fabric time: wall-clock nanoseconds divided by the
 scale, so they compare with the simulator's.
@@ -35,7 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabric.addressing import ROCE_UDP_PORT, format_ipv4
-from fabric.emu import linux
+from fabric.cc import HEADER_OVERHEAD_BYTES
+from fabric.emu import gbn, linux
 from fabric.emu.packets import (
     OP_ACK,
     OP_WRITE_ONLY,
@@ -174,6 +177,7 @@ class Replay:
         ai = float(self.ccp.get("additive_increase", 40e6)) / scale
         min_rate = float(self.ccp.get("min_rate", 100e6)) / scale
         fast_steps = int(self.ccp.get("fast_recovery_steps", 5))
+        overhead = int(self.ccp.get("header_overhead", HEADER_OVERHEAD_BYTES))
         # A quiet flow may only be queued: wait at least as long as three full buffers drain.
         t_rto = max(0.05, self.ccp.get("rto", 100_000) * scale / 1e9, 3 * _drain_s(self.net))
         n_naks = n_timeouts = 0
@@ -203,20 +207,18 @@ class Replay:
                     waiting.add(w)
 
         def go_back(f, psn24, now):
-            """Send flow f on from the PSN the receiver expects (`psn24`, its low 24 bits).
-
-            That PSN is at most one past the highest sent; it may lie ahead of
-            where an earlier, staler NAK sent the flow back to.
-            """
-            full = int(high[f]) - ((int(high[f]) - psn24) & 0xFFFFFF)
-            if full == psn[f]:
-                return
+            """Send flow f on from the PSN the receiver expects (`psn24`, its low 24 bits),
+            if that lies behind where it is (`gbn.go_back_to`); True if it went back."""
+            full = gbn.go_back_to(int(psn[f]), int(high[f]), psn24)
+            if full is None:
+                return False
             psn[f] = full
             sent_off[f] = full * self.mtu
             progress[f] = now
             if not sending[f]:
                 sending[f] = True
                 active.append(f)
+            return True
 
         zero_set = set(zero.tolist())
         last_rto_check = t0
@@ -278,14 +280,15 @@ class Replay:
                         psn[f] += m
                         high[f] = max(high[f], psn[f])
                         if self.cc:
-                            next_tx[f] = max(next_tx[f], now) + (payload + m * 90) * 8 / rate[f]
+                            wire = payload + m * overhead
+                            next_tx[f] = max(next_tx[f], now) + wire * 8 / rate[f]
                 active = still
                 if now - last_rto_check >= t_rto / 4:
                     last_rto_check = now
-                    for f in np.flatnonzero((start >= 0) & (end < 0) & ~sending):
-                        if now - progress[f] >= t_rto:
+                    for f in np.flatnonzero((start >= 0) & (end < 0)):
+                        due = gbn.timed_out(now, progress[f], t_rto, high[f], expect[f])
+                        if due and go_back(int(f), int(expect[f]) & gbn.PSN_MASK, now):
                             n_timeouts += 1
-                            go_back(int(f), int(expect[f]) & 0xFFFFFF, now)
                 wait = 0.0 if (waiting or any(sent_off[f] < nbytes[f] for f in active)) else 0.002
                 if self.cc and active:
                     wait = max(0.0, min(0.002, min(next_tx[f] for f in active) - now))
@@ -309,13 +312,13 @@ class Replay:
                         now = time.monotonic()
                         if op == OP_WRITE_ONLY and 0 <= f < n:
                             tos = anc[0][2][0] if anc else 0
-                            ahead = (psn_in - int(expect[f])) & 0xFFFFFF
-                            if ahead == 0:
+                            taken, naks = gbn.receive(int(expect[f]), int(nak_for[f]), psn_in)
+                            if taken:
                                 received[f] += pay
                                 expect[f] += 1
                                 progress[f] = now
-                            elif ahead < 0x800000 and nak_for[f] != expect[f]:
-                                nak_for[f] = expect[f]  # a gap: one NAK, then wait for it
+                            elif naks >= 0:
+                                nak_for[f] = naks  # a gap: one NAK, then wait for it
                                 n_naks += 1
                                 s.sendto(
                                     nak(int(ft.sqpn[f]), int(expect[f]), f),

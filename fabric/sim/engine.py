@@ -195,6 +195,9 @@ class Simulation:
         prm[L.P_GO_BACK_N] = int(p["loss_recovery"] == "go-back-n")
         prm[L.P_CLAMP_TARGET] = int(p["clamp_target"])
         prm[L.P_ADAPTIVE] = int(self.routing.policy == "adaptive")
+        prm[L.P_ACK_EVERY] = 0 if p["ack_every"] == "flow" else p["ack_every"]
+        prm[L.P_FINISH_AT_SENDER] = int(p["finish"] == "sender")
+        prm[L.P_OVERHEAD_BYTES] = p["header_overhead"]
         fprm = np.zeros(L.FP_NFPRM, dtype=np.float64)
         fprm[L.FP_G] = p["g"]
         self.mtu = mtu
@@ -237,6 +240,7 @@ class Simulation:
         fl[:, L.FL_EARLIEST_PS] = t.start_ns * PS
         fl[:, L.FL_T_START_PS] = -1
         fl[:, L.FL_T_END_PS] = -1
+        fl[:, L.FL_T_RECEIVED_PS] = -1
         fl[:, L.FL_REWIND_PS] = -1
         fl[:, L.FL_LAST_CNP_PS] = -1
         fl[:, L.FL_SLOT] = -1
@@ -586,6 +590,16 @@ class Simulation:
             "retransmitted_bytes": int(g[L.G_RETX_BYTES]),
             "loss_recovery": self.params["loss_recovery"],
             "simulated_ns": self.now_ns,
+        }
+
+    def transport(self) -> dict:
+        """The loss recovery and measurement conventions the run used (run.json's summary)."""
+        p = self.params
+        return {
+            "loss_recovery": p["loss_recovery"],
+            "ack_every": p["ack_every"],
+            "finish": p["finish"],
+            "header_overhead_bytes": p["header_overhead"],
         }
 
     def flow_records(self) -> dict[str, np.ndarray]:

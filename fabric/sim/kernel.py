@@ -22,9 +22,9 @@ from fabric.routing import MODE_SPRAY, Live, Net, flow_hash, is_next_hop, route_
 from fabric.sim import buffer, congestion, ecn, pfc
 from fabric.sim.heap import pop, schedule
 from fabric.sim.layout import (
-    ACK_WIRE_BYTES,
+    ACK_EXTRA_BYTES,
     CC_NONE,
-    CNP_WIRE_BYTES,
+    CNP_EXTRA_BYTES,
     CP_ARG,
     CP_BYTES,
     CP_CE,
@@ -33,8 +33,7 @@ from fabric.sim.layout import (
     CP_PORT,
     CP_PSN,
     CP_TIME,
-    CTS_WIRE_BYTES,
-    DATA_OVERHEAD_BYTES,
+    CTS_EXTRA_BYTES,
     DO_CNP,
     DO_GRANT,
     DO_KICK,
@@ -46,6 +45,7 @@ from fabric.sim.layout import (
     E_KIND,
     E_N,
     E_TIME_PS,
+    EV_ACK_RTO,
     EV_ARRIVE,
     EV_CC_TIMER,
     EV_FLOW_START,
@@ -74,7 +74,9 @@ from fabric.sim.layout import (
     FL_SRC,
     FL_STATE,
     FL_T_END_PS,
+    FL_T_RECEIVED_PS,
     FL_T_START_PS,
+    FL_UNACKED,
     FL_UNSENT_BYTES,
     FR_LINE_BPS,
     FR_RC_BPS,
@@ -107,11 +109,14 @@ from fabric.sim.layout import (
     ND_CNT,
     ND_OFF,
     ND_RR,
+    P_ACK_EVERY,
     P_ADAPTIVE,
     P_CC,
     P_EVENT_RESERVE,
+    P_FINISH_AT_SENDER,
     P_GO_BACK_N,
     P_MTU_BYTES,
+    P_OVERHEAD_BYTES,
     P_PACKET_RESERVE,
     P_RTO_PS,
     P_SAMPLE_PS,
@@ -416,7 +421,19 @@ def drop(S, i, p, now):
         schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, -pc[i, PC_ARG])
     elif kind == K_REQ:
         schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, 0)
+    elif kind == K_ACK and last_ack(S, i):
+        schedule(ev, g, now + prm[P_RTO_PS], EV_ACK_RTO, f, 0)
     release_packet(S, i)
+
+
+@njit(cache=True, inline="always")
+def last_ack(S, i):
+    """Is packet i the ACK whose return ends its flow (finish at the sender)?"""
+    return (
+        S.prm[P_FINISH_AT_SENDER] == 1
+        and S.pc[i, PC_ARG] == 0
+        and S.pc[i, PC_OFFSET_BYTES] >= S.fl[S.pk[i, PK_FLOW], FL_BYTES]
+    )
 
 
 @njit(cache=True)
@@ -434,12 +451,14 @@ def send_control(S, f, kind, arg, now):
     pc[i, PC_PSN] = fl[f, FL_PSN]
     pk[i, PK_NHOPS] = n
     pc[i, PC_ARG] = arg
+    overhead = S.prm[P_OVERHEAD_BYTES]
     if kind == K_CNP:
-        pk[i, PK_WIRE_BYTES] = CNP_WIRE_BYTES
+        pk[i, PK_WIRE_BYTES] = overhead + CNP_EXTRA_BYTES
     elif kind == K_ACK:
-        pk[i, PK_WIRE_BYTES] = ACK_WIRE_BYTES
+        pk[i, PK_WIRE_BYTES] = overhead + ACK_EXTRA_BYTES
+        pc[i, PC_OFFSET_BYTES] = fl[f, FL_DELIV_BYTES]  # cumulative: what the receiver has
     else:
-        pk[i, PK_WIRE_BYTES] = CTS_WIRE_BYTES
+        pk[i, PK_WIRE_BYTES] = overhead + CTS_EXTRA_BYTES
     if kind == K_REQ:
         for j in range(n):
             pk[i, PK_ROUTE + j] = path_port[a + j]
@@ -495,7 +514,7 @@ def send_data(S, f, p, now):
     pk[i, PK_FLOW] = f
     pk[i, PK_KIND] = K_DATA
     pk[i, PK_BYTES] = size
-    wire = size + DATA_OVERHEAD_BYTES
+    wire = size + prm[P_OVERHEAD_BYTES]
     pk[i, PK_WIRE_BYTES] = wire
     psn = fl[f, FL_PSN]
     pc[i, PC_PSN] = psn
@@ -763,14 +782,42 @@ def grant(S, f, now):
 
 
 @njit(cache=True)
+def send_ack(S, f, now):
+    """The receiver of flow f acknowledges every byte it has (one ACK: cumulative)."""
+    S.fl[f, FL_UNACKED] = 0
+    send_control(S, f, K_ACK, 0, now)
+
+
+@njit(cache=True)
+def received(S, f, now):
+    """The receiver of flow f has every byte: it sends the flow's one ACK (ack_every =
+    "flow"; a coalescing receiver has just acknowledged the last packet), and the flow
+    is complete here when it finishes at the receiver, else when that ACK returns."""
+    S.fl[f, FL_T_RECEIVED_PS] = now
+    if S.prm[P_ACK_EVERY] == 0:
+        send_ack(S, f, now)
+    if not S.prm[P_FINISH_AT_SENDER]:
+        complete(S, f, now)
+
+
+@njit(cache=True)
+def acknowledged(S, f, now):
+    """The ACK of flow f's last byte reached its sender (finish at the sender). A sender
+    that went back on a NAK sent before that ACK has nothing left to send."""
+    if S.fl[f, FL_SLOT] >= 0:
+        list_remove(S, f)
+    complete(S, f, now)
+
+
+@njit(cache=True)
 def complete(S, f, now):
+    """Flow f ends now (see `received`): the flows waiting on it may start."""
     g, fl, ev, dep_ptr, dep = S.g, S.fl, S.ev, S.dep_ptr, S.dep
     if fl[f, FL_STATE] == ST_NOPATH:  # its last bytes arrived after its route was lost
         g[G_STUCK] -= 1
     fl[f, FL_STATE] = ST_DONE
     fl[f, FL_T_END_PS] = now
     g[G_DONE] += 1
-    send_control(S, f, K_ACK, 0, now)
     for j in range(dep_ptr[f], dep_ptr[f + 1]):
         h = dep[j]
         fl[h, FL_DEPS] -= 1
@@ -819,10 +866,18 @@ def deliver(S, i, now):
             send_control(S, f, K_CNP, 0, now)
         if todo & DO_GRANT:
             grant(S, f, now)
-        if fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES] and fl[f, FL_STATE] != ST_DONE:
-            complete(S, f, now)
+        every = S.prm[P_ACK_EVERY]
+        if every > 0:
+            fl[f, FL_UNACKED] += 1
+            if fl[f, FL_UNACKED] >= every or fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES]:
+                send_ack(S, f, now)
+        if fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES] and fl[f, FL_T_RECEIVED_PS] < 0:
+            received(S, f, now)
     elif kind == K_ACK and S.pc[i, PC_ARG] > 0:  # a NAK
         go_back(S, f, S.pc[i, PC_ARG] - 1, now)
+    elif kind == K_ACK:
+        if last_ack(S, i) and fl[f, FL_STATE] != ST_DONE:
+            acknowledged(S, f, now)
     elif kind == K_CNP:
         if fl[f, FL_STATE] == ST_ACTIVE and congestion.on_cnp(S, f, now) & DO_REPACE:
             repace(S, f, now)
@@ -845,7 +900,10 @@ def start_flow(S, f, now):
     fl[f, FL_STATE] = ST_ACTIVE
     g[G_PROGRESS_T_PS] = now
     fl[f, FL_UNSENT_BYTES] = fl[f, FL_BYTES]
-    if fl[f, FL_BYTES] == 0:
+    if fl[f, FL_BYTES] == 0:  # nothing to send or acknowledge: done as it starts
+        fl[f, FL_T_RECEIVED_PS] = now
+        if S.prm[P_ACK_EVERY] == 0:
+            send_ack(S, f, now)
         complete(S, f, now)
         return
     fr[f, FR_RC_BPS] = fr[f, FR_LINE_BPS]
@@ -1097,6 +1155,9 @@ def run(S_counted, t_stop, max_events):
             retransmit(S, a, b, now)
         elif kind == EV_RTO:
             data_timeout(S, a, b, now)
+        elif kind == EV_ACK_RTO:
+            if fl[a, FL_STATE] != ST_DONE:  # the sender timed out; the receiver ACKs again
+                send_ack(S, a, now)
         elif kind == EV_SAMPLE:
             close_sample(S, now)
             if g[G_DONE] + g[G_STUCK] < n_flows:

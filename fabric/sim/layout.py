@@ -44,6 +44,7 @@ EV_CC_TIMER = 5  # a = flow, b = cc_timer_arg(generation, timer): a congestion-c
 EV_RETX = 6  # a = flow, b = bytes: a drop noticed by the sender, to send again
 EV_SAMPLE = 7  # close one sample interval of the port time series
 EV_RTO = 8  # a = flow, b = byte offset of data lost (go-back-N): timeout, go back if still due
+EV_ACK_RTO = 9  # a = flow whose last ACK was lost (finish at the sender): its receiver repeats it
 
 # global scalars (g[...])
 (
@@ -94,8 +95,11 @@ EV_RTO = 8  # a = flow, b = byte offset of data lost (go-back-N): timeout, go ba
     P_GO_BACK_N,  # 1: go-back-N loss recovery, 0: selective repeat
     P_CLAMP_TARGET,  # DCQCN: 1: a cut sets the target rate to the current rate, 0: keeps it
     P_ADAPTIVE,  # 1: switches forward each data packet on the next hop with the shortest queue
+    P_ACK_EVERY,  # the receiver ACKs every this many in-order data packets; 0: once per flow
+    P_FINISH_AT_SENDER,  # 1: a flow ends when the ACK of its last byte reaches the sender
+    P_OVERHEAD_BYTES,  # wire bytes of a packet besides its payload (cc header_overhead)
     P_NPRM,
-) = range(22)
+) = range(25)
 # float parameters (fprm[...])
 FP_G, FP_NFPRM = range(2)
 
@@ -194,8 +198,10 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     FL_NAKED,  # go-back-N receiver: 1 once it asked for the data after its current gap
     FL_REWIND_PS,  # go-back-N sender: when it last went back to resend
     FL_MAY_REORDER,  # 1 once the flow lost data or changed route: it may arrive out of order
+    FL_UNACKED,  # receiver: in-order data packets since its last ACK
+    FL_T_RECEIVED_PS,  # when the receiver had every byte, -1 before
     FL_N,
-) = range(32)
+) = range(34)
 FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_N = range(5)
 ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
 
@@ -222,16 +228,20 @@ ND_OFF, ND_CNT, ND_RR, ND_SB_SIZE, ND_SB_USED, ND_SB_ALPHA, ND_N = range(7)
 ) = range(9)
 PK_N = PK_ROUTE + MAX_HOPS  # 16 int32: one cache line
 PC_PSN, PC_ARG, PC_OFFSET_BYTES, PC_N = range(4)  # PC_ARG: cts grant bytes; NAK offset + 1
-# PC_OFFSET_BYTES: where a data packet's payload starts in its flow
+# PC_OFFSET_BYTES: where a data packet's payload starts in its flow; an ACK's bytes acknowledged
 K_DATA, K_CNP, K_ACK, K_CTS, K_REQ, K_PFC = range(6)
 
-# frame overheads on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12, ICRC 4,
-# FCS 4, preamble and inter-frame gap 20
+# frame overheads on the wire: a packet's payload plus the scenario's header_overhead
+# (P_OVERHEAD_BYTES; by default Ethernet 14 + IPv4 20 + UDP 8 + BTH 12, ICRC 4, FCS 4,
+# preamble and inter-frame gap 20); control packets carry a few bytes more
 PREAMBLE_GAP = 20
-DATA_OVERHEAD_BYTES = 14 + 20 + 8 + 12 + 4 + 4 + PREAMBLE_GAP
-CNP_WIRE_BYTES = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP
-ACK_WIRE_BYTES = 14 + 20 + 8 + 12 + 4 + 4 + 4 + PREAMBLE_GAP  # with the AETH
-CTS_WIRE_BYTES = 14 + 20 + 8 + 12 + 16 + 4 + 4 + PREAMBLE_GAP  # a SEND of 16 bytes
+DATA_OVERHEAD_BYTES = cc.HEADER_OVERHEAD_BYTES  # the default
+ACK_EXTRA_BYTES = 4  # the AETH
+CNP_EXTRA_BYTES = 16  # reserved
+CTS_EXTRA_BYTES = 16  # a SEND of 16 bytes
+CNP_WIRE_BYTES = DATA_OVERHEAD_BYTES + CNP_EXTRA_BYTES  # at the default overhead
+ACK_WIRE_BYTES = DATA_OVERHEAD_BYTES + ACK_EXTRA_BYTES
+CTS_WIRE_BYTES = DATA_OVERHEAD_BYTES + CTS_EXTRA_BYTES
 PFC_WIRE_BYTES = 64 + PREAMBLE_GAP
 
 # capture records (cap[i, ...])

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from fabric.cc import cc_parameters
 from fabric.engines import Support, approximated, implemented, refused, scenario_features
 from fabric.faults import applied
 from fabric.files import replace_atomic
@@ -19,7 +20,7 @@ from fabric.model import Role
 from fabric.results import collective_records, collective_rows, completion_ns
 from fabric.scenario import Scenario
 from fabric.sim.engine import Progress, Simulation
-from fabric.sim.layout import CP_PORT, CP_TIME, PS_PER_NS, SM_N
+from fabric.sim.layout import ACK_EXTRA_BYTES, CP_PORT, CP_TIME, PS_PER_NS, SM_N
 from fabric.sim.pcap import FrameBuilder, write_pcap
 from fabric.units import format_size, format_time
 
@@ -45,7 +46,26 @@ def features(scenario: Scenario) -> dict[str, Support]:
     """What the simulator does with each feature `scenario` uses: all of them."""
     out = {k: implemented() for k in scenario_features(scenario)}
     out["queues.buffer"] = buffer_support(scenario)
-    out["links.rate"] = implemented("serialization at each link's rate, 82 bytes of overhead")
+    p = cc_parameters(dict(scenario.cc_params))
+    overhead = p["header_overhead"]
+    out["links.rate"] = implemented(
+        f"serialization at each link's rate, {overhead} bytes of overhead per packet"
+    )
+    out["header_overhead"] = implemented(
+        f"{overhead} wire bytes per packet besides its payload; ACKs {overhead + ACK_EXTRA_BYTES}"
+    )
+    every = p["ack_every"]
+    out["acks"] = implemented(
+        "one ACK per flow, when its last byte arrives"
+        if every == "flow"
+        else f"the receiver ACKs every {every} in-order data packets and the last one"
+    )
+    out["finish"] = implemented(
+        {
+            "sender": "a flow ends when the ACK of its last byte reaches the sender",
+            "receiver": "a flow ends when its last byte reaches the receiver",
+        }[p["finish"]]
+    )
     out["ecmp.policy"] = implemented("the hash of fabric.routing at every switch")
     recovery = scenario_features(scenario)["loss_recovery"]
     out["loss_recovery"] = implemented(
@@ -206,6 +226,7 @@ def write_results(sim: Simulation, writer, ports, *, ran: bool = True) -> dict:
     summary = summarize(sim, flows, series, coll)
     summary["captures"] = captured
     summary["faults"] = [applied(sim.fabric, f) for f in sim.applied_faults]
+    summary["transport"] = sim.transport()
     writer.note(
         engine="sim",
         counters=sim.counters(),
