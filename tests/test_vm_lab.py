@@ -97,7 +97,9 @@ def test_red_marks_at_the_incast_receivers_port(lab):
     assert marks[at] == marks.max()
     summary = meta["results"]["summary"]
     assert int(marks.sum()) == summary["ecn_marked"] > 0
-    assert summary["ce_received"] > 0 and summary["cnp_sent"] > 0  # DCQCN saw the marks
+    # every CE packet a receiver counted was marked, and counted, on the way
+    assert summary["ecn_marked"] >= summary["ce_received"] > 0
+    assert summary["cnp_sent"] > 0  # and DCQCN's receivers answered the marks
 
 
 def test_this_machines_analysis_reads_the_guests_run(lab):
