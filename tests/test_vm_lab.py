@@ -9,7 +9,7 @@ and Open vSwitch's kernel datapath (not their fallbacks), RED marked at the
 incast receiver's port, and this machine's `aifabric analyze` reads it and
 agrees with the guest's counts.
 
-It takes about 7 minutes here with its caches warm (18 the first time),
+It takes 5 to 7 minutes here with its caches warm (18 the first time),
 far over CI's budget, so `scripts/test` leaves it out: conftest.py skips
 `vmlab` tests unless the marker expression names them. Run it as root:
 
