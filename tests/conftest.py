@@ -11,6 +11,16 @@ def fabric(name: str):
     return load_fabric(name)
 
 
+def pytest_collection_modifyitems(config, items):
+    """`vmlab` tests (a QEMU guest, 5-20 minutes) run only when -m names them."""
+    if "vmlab" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="boots the VM lab for 5-20 minutes: run it with -m vmlab")
+    for item in items:
+        if item.get_closest_marker("vmlab"):
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def get_fabric():
     return fabric

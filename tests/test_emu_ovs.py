@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import subprocess
 from dataclasses import replace
 from pathlib import Path
@@ -178,6 +180,48 @@ def test_without_open_vswitch_the_reason_is_one_sentence(monkeypatch):
     monkeypatch.setattr(ovs.shutil, "which", lambda name: None if name == "ovs-vsctl" else name)
     reason = ovs.missing()
     assert "openvswitch-switch" in reason and "ovs-vsctl" in reason and reason.count(". ") == 0
+
+
+class _DaemonsAt(ovs.Daemons):
+    """The system's daemons as ovs-vsctl finds them, but at database socket `db`."""
+
+    def __init__(self, db: Path):
+        super().__init__()
+        self.db = db
+
+    def vsctl(self, *args: str, timeout: int = 30):
+        return self.run(["ovs-vsctl", f"--db=unix:{self.db}", f"--timeout={timeout}", *args])
+
+
+@pytest.mark.skipif(shutil.which("ovs-vsctl") is None, reason="needs ovs-vsctl")
+def test_a_datapath_probe_nobody_answers_is_an_error_not_the_userspace_datapath(
+    tmp_path, monkeypatch
+):
+    """Under software emulation ovs-vswitchd took 11 s to open the probe bridge on the
+    kernel datapath; a limit that ran out then picked `netdev` although `system` worked."""
+    db = tmp_path / "db.sock"
+    silent = socket.socket(socket.AF_UNIX)  # accepts the connection, never answers
+    silent.bind(str(db))
+    silent.listen(4)
+    monkeypatch.setattr(ovs, "PROBE_TIMEOUT_S", 1)
+    try:
+        with pytest.raises(AifabricError, match="did not answer the kernel datapath probe"):
+            ovs.probe_datapath(_DaemonsAt(db))
+    finally:
+        silent.close()
+
+
+def test_the_probe_reads_the_datapath_from_the_bridges_local_port(monkeypatch):
+    answers = {}
+
+    class Fake(ovs.Daemons):
+        def vsctl(self, *args, timeout=30):
+            out = answers["ofport"] if args[:1] == ("get",) else ""
+            return subprocess.CompletedProcess(args, answers["rc"], out, "")
+
+    for rc, port, want in ((0, "65534\n", "system"), (0, "-1\n", "netdev"), (1, "", "netdev")):
+        answers.update(rc=rc, ofport=port)
+        assert ovs.probe_datapath(Fake()) == want
 
 
 # real runs (root) -------------------------------------------------------------------------------

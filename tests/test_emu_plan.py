@@ -309,3 +309,30 @@ def test_pfc_pauses_cannot_wait_in_a_circle(name):
     dead = int(f.ports_of(leaf)[-1])
     cut = pfc_feeds(f, routing.without(links=[dead // 2]))
     assert all(dead not in es and (dead ^ 1) not in es for es in cut.values())
+
+
+def test_the_monitor_counts_reds_marks_from_tcs_json():
+    """RED's `marked` (iproute2's JSON for the red qdisc's xstats) is the port's ECN count;
+    before, only eBPF markers were counted and a RED kernel's runs said 0 marks while their
+    receivers saw hundreds of CE packets (the VM lab's first runs)."""
+    from fabric.emu.monitor import read_qdiscs
+
+    items = [
+        {"kind": "htb", "handle": "1:", "dev": "afs3p1", "root": True, "bytes": 90000,
+         "packets": 22, "drops": 3, "backlog": 0, "qlen": 0},
+        {"kind": "tbf", "handle": "30:", "parent": "1:30", "dev": "afs3p1", "drops": 0},
+        {"kind": "netem", "handle": "33:", "parent": "30:1", "dev": "afs3p1", "drops": 0},
+        {"kind": "red", "handle": "31:", "parent": "33:1", "dev": "afs3p1", "bytes": 80000,
+         "drops": 1, "backlog": 8400, "qlen": 2, "marked": 17, "early": 1, "pdrop": 0,
+         "other": 0},
+        {"kind": "htb", "handle": "1:", "dev": "afs3p2", "root": True, "bytes": 500, "drops": 0},
+        {"kind": "bfifo", "handle": "31:", "parent": "30:1", "dev": "afs3p2", "backlog": 4200},
+        {"kind": "red", "handle": "31:", "parent": "30:1", "dev": "afs9p1", "marked": 99},
+    ]  # fmt: skip
+    cols = {"afs3p1": 0, "afs3p2": 1}
+    tx, backlog, drops, ecn = (np.zeros(2, dtype=np.int64) for _ in range(4))
+    read_qdiscs(items, cols, tx, backlog, drops, ecn)
+    assert tx.tolist() == [90000, 500]
+    assert drops.tolist() == [3, 0]  # the root's, which include RED's own
+    assert backlog.tolist() == [8400, 4200]
+    assert ecn.tolist() == [17, 0]  # a FIFO marks nothing; a port not recorded is not read

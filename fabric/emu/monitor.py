@@ -1,7 +1,8 @@
 """Telemetry and PFC: one thread that samples every switch's egress queues from the kernel.
 
 Every poll it reads `tc -s -j qdisc show` in each switch's namespace (bytes
-sent, drops, the lossless FIFO's backlog) and the eBPF markers' counters,
+sent, drops, the lossless queue's backlog and RED's marks) and the eBPF
+markers' counters,
 and folds them into per-port samples at the run's (scaled) interval.
 
 PFC is per ingress port, as a switch accounts it: ingress port q of switch
@@ -40,6 +41,28 @@ from fabric.frames import pfc_frame
 from fabric.model import Role
 
 ACTIVE_BYTES = 4096  # received since the last poll: data, not just PFC or kick frames
+
+
+def read_qdiscs(items: list[dict], iface_col: dict, tx, backlog, drops, ecn) -> None:
+    """Fill the columns of the ports in `iface_col` from one `tc -s -j qdisc show`.
+
+    The HTB root (1:) counts bytes sent and drops (its children's too, so they
+    are counted once); the lossless queue (31:) holds the backlog, and where it
+    is RED it counts the packets it marked CE (`marked`; eBPF markers count
+    theirs in their maps).
+    """
+    for q in items:
+        i = iface_col.get(q.get("dev"))
+        if i is None:
+            continue
+        h = q.get("handle")
+        if h == "1:":
+            tx[i] = q.get("bytes", 0)
+            drops[i] = q.get("drops", 0)
+        elif h == "31:":
+            backlog[i] = q.get("backlog", 0)
+            if q.get("kind") == "red":
+                ecn[i] = q.get("marked", 0)
 
 
 class Monitor(Worker):
@@ -148,27 +171,18 @@ class Monitor(Worker):
         return qdiscs, links
 
     def poll(self):
-        """tx bytes, lossless backlog and drops per recorded port, now."""
+        """tx bytes, lossless backlog, drops and ECN marks per recorded port, now."""
         tx = np.zeros(len(self.ports), dtype=np.int64)
         backlog = np.zeros(len(self.ports), dtype=np.int64)
         drops = np.zeros(len(self.ports), dtype=np.int64)
         rx = np.zeros(len(self.ports), dtype=np.int64)
+        ecn = np.zeros(len(self.ports), dtype=np.int64)
         for items, links in self._pool.map(self._read_switch, self._readers):
             for link in links:
                 i = self.iface_col.get(link.get("ifname"))
                 if i is not None:
                     rx[i] = link.get("stats64", {}).get("rx", {}).get("bytes", 0)
-            for q in items:
-                i = self.iface_col.get(q.get("dev"))
-                if i is None:
-                    continue
-                h = q.get("handle")
-                if h == "1:":  # the root counts its children's drops too: count them once
-                    tx[i] = q.get("bytes", 0)
-                    drops[i] = q.get("drops", 0)
-                elif h == "31:":
-                    backlog[i] = q.get("backlog", 0)
-        ecn = np.zeros(len(self.ports), dtype=np.int64)
+            read_qdiscs(items, self.iface_col, tx, backlog, drops, ecn)
         for port, fd in self._maps.items():
             ecn[self.col[port]] = bpfmap.read_vqueue(fd)[2]
         tx[self._nic_cols] = rx[self._nic_peer_cols]

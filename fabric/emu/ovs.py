@@ -40,6 +40,7 @@ import ctypes
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -71,6 +72,7 @@ NETDEV_TAP = "ovs-netdev"  # the userspace datapath's own port: a persistent tap
 SEND_BUFFER_BYTES = 2**30  # the kernel doubles it; queues are bounded by their qdiscs instead
 SO_SNDBUFFORCE = 32
 SYS_PIDFD_GETFD = 438  # the same number on every architecture
+PROBE_TIMEOUT_S = 120  # ovs-vsctl's limit for the datapath probe (see probe_datapath)
 
 
 def missing() -> str | None:
@@ -199,7 +201,8 @@ class Daemons:
 
     def start(self, rundir: Path) -> None:
         self.env = dict(os.environ)  # now with the engine's mark, which the daemons inherit
-        if self.vsctl("show", timeout=2).returncode == 0:
+        # absent daemons fail at once; running ones may answer slowly (software emulation)
+        if self.vsctl("show", timeout=30).returncode == 0:
             return
         rundir.mkdir(parents=True, exist_ok=True)
         self.rundir, self.owned = rundir, True
@@ -271,15 +274,31 @@ class Daemons:
         return words[-1] if words else ""
 
 
+def timed_out(r: subprocess.CompletedProcess) -> bool:
+    """Whether ovs-vsctl gave up waiting for an answer (its --timeout ends it with SIGALRM)."""
+    return r.returncode == -signal.SIGALRM
+
+
 def probe_datapath(daemons: Daemons) -> str:
-    """The kernel datapath ("system") where a probe bridge opens on it, else "netdev"."""
+    """The kernel datapath ("system") where a probe bridge opens on it, else "netdev".
+
+    A daemon that does not answer in time is an error, not a missing kernel
+    module: under software emulation (scripts/vm-lab) ovs-vswitchd took 11 s
+    to open the probe bridge on the kernel datapath, and a 10 s limit sent
+    that run to the userspace datapath. Where the module is missing the
+    bridge fails at once, so the long limit costs nothing there.
+    """
     r = daemons.vsctl(
         "--may-exist", "add-br", PROBE_BRIDGE, "--", "set", "bridge", PROBE_BRIDGE,
-        "datapath_type=system", timeout=10,
+        "datapath_type=system", timeout=PROBE_TIMEOUT_S,
     )  # fmt: skip
     # a bridge that opened has its local port numbered; ovs-vsctl does not always say it failed
-    port = daemons.vsctl("get", "interface", PROBE_BRIDGE, "ofport", timeout=10)
-    daemons.vsctl("--if-exists", "del-br", PROBE_BRIDGE, timeout=10)
+    port = daemons.vsctl("get", "interface", PROBE_BRIDGE, "ofport", timeout=PROBE_TIMEOUT_S)
+    daemons.vsctl("--if-exists", "del-br", PROBE_BRIDGE, timeout=PROBE_TIMEOUT_S)
+    if timed_out(r) or timed_out(port):
+        raise AifabricError(
+            f"Open vSwitch did not answer the kernel datapath probe within {PROBE_TIMEOUT_S} s"
+        )
     opened = r.returncode == 0 and port.stdout.strip() == str(OFPP_LOCAL)
     return "system" if opened else "netdev"
 
