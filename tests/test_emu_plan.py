@@ -309,3 +309,35 @@ def test_pfc_pauses_cannot_wait_in_a_circle(name):
     dead = int(f.ports_of(leaf)[-1])
     cut = pfc_feeds(f, routing.without(links=[dead // 2]))
     assert all(dead not in es and (dead ^ 1) not in es for es in cut.values())
+
+
+def _flows(fabric, src, dst, nbytes, deps=None, start_ns=None):
+    cols = {"src": np.array(src), "dst": np.array(dst), "bytes": np.array(nbytes)}
+    if start_ns is not None:
+        cols["start_ns"] = np.array(start_ns)
+    return Scenario(
+        name="t", fabric=fabric, topology=fabric.name, workload={},
+        flows=FlowTable.build(cols, deps or [[] for _ in src], {}),
+    )  # fmt: skip
+
+
+def test_the_estimate_is_the_busiest_nic_or_the_longest_chain():
+    f = load_fabric("lab-small")
+    nics = [int(x) for x in f.nic_ids]
+    line = int(f.port_rate_bps[f.nic_port[nics[0]]])
+    mb = 4_000_000
+    one_ns = mb * 8e9 / line
+    # a 3-to-1 incast: the receiver's NIC takes three flows' time
+    sc = _flows(f, nics[1:4], [nics[0]] * 3, [mb] * 3)
+    e = P.estimate(sc, 100, 1e9)
+    assert e.fabric_ns == pytest.approx(3 * one_ns, rel=1e-6)
+    assert e.packets == 3 * -(-mb // 4096)
+    assert e.wall_s == pytest.approx(3 * one_ns * 100 / 1e9)
+    # a chain of three dependent flows on distinct NICs, the first starting late
+    sc = _flows(f, nics[0:3], nics[1:4], [mb] * 3, [[], [0], [1]], [1_000_000, 0, 0])
+    e = P.estimate(sc, 100, 1e9)
+    assert e.fabric_ns == pytest.approx(1_000_000 + 3 * one_ns, rel=1e-6)
+    # a slow replay sets the pace: its packets at its rate
+    e = P.estimate(sc, 1, 1000.0)
+    assert e.wall_s == e.replay_wall_s == pytest.approx(3 * -(-mb // 4096) / 1000)
+    assert e.timeout_s() > 2 * e.wall_s

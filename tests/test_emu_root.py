@@ -359,3 +359,27 @@ def test_a_paused_ports_marker_stops_draining(tmp_path):
         holder.kill()
         holder.wait()
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_a_scenario_estimated_to_run_too_long_is_refused_before_anything_is_built(tmp_path):
+    from click.testing import CliRunner
+
+    from aifabric.cli import main
+
+    args = ["run", "demo", "--engine", "mininet", "-o", str(tmp_path / "run")]
+    result = CliRunner().invoke(main, [*args, "--max-wall", "5"])
+    assert result.exit_code == 1
+    assert "would take about" in result.output and "--scale" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+    _nothing_left()
+    # a coarser scale makes it short enough: the estimate follows the scale
+    from fabric.emu.engine import ENGINE
+    from fabric.scenarios import load_scenario
+
+    sc = load_scenario("demo")
+    fine = ENGINE.session(sc, max_wall_s=1e9)
+    coarse = ENGINE.session(sc, scale=fine.scale // 10, max_wall_s=1e9)
+    want = fine.estimate.fabric_wall_s / 10
+    assert coarse.estimate.fabric_wall_s == pytest.approx(want, rel=0.01)
+    assert f"scale {fine.scale:,}" in fine.notice

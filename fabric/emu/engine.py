@@ -22,14 +22,16 @@ from fabric.emu import linux
 from fabric.emu.faults import FaultInjector
 from fabric.emu.monitor import Monitor
 from fabric.emu.net import SWITCHES, make_network
-from fabric.emu.plan import plan
+from fabric.emu.plan import REPLAY_BUDGET_BPS, Estimate, choose_scale, estimate, plan
 from fabric.emu.replay import PAYLOAD_MTU, Replay
 from fabric.engines import Support, approximated, implemented, refused, scenario_features
 from fabric.errors import AifabricError
 from fabric.faults import applied, at_start
 from fabric.results import collective_records, collective_rows, completion_ns
+from fabric.units import format_time
 
 CAPTURE_SNAPLEN = 128
+MAX_WALL_S = 600.0  # a scenario estimated to run longer is refused before anything is built
 
 
 def observed_paths(network, scenario) -> tuple[np.ndarray, np.ndarray]:
@@ -186,12 +188,32 @@ class EmuSession:
         ecn: str | None = None,
         pfc: bool = True,
         capture_ports=None,
-        timeout_s: float = 300.0,
+        timeout_s: float | None = None,
+        max_wall_s: float = MAX_WALL_S,
     ):
         if switch not in SWITCHES:
             raise AifabricError(f"switch {switch!r} is not one of {', '.join(SWITCHES)}")
         self.sc = scenario
-        self.switch, self.scale, self.pfc, self.timeout_s = switch, scale, pfc, timeout_s
+        self.switch, self.pfc = switch, pfc
+        replay_pps = REPLAY_BUDGET_BPS / (PAYLOAD_MTU * 8)
+        if scale is None:
+            scale = choose_scale(
+                scenario.fabric,
+                senders=np.unique(scenario.flows.src),
+                replay_bps=int(replay_pps * PAYLOAD_MTU * 8),
+            )
+        self.scale = int(scale)
+        if self.scale < 1:
+            raise AifabricError(
+                f"the emulation scale must be a positive whole number, not {self.scale}"
+            )
+        self.estimate = estimate(scenario, self.scale, replay_pps)
+        _refuse_long(scenario, self.estimate, max_wall_s)
+        self.timeout_s = self.estimate.timeout_s() if timeout_s is None else float(timeout_s)
+        self.notice = (
+            f"mininet engine: scale {self.scale:,}, about {_duration(self.estimate.wall_s)} "
+            f"of wall time (the replay may take {_duration(self.timeout_s)})"
+        )
         self.capture_ports = capture_ports
         self.ecn = linux.ecn_mechanism(ecn)
         self.delay = linux.delay_mechanism()
@@ -240,6 +262,13 @@ class EmuSession:
                 "switch": net.describe(),
                 "names": pl.table(),
                 "build_s": round(self.timings["build_s"], 3),
+                "estimate": {
+                    "wall_s": round(self.estimate.wall_s, 3),
+                    "fabric_ns": self.estimate.fabric_ns,
+                    "packets": self.estimate.packets,
+                    "replay_pps": round(self.estimate.replay_pps),
+                    "timeout_s": round(self.timeout_s, 3),
+                },
             }
         )
         self.paths = observed_paths(net, sc)
@@ -332,7 +361,9 @@ class EmuEngine:
         "ecn": "the ECN mechanism to prefer: red, ebpf or none",
         "pfc": "False turns PFC off",
         "capture_ports": "port ids to capture instead of the scenario's",
-        "timeout_s": "wall seconds the replay may take",
+        "timeout_s": "wall seconds the replay may take (default: from the estimate, with room)",
+        "max_wall_s": "refuse a scenario whose replay is estimated to take longer "
+        f"(wall seconds, default {MAX_WALL_S:g})",
     }
 
     def unavailable(self, switch: str = "router", **options) -> str | None:
@@ -380,6 +411,31 @@ def _paths_after_faults(net, scenario, applied, result, ptr0, links0):
         out.extend(src[src_ptr[i] : src_ptr[i + 1]].tolist())
         ptr[i + 1] = len(out)
     return ptr, np.array(out, dtype=np.int64)
+
+
+def _duration(seconds: float) -> str:
+    """Wall seconds for a person: 45 s, 3.2 min, 1.5 h."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _refuse_long(scenario, est: Estimate, max_wall_s: float) -> None:
+    """One sentence when the replay is estimated to take longer than `max_wall_s`."""
+    if est.wall_s <= max_wall_s:
+        return
+    why = (
+        f"{est.packets:,} packets at the replay's {est.replay_pps:,.0f} packets/s"
+        if est.replay_wall_s >= est.fabric_wall_s
+        else f"{format_time(est.fabric_ns)} of fabric time stretched {est.scale:,} times"
+    )
+    raise AifabricError(
+        f"scenario {scenario.name} would take about {_duration(est.wall_s)} of wall time on the "
+        f"mininet engine ({why}), more than the limit of {_duration(max_wall_s)}: give a smaller "
+        "--scale, a smaller topology or workload, or a larger --max-wall"
+    )
 
 
 def _cc(scenario) -> dict:

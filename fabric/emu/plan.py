@@ -134,6 +134,67 @@ def choose_scale(
     return scale
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """How long the replay of a flow table should take, in wall seconds, before anything runs.
+
+    `fabric_ns` is a lower bound of the fabric time: the busiest NIC's bytes
+    at its line rate, or the longest chain of dependent flows (each at its
+    sender's line rate, not before its `start_ns`), whichever is longer. At
+    `scale` that is `fabric_ns * scale` of wall time; the replay cannot be
+    faster than its packets at the rate it sends them (`replay_pps`) either.
+    """
+
+    scale: int
+    packets: int
+    fabric_ns: int
+    replay_pps: float
+    fabric_wall_s: float
+    replay_wall_s: float
+
+    @property
+    def wall_s(self) -> float:
+        return max(self.fabric_wall_s, self.replay_wall_s)
+
+    def timeout_s(self) -> float:
+        """How long the replay may run: the estimate with a generous margin."""
+        return TIMEOUT_FACTOR * self.wall_s + TIMEOUT_SLACK_S
+
+
+TIMEOUT_FACTOR = 10  # the estimate is a lower bound: ECMP collisions, DCQCN and PFC add to it
+TIMEOUT_SLACK_S = 60.0
+
+
+def estimate(scenario, scale: int, replay_pps: float, mtu: int = 4096) -> Estimate:
+    """The wall time of replaying `scenario`'s flow table at `scale` (see `Estimate`)."""
+    f: Fabric = scenario.fabric
+    ft = scenario.flows
+    nbytes = ft.bytes.astype(np.int64)
+    packets = int((-(-nbytes // mtu)).sum())
+    src_bps = f.port_rate_bps[f.nic_port[ft.src]].astype(np.float64)
+    dst_bps = f.port_rate_bps[f.nic_port[ft.dst]].astype(np.float64)
+    line_ns = nbytes * 8e9 / np.minimum(src_bps, dst_bps)
+    load_ns = 0.0
+    for ends, bps in ((ft.src, src_bps), (ft.dst, dst_bps)):
+        if len(ends):
+            busy = np.bincount(ends, weights=nbytes * 8e9 / bps, minlength=f.n_nodes)
+            load_ns = max(load_ns, float(busy.max()))
+    finish = np.zeros(len(ft))
+    ptr, dep, start = ft.dep_ptr, ft.dep, ft.start_ns.astype(np.float64)
+    for i in range(len(ft)):  # dependencies are earlier rows
+        ready = finish[dep[ptr[i] : ptr[i + 1]]].max() if ptr[i + 1] > ptr[i] else 0.0
+        finish[i] = max(ready, start[i]) + line_ns[i]
+    fabric_ns = int(max(load_ns, float(finish.max()) if len(ft) else 0.0))
+    return Estimate(
+        scale=int(scale),
+        packets=packets,
+        fabric_ns=fabric_ns,
+        replay_pps=float(replay_pps),
+        fabric_wall_s=fabric_ns * scale / 1e9,
+        replay_wall_s=packets / replay_pps if replay_pps > 0 else float("inf"),
+    )
+
+
 def _rate(bps: int) -> str:
     return f"{max(int(bps), 8)}bit"
 
