@@ -327,6 +327,7 @@ class EmuSession:
         )
         summary["captures"] = self._captured(writer)
         summary["build_s"] = round(self.timings.get("build_s", 0.0), 3)
+        summary["replay_processes"] = self.replay.n_procs if self.replay is not None else 0
         if result is not None and not result.complete:
             summary["incomplete"] = "the replay timed out before every flow completed"
         writer.note(summary={k: v for k, v in summary.items() if k != "incomplete"})
