@@ -22,8 +22,8 @@ from fabric.emu import linux
 from fabric.emu.faults import FaultInjector
 from fabric.emu.monitor import Monitor
 from fabric.emu.net import SWITCHES, make_network
-from fabric.emu.plan import REPLAY_BUDGET_BPS, Estimate, choose_scale, estimate, plan
-from fabric.emu.replay import PAYLOAD_MTU, Replay
+from fabric.emu.plan import Estimate, choose_scale, estimate, plan
+from fabric.emu.replay import PAYLOAD_MTU, Replay, capacity_pps
 from fabric.engines import Support, approximated, implemented, refused, scenario_features
 from fabric.errors import AifabricError
 from fabric.faults import applied, at_start
@@ -195,7 +195,7 @@ class EmuSession:
             raise AifabricError(f"switch {switch!r} is not one of {', '.join(SWITCHES)}")
         self.sc = scenario
         self.switch, self.pfc = switch, pfc
-        replay_pps = REPLAY_BUDGET_BPS / (PAYLOAD_MTU * 8)
+        replay_pps = capacity_pps()
         if scale is None:
             scale = choose_scale(
                 scenario.fabric,
@@ -211,8 +211,9 @@ class EmuSession:
         _refuse_long(scenario, self.estimate, max_wall_s)
         self.timeout_s = self.estimate.timeout_s() if timeout_s is None else float(timeout_s)
         self.notice = (
-            f"mininet engine: scale {self.scale:,}, about {_duration(self.estimate.wall_s)} "
-            f"of wall time (the replay may take {_duration(self.timeout_s)})"
+            f"mininet engine: the replay sends about {replay_pps:,.0f} packets/s here; scale "
+            f"{self.scale:,}, at least {_duration(self.estimate.wall_s)} of wall time (it may take "
+            f"{_duration(self.timeout_s)})"
         )
         self.capture_ports = capture_ports
         self.ecn = linux.ecn_mechanism(ecn)
@@ -433,7 +434,7 @@ def _refuse_long(scenario, est: Estimate, max_wall_s: float) -> None:
         else f"{format_time(est.fabric_ns)} of fabric time stretched {est.scale:,} times"
     )
     raise AifabricError(
-        f"scenario {scenario.name} would take about {_duration(est.wall_s)} of wall time on the "
+        f"scenario {scenario.name} would take at least {_duration(est.wall_s)} of wall time on the "
         f"mininet engine ({why}), more than the limit of {_duration(max_wall_s)}: give a smaller "
         "--scale, a smaller topology or workload, or a larger --max-wall"
     )

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import mmap
 import os
 import select
@@ -227,6 +228,7 @@ class Replay:
         self._wake = [os.pipe2(os.O_NONBLOCK) for _ in range(k)]
         keep = {s.fileno() for s in [*self._recv.values(), *self._send.values()]}
         keep |= {w for _, w in self._wake} | {r for r, _ in self._wake} | {0, 1, 2}
+        self._parent = os.getpid()
         for i in range(k):
             r, w = os.pipe()
             pid = os.fork()
@@ -250,11 +252,8 @@ class Replay:
                 os.close(fd)
 
     def _child(self, i: int, go: int, keep: set[int]) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() == 1:
-            return  # the engine is gone already
+        if not _forked(self._parent):
+            return
         for fd in (int(x) for x in os.listdir("/proc/self/fd")):
             if fd not in keep:
                 with contextlib.suppress(OSError):
@@ -584,8 +583,124 @@ class Replay:
                         break
 
 
+def _forked(parent: int) -> bool:
+    """Make this freshly forked process a replay process: deaf to SIGINT and SIGTERM, killed
+    with its parent. False when the parent (`parent`, its pid) is gone already."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    return os.getppid() == parent
+
+
 def _ended(pid: int) -> bool:
     try:
         return os.waitpid(pid, os.WNOHANG)[0] != 0
     except ChildProcessError:
         return True
+
+
+PROBE_NET = "10.254"  # the probe's two subnets, 10.254.0.0/24 and 10.254.1.0/24
+PROBE_S = 0.3
+# What the replay sends of what the probe carries: its packets cross three routers and their
+# queues, not one, and it keeps the flows' books (measured on lab-medium permutations).
+REPLAY_SHARE = 0.5
+
+
+@functools.cache
+def capacity_pps() -> float:
+    """The packets/s the replay can send on this machine, probed once per process."""
+    return REPLAY_SHARE * probe_pps()
+
+
+def probe_pps(seconds: float = PROBE_S, processes: int | None = None) -> float:
+    """Packets/s (4 KiB payloads) this machine carries from senders through one router to
+    receivers, one sender and receiver per replay process, each process doing both as the
+    replay does (sendmmsg, then recvmmsg of what arrived).
+
+    Three scratch namespaces `af-cap-PID-{a,r,b}` (a veth from a to the router r, one from
+    r to b) exist only for the probe; `aifabric clean` removes them after a kill.
+    """
+    import subprocess
+
+    k = processes or replay_processes(64)
+    tag = f"af-cap-{os.getpid()}"
+    a, r, b = f"{tag}-a", f"{tag}-r", f"{tag}-b"
+    script = f"""
+ip netns add {a} && ip netns add {r} && ip netns add {b} &&
+ip link add afca netns {a} type veth peer name afcr netns {r} &&
+ip link add afcb netns {b} type veth peer name afcs netns {r} &&
+ip -n {a} addr add {PROBE_NET}.0.1/24 dev afca && ip -n {a} link set afca mtu 9000 up &&
+ip -n {a} route add default via {PROBE_NET}.0.2 &&
+ip -n {r} addr add {PROBE_NET}.0.2/24 dev afcr && ip -n {r} link set afcr mtu 9000 up &&
+ip -n {r} addr add {PROBE_NET}.1.2/24 dev afcs && ip -n {r} link set afcs mtu 9000 up &&
+ip netns exec {r} sysctl -q -w net.ipv4.ip_forward=1 &&
+ip -n {b} addr add {PROBE_NET}.1.1/24 dev afcb && ip -n {b} link set afcb mtu 9000 up &&
+ip -n {b} route add default via {PROBE_NET}.1.2
+"""
+    try:
+        done = subprocess.run(["sh", "-c", script], capture_output=True, text=True)
+        if done.returncode != 0:
+            err = (done.stderr.strip().splitlines() or ["failed"])[-1]
+            raise AifabricError(f"the replay's capacity probe could not set up: {err}")
+        return _probe(a, b, k, seconds)
+    finally:
+        for ns in (a, r, b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _probe(a: str, b: str, k: int, seconds: float) -> float:
+    socks = []
+    for i in range(k):
+        with linux.netns_at(f"/run/netns/{b}"):
+            rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            rx.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 * 2**20)
+            rx.bind((f"{PROBE_NET}.1.1", ROCE_UDP_PORT + 1 + i))
+        with linux.netns_at(f"/run/netns/{a}"):
+            tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            tx.connect((f"{PROBE_NET}.1.1", ROCE_UDP_PORT + 1 + i))
+        socks.append((tx, rx))
+    counts = Shared({"got": ((k,), np.int64), "span": ((k,), np.float64)})
+    go_r, go_w = os.pipe()
+    pids = []
+    parent = os.getpid()
+    try:
+        for i in range(k):
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    os.close(go_w)
+                    if _forked(parent) and os.read(go_r, 1) == b"g":
+                        got, span = _flood(*socks[i], seconds)
+                        counts.got[i], counts.span[i] = got, span
+                    code = 0
+                finally:
+                    os._exit(code)
+            pids.append(pid)
+        os.write(go_w, b"g" * k)
+    finally:
+        os.close(go_w)
+        os.close(go_r)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        for tx, rx in socks:
+            tx.close()
+            rx.close()
+    return float(sum(counts.got[i] / counts.span[i] for i in range(k) if counts.span[i] > 0))
+
+
+def _flood(tx: socket.socket, rx: socket.socket, seconds: float) -> tuple[int, float]:
+    """Send 4 KiB datagrams in batches for `seconds`, receiving what arrives between them."""
+    batch = Batch(BATCH, PAYLOAD_MTU + 64)
+    rbatch = RecvBatch(RECV_BATCH, PAYLOAD_MTU + 64)
+    k = fill_writes(batch.buf, batch.lens, 0, 1, 0, 0, BATCH * PAYLOAD_MTU, PAYLOAD_MTU)
+    got = 0
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        batch.send(tx, k)
+        while True:
+            m = rbatch.recv(rx.fileno())
+            got += m
+            if m < RECV_BATCH:
+                break
+    return got, time.monotonic() - t0
