@@ -378,3 +378,14 @@ def test_absorb_delivers_in_order_naks_a_gap_once_and_paces_cnps():
     assert received.tolist() == [2 * mtu, mtu] and expect.tolist() == [2, 1]
     assert ce.tolist() == [2, 0] and progress.tolist() == [1.0, 1.0]
     assert rows == [(CNP_DUE, 0, 0), (NAKED, 0, 2), (FINISHED, 1, 0), (OTHER, 5, 0)]
+
+
+def test_senders_overrunning_a_lossy_receiver_make_the_estimate_long():
+    from fabric.scenarios import load_scenario
+
+    lossy, pfc = load_scenario("incast-lossy"), load_scenario("incast-pfc")
+    e = P.estimate(lossy, 20_000, 20_000)
+    assert e.overrun == 15  # PFC off, no congestion control: go-back-N after every drop
+    assert e.wall_s == P.LOSSY_INCAST_FACTOR * max(e.fabric_wall_s, e.replay_wall_s)
+    e = P.estimate(pfc, 20_000, 20_000)
+    assert e.overrun == 0 and e.wall_s == max(e.fabric_wall_s, e.replay_wall_s)

@@ -330,7 +330,12 @@ class EmuSession:
         summary["build_s"] = round(self.timings.get("build_s", 0.0), 3)
         summary["replay_processes"] = self.replay.n_procs if self.replay is not None else 0
         if result is not None and not result.complete:
-            summary["incomplete"] = "the replay timed out before every flow completed"
+            summary["incomplete"] = (
+                f"the replay delivered nothing for {result.stalled_s:.0f} s and gave up"
+                if result.stalled_s
+                else f"the replay timed out after {result.wall_s:.0f} s before every flow "
+                "completed (`timeout_s` gives it longer)"
+            )
         writer.note(summary={k: v for k, v in summary.items() if k != "incomplete"})
         return summary
 
@@ -433,10 +438,16 @@ def _refuse_long(scenario, est: Estimate, max_wall_s: float) -> None:
         if est.replay_wall_s >= est.fabric_wall_s
         else f"{format_time(est.fabric_ns)} of fabric time stretched {est.scale:,} times"
     )
+    change = "give a smaller --scale, a smaller topology or workload, or a larger --max-wall"
+    if est.overrun > 1:
+        why += (
+            f", and {est.overrun} senders overrun one receiver without PFC or congestion "
+            "control: every drop makes go-back-N resend the rest"
+        )
+        change = "turn PFC on, add congestion control, run it on the simulator, " + change
     raise AifabricError(
         f"scenario {scenario.name} would take at least {_duration(est.wall_s)} of wall time on the "
-        f"mininet engine ({why}), more than the limit of {_duration(max_wall_s)}: give a smaller "
-        "--scale, a smaller topology or workload, or a larger --max-wall"
+        f"mininet engine ({why}), more than the limit of {_duration(max_wall_s)}: {change}"
     )
 
 

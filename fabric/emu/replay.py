@@ -79,6 +79,8 @@ BATCH = 32  # packets per sendmmsg
 RECV_BATCH = 64  # datagrams per recvmmsg
 PAYLOAD_MTU = 4096
 PR_SET_PDEATHSIG = 1
+STALL_MIN_S = 60.0  # the replay gives up when nothing was delivered for this long,
+STALL_RTOS = 20  # or for this many retransmission timeouts, whichever is longer
 ERROR_BYTES = 1000  # a replay process's error, as text, in the shared state
 
 
@@ -111,6 +113,7 @@ class ReplayResult:
     timeouts: int  # retransmission timeouts that fired
     wall_s: float
     complete: bool
+    stalled_s: float = 0.0  # > 0: stopped because nothing was delivered for that long
 
 
 class Shared:
@@ -298,19 +301,39 @@ class Replay:
             time.sleep(0.005)
 
     # run --------------------------------------------------------------------------------
+    def rto_s(self) -> float:
+        """The retransmission timeout in wall seconds: the scenario's, scaled, but at least
+        three full buffers' drain (a quiet flow may only be queued)."""
+        return max(0.05, self.ccp.get("rto", 100_000) * self.scale / 1e9, 3 * _drain_s(self.net))
+
+    def stall_s(self) -> float:
+        """How long the replay goes on with nothing delivered before it gives up."""
+        return max(STALL_MIN_S, STALL_RTOS * self.rto_s())
+
     def run(self, timeout_s: float = 60.0, stop=None) -> ReplayResult:
-        """Start the replay processes and wait until every flow is done, the time is up or
-        `stop` is set; the result also when interrupted (`last_result`)."""
+        """Start the replay processes and wait until every flow is done, the time is up,
+        nothing was delivered for `stall_s()` or `stop` is set; the result also when
+        interrupted (`last_result`)."""
         sh, n = self.shared, len(self.flows)
+        stall_s = self.stall_s()
+        stalled = 0.0
         t0 = self.t0 = time.monotonic()
         sh.clock[0] = t0
         sh.clock[1] = t0 + timeout_s
         for w in self._go:
             os.write(w, b"g")
         self.started.set()
+        delivered, moved = -1, t0
         try:
             while self._pids:
                 if int(sh.n_done.sum()) >= n or sh.failed.any():
+                    break
+                now = time.monotonic()
+                total = int(sh.received.sum())
+                if total != delivered:
+                    delivered, moved = total, now
+                elif now - moved > stall_s:
+                    stalled = now - moved
                     break
                 if stop is not None and stop.is_set():
                     break
@@ -337,6 +360,7 @@ class Replay:
                 timeouts=int(sh.counts[:, 2].sum()),
                 wall_s=time.monotonic() - t0,
                 complete=bool((end >= 0).all()),
+                stalled_s=stalled,
             )
         failed = np.flatnonzero(sh.failed)
         if len(failed):
@@ -388,7 +412,7 @@ class Replay:
         min_rate = float(self.ccp.get("min_rate", 100e6)) / scale
         fast_steps = int(self.ccp.get("fast_recovery_steps", 5))
         # A quiet flow may only be queued: wait at least as long as three full buffers drain.
-        t_rto = max(0.05, self.ccp.get("rto", 100_000) * scale / 1e9, 3 * _drain_s(self.net))
+        t_rto = self.rto_s()
         counts = sh.counts[me]
         batch = Batch(BATCH, self.mtu + 64)
         rbatch = RecvBatch(RECV_BATCH, self.mtu + 64)
