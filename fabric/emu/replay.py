@@ -191,8 +191,10 @@ class Replay:
     def _fork(self, hosts: list[int]) -> None:
         """Share the hosts out among the replay processes and start them (they wait for `run`).
 
-        Hosts go to processes in turn by the bytes they send and receive,
-        the busiest first, so that each process gets about as much to do.
+        Each process gets a run of consecutive hosts with about as many bytes
+        to send and receive as the others: neighbours in a ring (a rank
+        receives a step, then sends the next) mostly share a process, so
+        most completions release the next step without crossing processes.
         """
         ft, n = self.flows, len(self.flows)
         k = self.n_procs or replay_processes(len(hosts))
@@ -203,8 +205,11 @@ class Replay:
             ft.dst, weights=ft.bytes, minlength=nodes
         )
         self.owner = np.full(nodes, -1, dtype=np.int64)
-        for i, h in enumerate(sorted(hosts, key=lambda h: -work[h])):
-            self.owner[h] = i % k
+        ordered = np.array(sorted(hosts), dtype=np.int64)
+        if len(ordered):
+            cum = np.cumsum(work[ordered])
+            share = np.minimum((cum - work[ordered] / 2) * k // max(cum[-1], 1), k - 1)
+            self.owner[ordered] = share.astype(np.int64)
         self.shared = Shared(
             {
                 "start": ((n,), np.int64),
