@@ -75,7 +75,7 @@ from fabric.model import Role
 
 IP_RECVTOS = 13
 IP_TOS = 1
-BATCH = 32  # packets per sendmmsg
+BATCH = 16  # packets per sendmmsg: within a socket's default send buffer (about 25 of 4 KiB)
 RECV_BATCH = 64  # datagrams per recvmmsg
 PAYLOAD_MTU = 4096
 PR_SET_PDEATHSIG = 1
