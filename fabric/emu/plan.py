@@ -167,7 +167,7 @@ class Estimate:
 # puts ecmp-permutation at 9 times it, incast-lossy at 14; the emulator takes longer on a busy
 # machine). A replay that stops delivering gives up long before this (`Replay.stall_s`).
 TIMEOUT_FACTOR = 60
-TIMEOUT_SLACK_S = 60.0
+TIMEOUT_SLACK_S = 300.0  # Open vSwitch's ecmp-permutation took 137 s for an estimate of 2 s
 # Senders that together overrun a receiver's port of a lossy fabric (PFC off, no congestion
 # control) drop and resend go-back-N, everything after each drop: incast-lossy's 15 senders
 # delivered 35 of their 60 MB in 32 times the bound (13 minutes) on a busy 2-core machine.
