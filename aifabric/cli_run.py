@@ -64,6 +64,9 @@ class _ProgressPrinter:
         sys.stderr.flush()
 
 
+FLAGS = {"max_wall_s": "--max-wall"}  # engine option -> its flag, where the names differ
+
+
 def _engine_options(name: str, given: dict) -> dict:
     """The engine options given, checked against what engine `name` takes (usage error)."""
     from fabric.engines import engine, takers
@@ -71,7 +74,8 @@ def _engine_options(name: str, given: dict) -> dict:
     takes = engine(name).options
     for key, value in given.items():
         if value is not None and key not in takes:
-            raise click.UsageError(f"--{key} applies to --engine {' or '.join(takers(key))} only")
+            flag = FLAGS.get(key, f"--{key}")
+            raise click.UsageError(f"{flag} applies to --engine {' or '.join(takers(key))} only")
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -110,6 +114,15 @@ def _engine_options(name: str, given: dict) -> dict:
     help="Mininet engine: divide link rates by N (time stretches by N). Default: the fastest "
     "link at 20 Mb/s, slower if the replay could not keep up with every sender.",
 )
+@click.option(
+    "--max-wall",
+    "max_wall",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="SECONDS",
+    help="Mininet engine: refuse a scenario whose replay is estimated to take longer than "
+    "this (default 600).",
+)
 @click.option("--seed", type=click.IntRange(min=0), default=None, help="Override the seed.")
 @click.option(
     "--set",
@@ -122,7 +135,18 @@ def _engine_options(name: str, given: dict) -> dict:
 @json_option
 @click.pass_context
 def run(
-    ctx, scenario, output, engine_name, captures, switch, scale, seed, assignments, force, as_json
+    ctx,
+    scenario,
+    output,
+    engine_name,
+    captures,
+    switch,
+    scale,
+    max_wall,
+    seed,
+    assignments,
+    force,
+    as_json,
 ):
     """Run SCENARIO (a scenario preset or a TOML file) and write a run directory."""
     from pathlib import Path
@@ -133,7 +157,9 @@ def run(
     from fabric.scenarios import load_scenario, with_captures
     from fabric.warmup import ensure_warm
 
-    options = _engine_options(engine_name, {"switch": switch, "scale": scale})
+    options = _engine_options(
+        engine_name, {"switch": switch, "scale": scale, "max_wall_s": max_wall}
+    )
     if output:
         check_run_dir(output, replace=force)
     stop = Stop()
@@ -156,7 +182,13 @@ def run(
                 remove_run_dir(path)  # only now: a mistake above keeps the old run
                 stop.enter("load", "abortable")
             summary = run_scenario(
-                engine_name, sc, path, options=options, progress=_ProgressPrinter(), stop=stop
+                engine_name,
+                sc,
+                path,
+                options=options,
+                progress=_ProgressPrinter(),
+                stop=stop,
+                notify=lambda line: click.echo(line, err=True),
             )
         except Interrupted:
             click.echo("interrupted before the run started; nothing was written", err=True)

@@ -4,10 +4,13 @@
 
 Prints: build (Mininet + plan applied) and teardown seconds for lab-small
 and lab-medium, medians of --repeat runs, with the switches as routers and,
-where Open vSwitch is installed, as OVS bridges; the replay's packets per
-second next to the machine's veth ceiling (one sendmmsg sender, no shaping),
-for each kind of switch; the same small ring AllReduce in the simulator and
-the emulator (completion time in fabric time, bytes per leaf uplink).
+where Open vSwitch is installed, as OVS bridges; the machine's veth ceiling
+(one sendmmsg sender, no shaping) and cross-rack ceiling; the start-up
+probe's replay capacity; the replay's packets per second (medians of
+--repeat) for a ring AllReduce (steps wait for each other) and a
+permutation (no dependencies), for each kind of switch; the same small ring
+AllReduce in the simulator and the emulator (completion time in fabric
+time, bytes per leaf uplink).
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ def run_emu(sc, scale=None, switch="router"):
     from fabric.rundir import Run
 
     d = Path(tempfile.mkdtemp(prefix="bench-emu-run-"))
-    options = {"scale": scale, "timeout_s": 300, "switch": switch}
+    options = {"scale": scale, "switch": switch}
     summary = run_scenario("mininet", sc, d / "run", options=options)
     return summary, Run(d / "run")
 
@@ -169,15 +172,24 @@ def main() -> int:
     print(f"veth ceiling        {ceiling:10,.0f} packets/s (4 KiB payload, one sender)")
     path = flood_rate(across=True)
     print(f"cross-rack ceiling  {path:10,.0f} packets/s (NIC to NIC over leaf, spine, leaf)")
+    from fabric.emu.replay import capacity_pps
+
+    print(f"replay capacity     {capacity_pps():10,.0f} packets/s (the start-up probe's figure)")
     ring = {"collective": "allreduce", "algorithm": "ring", "size": "4MiB", "gpus": 16}
-    sc = scenario("lab-small", ring)
-    for switch in switches:
-        s, _ = run_emu(sc, scale=50, switch=switch)
-        pps = s["packets_sent"] / s["replay_wall_s"]
-        print(
-            f"replay {switch:<6} (scale 50) {pps:10,.0f} packets/s  "
-            f"({pps / ceiling:.0%} of the veth ceiling, {pps / path:.0%} of the cross-rack one)"
-        )
+    perm = {"pattern": "permutation", "size": "8MB", "gpus": 16}
+    for label, workload in (("ring", ring), ("perm", perm)):
+        sc = scenario("lab-small", workload)
+        for switch in switches:
+            rates = []
+            for _ in range(args.repeat):
+                s, _ = run_emu(sc, scale=50, switch=switch)
+                rates.append(s["packets_sent"] / s["replay_wall_s"])
+            pps = statistics.median(rates)
+            print(
+                f"replay {label} {switch:<6} (scale 50) {pps:10,.0f} packets/s  "
+                f"({pps / ceiling:.0%} of the veth ceiling, {pps / path:.0%} of the cross-rack "
+                f"one; {s['replay_processes']} processes; median of {len(rates)})"
+            )
     sc = scenario("lab-small", {**ring, "size": "1MiB"})
     es, erun = run_emu(sc)
     ss, srun = run_sim(sc)

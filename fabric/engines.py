@@ -12,6 +12,8 @@ and a session with
     features                    {feature: Support} for every feature the scenario uses
                                 (`scenario_features`): implemented, approximated (why) or
                                 refused (why); answered before anything runs
+    notice                      optional: one line for the person running it (what the run
+                                will take, say), shown before anything is built
     build_abortable             True when a signal may cut `build` short at once (it cleans
                                 up in `close`); else the build finishes first. Such a build
                                 calls `stop.enter("build")` once what it built can be written:
@@ -315,9 +317,12 @@ def run_scenario(
     options: dict[str, Any] | None = None,
     progress: Callable[[Any], None] | None = None,
     stop: Stop | None = None,
+    notify: Callable[[str], None] | None = None,
 ) -> dict:
     """Run `sc` on engine `name` into the run directory `path`; returns the summary
     (with `status`, `message` and `run_dir`), also recorded in run.json.
+
+    `notify` gets the session's `notice`, if it has one, before the build.
 
     Signals are handled here when `stop` is not given; a caller that gives one
     installs its handlers (`Stop.handling`).
@@ -330,6 +335,8 @@ def run_scenario(
     check_run_dir(path)
     session = eng.session(sc, **opts)
     check_features(eng.name, sc, session.features)
+    if notify is not None and getattr(session, "notice", None):
+        notify(session.notice)
     own = stop is None
     stop = stop or Stop()
     with stop.handling() if own else contextlib.nullcontext():

@@ -336,3 +336,83 @@ def test_the_monitor_counts_reds_marks_from_tcs_json():
     assert drops.tolist() == [3, 0]  # the root's, which include RED's own
     assert backlog.tolist() == [8400, 4200]
     assert ecn.tolist() == [17, 0]  # a FIFO marks nothing; a port not recorded is not read
+
+
+def _flows(fabric, src, dst, nbytes, deps=None, start_ns=None):
+    cols = {"src": np.array(src), "dst": np.array(dst), "bytes": np.array(nbytes)}
+    if start_ns is not None:
+        cols["start_ns"] = np.array(start_ns)
+    return Scenario(
+        name="t", fabric=fabric, topology=fabric.name, workload={},
+        flows=FlowTable.build(cols, deps or [[] for _ in src], {}),
+    )  # fmt: skip
+
+
+def test_the_estimate_is_the_busiest_nic_or_the_longest_chain():
+    f = load_fabric("lab-small")
+    nics = [int(x) for x in f.nic_ids]
+    line = int(f.port_rate_bps[f.nic_port[nics[0]]])
+    mb = 4_000_000
+    one_ns = mb * 8e9 / line
+    # a 3-to-1 incast: the receiver's NIC takes three flows' time
+    sc = _flows(f, nics[1:4], [nics[0]] * 3, [mb] * 3)
+    e = P.estimate(sc, 100, 1e9)
+    assert e.fabric_ns == pytest.approx(3 * one_ns, rel=1e-6)
+    assert e.packets == 3 * -(-mb // 4096)
+    assert e.wall_s == pytest.approx(3 * one_ns * 100 / 1e9)
+    # a chain of three dependent flows on distinct NICs, the first starting late
+    sc = _flows(f, nics[0:3], nics[1:4], [mb] * 3, [[], [0], [1]], [1_000_000, 0, 0])
+    e = P.estimate(sc, 100, 1e9)
+    assert e.fabric_ns == pytest.approx(1_000_000 + 3 * one_ns, rel=1e-6)
+    # a slow replay sets the pace: its packets at its rate
+    e = P.estimate(sc, 1, 1000.0)
+    assert e.wall_s == e.replay_wall_s == pytest.approx(3 * -(-mb // 4096) / 1000)
+    assert e.timeout_s() > 2 * e.wall_s
+
+
+def test_absorb_delivers_in_order_naks_a_gap_once_and_paces_cnps():
+    from fabric.emu.packets import CNP_DUE, FINISHED, NAKED, OTHER, absorb
+
+    mtu, n = 4096, 2
+    pkts = [(0, 0, 0), (0, 1, 3), (0, 3, 3), (0, 3, 0), (1, 0, 0)]  # (flow, psn, tos)
+    buf = np.zeros((8, mtu + 64), dtype=np.uint8)
+    lens = np.zeros(8, dtype=np.uint32)
+    control = np.zeros((8, 32), dtype=np.uint8)
+    controllen = np.zeros(8, dtype=np.uint64)
+    for i, (f, psn, tos) in enumerate(pkts):
+        data = write_only(7, psn, psn * mtu, f, mtu)
+        buf[i, : len(data)] = np.frombuffer(data, dtype=np.uint8)
+        lens[i] = len(data)
+        control[i, 0], control[i, 8], control[i, 12], control[i, 16] = 17, 0, 1, tos
+        controllen[i] = 24
+    other = cnp(5)
+    buf[5, : len(other)] = np.frombuffer(other, dtype=np.uint8)
+    lens[5] = len(other)
+    nbytes = np.array([4 * mtu, mtu], dtype=np.int64)
+    expect = np.zeros(n, dtype=np.int64)
+    received = np.zeros(n, dtype=np.int64)
+    progress = np.zeros(n)
+    ce = np.zeros(n, dtype=np.int64)
+    nak_for = np.full(n, -1, dtype=np.int64)
+    last_cnp = np.full(n, -1e18)
+    out = np.zeros((24, 3), dtype=np.int64)
+    args = (nbytes, expect, received, progress, ce, nak_for, last_cnp)
+    m = absorb(buf, lens, control, controllen, 6, *args, 1.0, 10.0, out)
+    rows = [tuple(r) for r in out[:m].tolist()]
+    # flow 0: PSN 0 delivered, 1 (CE) delivered with a CNP, 2 lost: PSN 3 (CE) is past a
+    # gap, one NAK for 2 and no second CNP within t_cnp; PSN 3 again: no second NAK.
+    # Flow 1 completes; the CNP in row 5 is not data.
+    assert received.tolist() == [2 * mtu, mtu] and expect.tolist() == [2, 1]
+    assert ce.tolist() == [2, 0] and progress.tolist() == [1.0, 1.0]
+    assert rows == [(CNP_DUE, 0, 0), (NAKED, 0, 2), (FINISHED, 1, 0), (OTHER, 5, 0)]
+
+
+def test_senders_overrunning_a_lossy_receiver_make_the_estimate_long():
+    from fabric.scenarios import load_scenario
+
+    lossy, pfc = load_scenario("incast-lossy"), load_scenario("incast-pfc")
+    e = P.estimate(lossy, 20_000, 20_000)
+    assert e.overrun == 15  # PFC off, no congestion control: go-back-N after every drop
+    assert e.wall_s == P.LOSSY_INCAST_FACTOR * max(e.fabric_wall_s, e.replay_wall_s)
+    e = P.estimate(pfc, 20_000, 20_000)
+    assert e.overrun == 0 and e.wall_s == max(e.fabric_wall_s, e.replay_wall_s)

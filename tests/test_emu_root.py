@@ -359,3 +359,69 @@ def test_a_paused_ports_marker_stops_draining(tmp_path):
         holder.kill()
         holder.wait()
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_a_scenario_estimated_to_run_too_long_is_refused_before_anything_is_built(tmp_path):
+    from click.testing import CliRunner
+
+    from aifabric.cli import main
+
+    args = ["run", "demo", "--engine", "mininet", "-o", str(tmp_path / "run")]
+    result = CliRunner().invoke(main, [*args, "--max-wall", "5"])
+    assert result.exit_code == 1
+    assert "would take at least" in result.output and "--scale" in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+    _nothing_left()
+    # a coarser scale makes it short enough: the estimate follows the scale
+    from fabric.emu.engine import ENGINE
+    from fabric.scenarios import load_scenario
+
+    sc = load_scenario("demo")
+    fine = ENGINE.session(sc, max_wall_s=1e9)
+    coarse = ENGINE.session(sc, scale=fine.scale // 10, max_wall_s=1e9)
+    want = fine.estimate.fabric_wall_s / 10
+    assert coarse.estimate.fabric_wall_s == pytest.approx(want, rel=0.01)
+    assert f"scale {fine.scale:,}" in fine.notice
+
+
+def test_replay_processes_share_the_hosts_and_honour_dependencies(tmp_path, monkeypatch):
+    """Three replay processes for a ring: every flow of a step waits for the previous step's
+    flows, which other processes received; the processes are gone afterwards."""
+    from fabric.emu import replay
+
+    monkeypatch.setattr(replay, "replay_processes", lambda hosts: 3)
+    before = set(linux_children())
+    sc = _scenario({"collective": "allreduce", "algorithm": "ring", "size": "1MiB", "gpus": 8})
+    summary, run = _run(tmp_path, sc)
+    assert run.status == "complete", run.meta["message"]
+    assert summary["replay_processes"] == 3
+    assert summary["bytes_received"] == int(sc.flows.bytes.sum())
+    flows = run.flows()
+    ft = sc.flows
+    crossed = 0
+    for i in range(len(ft)):
+        deps = ft.deps_of(i)
+        if len(deps):
+            assert flows["start_ns"][i] >= flows["end_ns"][deps].max()
+            crossed += 1
+    assert crossed > 0
+    assert set(linux_children()) <= before
+
+
+def linux_children() -> list[int]:
+    """This process's children that still run."""
+    from pathlib import Path
+
+    me = str(os.getpid())
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if fields[1] == me and fields[0] != "Z":
+                out.append(int(d.name))
+    return out

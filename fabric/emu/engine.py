@@ -23,15 +23,20 @@ from fabric.emu.faults import FaultInjector
 from fabric.emu.monitor import Monitor
 from fabric.emu.net import SWITCHES, make_network
 from fabric.emu.packets import WIRE_OVERHEAD_BYTES
-from fabric.emu.plan import plan
-from fabric.emu.replay import PAYLOAD_MTU, Replay
+from fabric.emu.plan import Estimate, choose_scale, estimate, plan
+from fabric.emu.replay import PAYLOAD_MTU, Replay, capacity_pps
 from fabric.engines import Support, approximated, implemented, refused, scenario_features
 from fabric.errors import AifabricError
 from fabric.faults import applied, at_start
 from fabric.model import Role
 from fabric.results import collective_records, collective_rows, completion_ns
+from fabric.units import format_time
 
 CAPTURE_SNAPLEN = 128
+MAX_WALL_S = 600.0  # a scenario estimated to run longer is refused before anything is built
+# What the replay sends through Open vSwitch bridges of what it sends through routers (the
+# probe's figure): about half (13,400 against 26,400 packets/s on the userspace datapath).
+OVS_SHARE = 0.5
 
 
 def observed_paths(network, scenario) -> tuple[np.ndarray, np.ndarray]:
@@ -210,12 +215,33 @@ class EmuSession:
         ecn: str | None = None,
         pfc: bool = True,
         capture_ports=None,
-        timeout_s: float = 300.0,
+        timeout_s: float | None = None,
+        max_wall_s: float = MAX_WALL_S,
     ):
         if switch not in SWITCHES:
             raise AifabricError(f"switch {switch!r} is not one of {', '.join(SWITCHES)}")
         self.sc = scenario
-        self.switch, self.scale, self.pfc, self.timeout_s = switch, scale, pfc, timeout_s
+        self.switch, self.pfc = switch, pfc
+        replay_pps = capacity_pps() * (OVS_SHARE if switch == "ovs" else 1.0)
+        if scale is None:
+            scale = choose_scale(
+                scenario.fabric,
+                senders=np.unique(scenario.flows.src),
+                replay_bps=int(replay_pps * PAYLOAD_MTU * 8),
+            )
+        self.scale = int(scale)
+        if self.scale < 1:
+            raise AifabricError(
+                f"the emulation scale must be a positive whole number, not {self.scale}"
+            )
+        self.estimate = estimate(scenario, self.scale, replay_pps)
+        _refuse_long(scenario, self.estimate, max_wall_s)
+        self.timeout_s = self.estimate.timeout_s() if timeout_s is None else float(timeout_s)
+        self.notice = (
+            f"mininet engine: the replay sends about {replay_pps:,.0f} packets/s here; scale "
+            f"{self.scale:,}, at least {_duration(self.estimate.wall_s)} of wall time (it may take "
+            f"{_duration(self.timeout_s)})"
+        )
         self.capture_ports = capture_ports
         self.ecn = linux.ecn_mechanism(ecn)
         self.delay = linux.delay_mechanism()
@@ -268,6 +294,13 @@ class EmuSession:
                 "switch": net.describe(),
                 "names": pl.table(),
                 "build_s": round(self.timings["build_s"], 3),
+                "estimate": {
+                    "wall_s": round(self.estimate.wall_s, 3),
+                    "fabric_ns": self.estimate.fabric_ns,
+                    "packets": self.estimate.packets,
+                    "replay_pps": round(self.estimate.replay_pps),
+                    "timeout_s": round(self.timeout_s, 3),
+                },
             }
         )
         self.paths = observed_paths(net, sc)
@@ -326,8 +359,14 @@ class EmuSession:
         )
         summary["captures"] = self._captured(writer)
         summary["build_s"] = round(self.timings.get("build_s", 0.0), 3)
+        summary["replay_processes"] = self.replay.n_procs if self.replay is not None else 0
         if result is not None and not result.complete:
-            summary["incomplete"] = "the replay timed out before every flow completed"
+            summary["incomplete"] = (
+                f"the replay delivered nothing for {result.stalled_s:.0f} s and gave up"
+                if result.stalled_s
+                else f"the replay timed out after {result.wall_s:.0f} s before every flow "
+                "completed (`timeout_s` gives it longer)"
+            )
         writer.note(summary={k: v for k, v in summary.items() if k != "incomplete"})
         return summary
 
@@ -360,7 +399,9 @@ class EmuEngine:
         "ecn": "the ECN mechanism to prefer: red, ebpf or none",
         "pfc": "False turns PFC off",
         "capture_ports": "port ids to capture instead of the scenario's",
-        "timeout_s": "wall seconds the replay may take",
+        "timeout_s": "wall seconds the replay may take (default: from the estimate, with room)",
+        "max_wall_s": "refuse a scenario whose replay is estimated to take longer "
+        f"(wall seconds, default {MAX_WALL_S:g})",
     }
 
     def unavailable(self, switch: str = "router", **options) -> str | None:
@@ -408,6 +449,37 @@ def _paths_after_faults(net, scenario, applied, result, ptr0, links0):
         out.extend(src[src_ptr[i] : src_ptr[i + 1]].tolist())
         ptr[i + 1] = len(out)
     return ptr, np.array(out, dtype=np.int64)
+
+
+def _duration(seconds: float) -> str:
+    """Wall seconds for a person: 45 s, 3.2 min, 1.5 h."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _refuse_long(scenario, est: Estimate, max_wall_s: float) -> None:
+    """One sentence when the replay is estimated to take longer than `max_wall_s`."""
+    if est.wall_s <= max_wall_s:
+        return
+    why = (
+        f"{est.packets:,} packets at the replay's {est.replay_pps:,.0f} packets/s"
+        if est.replay_wall_s >= est.fabric_wall_s
+        else f"{format_time(est.fabric_ns)} of fabric time stretched {est.scale:,} times"
+    )
+    change = "give a smaller --scale, a smaller topology or workload, or a larger --max-wall"
+    if est.overrun > 1:
+        why += (
+            f", and {est.overrun} senders overrun one receiver without PFC or congestion "
+            "control: every drop makes go-back-N resend the rest"
+        )
+        change = "turn PFC on, add congestion control, run it on the simulator, " + change
+    raise AifabricError(
+        f"scenario {scenario.name} would take at least {_duration(est.wall_s)} of wall time on the "
+        f"mininet engine ({why}), more than the limit of {_duration(max_wall_s)}: {change}"
+    )
 
 
 def _cc(scenario) -> dict:

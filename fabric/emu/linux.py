@@ -147,22 +147,9 @@ class BatchShell:
                 stream.close()
 
 
-@contextmanager
 def netns_of(pid: int):
     """Enter the network namespace of `pid` in this thread; sockets made inside stay there."""
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-    try:
-        if _libc.setns(target, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "setns failed")
-        try:
-            yield
-        finally:
-            if _libc.setns(own, CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "setns back failed")
-    finally:
-        os.close(own)
-        os.close(target)
+    return netns_at(f"/proc/{pid}/ns/net")
 
 
 def marker_source() -> str:
@@ -255,3 +242,22 @@ def ecn_mechanism(prefer: str | None = None) -> str:
     if prefer in (None, "red", "ebpf") and has_bpf_marker():
         return "ebpf"
     return "none"
+
+
+@contextmanager
+def netns_at(path: str):
+    """Enter the network namespace at `path` (`/proc/PID/ns/net`, `/run/netns/NAME`) in this
+    thread; sockets made inside stay there."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    target = os.open(path, os.O_RDONLY)
+    try:
+        if _libc.setns(target, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns failed")
+        try:
+            yield
+        finally:
+            if _libc.setns(own, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "setns back failed")
+    finally:
+        os.close(own)
+        os.close(target)

@@ -160,6 +160,10 @@ _libc = ctypes.CDLL(None, use_errno=True)
 MSG_DONTWAIT = 0x40
 
 
+_HDR = ctypes.sizeof(_Mmsghdr)
+_EAGAIN, _ENOBUFS = 11, 105
+
+
 class Batch:
     """`rows` packet buffers and the mmsghdr array that sends them in one sendmmsg call."""
 
@@ -169,6 +173,8 @@ class Batch:
         self._iov = (_Iovec * rows)()
         self._msgs = (_Mmsghdr * rows)()
         self._to = _SockaddrIn(family=socket.AF_INET)
+        # the iovecs' lengths as an array: set in one step, not one ctypes field at a time
+        self._iov_len = np.frombuffer(self._iov, dtype=np.uint64).reshape(rows, 2)[:, 1]
         base = self.buf.ctypes.data
         for i in range(rows):
             self._iov[i].base = base + i * row_bytes
@@ -177,9 +183,9 @@ class Batch:
             self._msgs[i].hdr.name = ctypes.addressof(self._to)
             self._msgs[i].hdr.namelen = ctypes.sizeof(self._to)
 
-    def send(self, sock: socket.socket, n: int, to: tuple[int, int]) -> int:
-        """Send rows 0..n-1 from `sock` to `to` (IPv4 address, UDP port); returns how many
-        left (0 when it would block).
+    def send(self, sock: socket.socket | int, n: int, to: tuple[int, int]) -> int:
+        """Send rows 0..n-1 from `sock` (or its descriptor) to `to` (IPv4 address, UDP
+        port); returns how many left (0 when it would block).
 
         The socket is not connected on purpose: a connected UDP socket gets a random flow
         hash (`sk_txhash`) that its packets carry, and a Linux router forwards a packet
@@ -188,12 +194,108 @@ class Batch:
         """
         self._to.addr = socket.htonl(to[0])
         self._to.port = socket.htons(to[1])
-        for i in range(n):
-            self._iov[i].len = int(self.lens[i])
-        r = _libc.sendmmsg(sock.fileno(), self._msgs, n, MSG_DONTWAIT)
+        self._iov_len[:n] = self.lens[:n]
+        fd = sock if isinstance(sock, int) else sock.fileno()
+        r = _libc.sendmmsg(fd, self._msgs, n, MSG_DONTWAIT)
         if r < 0:
             err = ctypes.get_errno()
-            if err in (11, 105):  # EAGAIN, ENOBUFS: the NIC queue is full for now
+            if err in (_EAGAIN, _ENOBUFS):  # the NIC queue is full for now
                 return 0
             raise OSError(err, "sendmmsg failed")
         return r
+
+
+class RecvBatch:
+    """Up to `rows` datagrams in one recvmmsg call, each with its IP_TOS (from IP_RECVTOS)."""
+
+    CONTROL_BYTES = 32  # one cmsghdr (16 bytes) and the TOS byte, aligned
+
+    def __init__(self, rows: int, row_bytes: int):
+        self.buf = np.zeros((rows, row_bytes), dtype=np.uint8)
+        self.control = np.zeros((rows, self.CONTROL_BYTES), dtype=np.uint8)
+        self._iov = (_Iovec * rows)()
+        self._msgs = (_Mmsghdr * rows)()
+        raw = np.frombuffer(self._msgs, dtype=np.uint8).reshape(rows, _HDR)
+        at = _Msghdr.controllen.offset
+        self._controllen = raw[:, at : at + 8].view(np.uint64)[:, 0]
+        at = _Mmsghdr.len.offset
+        self.lens = raw[:, at : at + 4].view(np.uint32)[:, 0]  # each datagram's length
+        for i in range(rows):
+            self._iov[i].base = self.buf.ctypes.data + i * row_bytes
+            self._iov[i].len = row_bytes
+            self._msgs[i].hdr.iov = ctypes.pointer(self._iov[i])
+            self._msgs[i].hdr.iovlen = 1
+            self._msgs[i].hdr.control = self.control.ctypes.data + i * self.CONTROL_BYTES
+        self.rows = rows
+
+    def recv(self, fd: int) -> int:
+        """Datagrams waiting on socket `fd`, at most `rows`: their count (0 when none)."""
+        self._controllen[:] = self.CONTROL_BYTES
+        r = _libc.recvmmsg(fd, self._msgs, self.rows, MSG_DONTWAIT, None)
+        if r < 0:
+            err = ctypes.get_errno()
+            if err == _EAGAIN:
+                return 0
+            raise OSError(err, "recvmmsg failed")
+        return r
+
+
+NAKED, CNP_DUE, FINISHED, OTHER = 1, 2, 3, 4  # what `absorb` asks of its caller
+
+
+@njit(cache=True)
+def absorb(buf, lens, control, controllen, k, nbytes, expect, received, progress, ce,
+           nak_for, last_cnp, now, t_cnp, out):  # fmt: skip
+    """A receiver's go-back-N bookkeeping for `k` datagrams from `RecvBatch.recv`.
+
+    A WRITE ONLY with the expected PSN is delivered (`received`, `expect`,
+    `progress` at `now`); one past a gap asks for one NAK per gap; a CE-marked
+    one counts in `ce` and asks for a CNP at most every `t_cnp`. Rows of `out`
+    (kind, flow or datagram, PSN) say what to do: NAKED (send a NAK for that
+    PSN), CNP_DUE, FINISHED (every byte arrived), OTHER (not a data packet:
+    the row of `buf` to parse). Returns how many rows of `out` were filled.
+    """
+    m = 0
+    n = nbytes.shape[0]
+    for i in range(k):
+        row = buf[i]
+        if row[0] != OP_WRITE_ONLY or lens[i] < HEADER_BYTES:
+            out[m, 0] = OTHER
+            out[m, 1] = i
+            m += 1
+            continue
+        f = 0
+        pay = 0
+        for b in range(4):
+            f = (f << 8) | np.int64(row[20 + b])
+            pay = (pay << 8) | np.int64(row[24 + b])
+        if f >= n:
+            continue
+        psn = (np.int64(row[9]) << 16) | (np.int64(row[10]) << 8) | np.int64(row[11])
+        tos = 0
+        # one cmsghdr: cmsg_len (8 bytes), level SOL_IP (0), type IP_TOS (1), the byte
+        if controllen[i] >= 17 and control[i, 8] == 0 and control[i, 12] == 1:
+            tos = control[i, 16]
+        ahead = (psn - expect[f]) & 0xFFFFFF
+        if ahead == 0:
+            received[f] += pay
+            expect[f] += 1
+            progress[f] = now
+        elif ahead < 0x800000 and nak_for[f] != expect[f]:
+            nak_for[f] = expect[f]  # a gap: one NAK, then wait for it
+            out[m, 0] = NAKED
+            out[m, 1] = f
+            out[m, 2] = expect[f]
+            m += 1
+        if tos & 3 == 3:
+            ce[f] += 1
+            if now - last_cnp[f] >= t_cnp:
+                last_cnp[f] = now
+                out[m, 0] = CNP_DUE
+                out[m, 1] = f
+                m += 1
+        if ahead == 0 and received[f] >= nbytes[f]:
+            out[m, 0] = FINISHED
+            out[m, 1] = f
+            m += 1
+    return m

@@ -135,6 +135,97 @@ def choose_scale(
     return scale
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """How long the replay of a flow table should take, in wall seconds, before anything runs.
+
+    `fabric_ns` is a lower bound of the fabric time: the busiest NIC's bytes
+    at its line rate, or the longest chain of dependent flows (each at its
+    sender's line rate, not before its `start_ns`), whichever is longer. At
+    `scale` that is `fabric_ns * scale` of wall time; the replay cannot be
+    faster than its packets at the rate it sends them (`replay_pps`) either.
+    """
+
+    scale: int
+    packets: int
+    fabric_ns: int
+    replay_pps: float
+    fabric_wall_s: float
+    replay_wall_s: float
+    overrun: int = 0  # > 1: senders that overrun a receiver's port with nothing to stop them
+
+    @property
+    def wall_s(self) -> float:
+        bound = max(self.fabric_wall_s, self.replay_wall_s)
+        return bound * LOSSY_INCAST_FACTOR if self.overrun > 1 else bound
+
+    def timeout_s(self) -> float:
+        """How long the replay may run: the estimate with a generous margin."""
+        return TIMEOUT_FACTOR * self.wall_s + TIMEOUT_SLACK_S
+
+
+# The estimate is a lower bound: ECMP collisions, DCQCN, PFC and drops add to it (the simulator
+# puts ecmp-permutation at 9 times it, incast-lossy at 14; the emulator takes longer on a busy
+# machine). A replay that stops delivering gives up long before this (`Replay.stall_s`).
+TIMEOUT_FACTOR = 60
+TIMEOUT_SLACK_S = 300.0  # Open vSwitch's ecmp-permutation took 137 s for an estimate of 2 s
+# Senders that together overrun a receiver's port of a lossy fabric (PFC off, no congestion
+# control) drop and resend go-back-N, everything after each drop: incast-lossy's 15 senders
+# delivered 35 of their 60 MB in 32 times the bound (13 minutes) on a busy 2-core machine.
+LOSSY_INCAST_FACTOR = 50
+
+
+def estimate(scenario, scale: int, replay_pps: float, mtu: int = 4096) -> Estimate:
+    """The wall time of replaying `scenario`'s flow table at `scale` (see `Estimate`)."""
+    f: Fabric = scenario.fabric
+    ft = scenario.flows
+    nbytes = ft.bytes.astype(np.int64)
+    packets = int((-(-nbytes // mtu)).sum())
+    src_bps = f.port_rate_bps[f.nic_port[ft.src]].astype(np.float64)
+    dst_bps = f.port_rate_bps[f.nic_port[ft.dst]].astype(np.float64)
+    line_ns = nbytes * 8e9 / np.minimum(src_bps, dst_bps)
+    load_ns = 0.0
+    for ends, bps in ((ft.src, src_bps), (ft.dst, dst_bps)):
+        if len(ends):
+            busy = np.bincount(ends, weights=nbytes * 8e9 / bps, minlength=f.n_nodes)
+            load_ns = max(load_ns, float(busy.max()))
+    finish = np.zeros(len(ft))
+    ptr, dep, start = ft.dep_ptr, ft.dep, ft.start_ns.astype(np.float64)
+    for i in range(len(ft)):  # dependencies are earlier rows
+        ready = finish[dep[ptr[i] : ptr[i + 1]]].max() if ptr[i + 1] > ptr[i] else 0.0
+        finish[i] = max(ready, start[i]) + line_ns[i]
+    fabric_ns = int(max(load_ns, float(finish.max()) if len(ft) else 0.0))
+    return Estimate(
+        overrun=_lossy_overrun(scenario, src_bps, dst_bps),
+        scale=int(scale),
+        packets=packets,
+        fabric_ns=fabric_ns,
+        replay_pps=float(replay_pps),
+        fabric_wall_s=fabric_ns * scale / 1e9,
+        replay_wall_s=packets / replay_pps if replay_pps > 0 else float("inf"),
+    )
+
+
+def _lossy_overrun(scenario, src_bps, dst_bps) -> int:
+    """The most senders that start together, with no dependencies, towards one receiver
+    whose port they overrun, where the fabric has no PFC and no congestion control (else 0)."""
+    f: Fabric = scenario.fabric
+    ft = scenario.flows
+    lossless = all(
+        f.queue(Role(int(r))).pfc.enabled for r in set(f.node_role.tolist()) if r != Role.NIC
+    )
+    if lossless or scenario.cc != "none" or not len(ft):
+        return 0
+    free = np.diff(ft.dep_ptr) == 0
+    worst = 0
+    for key in {(int(d), int(t)) for d, t in zip(ft.dst[free], ft.start_ns[free], strict=True)}:
+        group = free & (ft.dst == key[0]) & (ft.start_ns == key[1])
+        senders = np.unique(ft.src[group])
+        if src_bps[group].sum() > dst_bps[group][0] and len(senders) > 1:
+            worst = max(worst, len(senders))
+    return worst
+
+
 def _rate(bps: int) -> str:
     return f"{max(int(bps), 8)}bit"
 
