@@ -496,5 +496,5 @@ def test_no_kernel_function_calls_itself_even_through_others():
                 return True
         return False
 
-    assert len(calls) > 50 and "kernel.send_data" in calls["kernel.kick"]
+    assert len(calls) > 50 and "kernel.send_data" in calls["kernel.start_frame"]
     assert [f for f in calls if reaches(f, f, set())] == []
