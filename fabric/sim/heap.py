@@ -3,6 +3,13 @@
 Every event is a row of `ev`: time_ps, seq, kind, a, b. The sequence number
 makes ties deterministic (first scheduled, first served), as in SimPy.
 `g[G_HEAP]` holds the heap size and `g[G_SEQ]` the next sequence number.
+
+Both operations move a hole rather than swapping rows: `schedule` lifts the
+hole from the end while the parent is later (a new event's sequence number is
+the largest yet, so an equal time never moves it above its parent); `pop`
+sinks the hole from the root along the earlier child down to a leaf, then
+lifts the last row into it from there ("bottom-up" deletion: one comparison
+per level on the way down, and the last row, scheduled late, rarely rises).
 """
 
 from __future__ import annotations
@@ -20,11 +27,9 @@ def _less(ev, i, j):
 
 
 @njit(cache=True, inline="always")
-def _swap(ev, i, j):
+def _move(ev, dst, src):
     for c in range(E_N):
-        x = ev[i, c]
-        ev[i, c] = ev[j, c]
-        ev[j, c] = x
+        ev[dst, c] = ev[src, c]
 
 
 @njit(cache=True)
@@ -37,19 +42,19 @@ def schedule(ev, g, t, kind, a, b):
         g[G_OVERFLOW] = 1
         return
     g[G_HEAP] = i + 1
+    seq = g[G_SEQ]
+    g[G_SEQ] = seq + 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        if t >= ev[parent, E_TIME_PS]:  # at an equal time the parent came first
+            break
+        _move(ev, i, parent)
+        i = parent
     ev[i, E_TIME_PS] = t
-    ev[i, E_SEQ] = g[G_SEQ]
-    g[G_SEQ] += 1
+    ev[i, E_SEQ] = seq
     ev[i, E_KIND] = kind
     ev[i, E_A] = a
     ev[i, E_B] = b
-    while i > 0:
-        parent = (i - 1) >> 1
-        if _less(ev, i, parent):
-            _swap(ev, i, parent)
-            i = parent
-        else:
-            break
 
 
 @njit(cache=True)
@@ -61,10 +66,8 @@ def pop(ev, g, out):
     g[G_HEAP] = n
     if n == 0:
         return
-    for c in range(E_N):
-        ev[0, c] = ev[n, c]
     i = 0
-    while True:
+    while True:  # the hole sinks to a leaf of the heap without row n
         left = 2 * i + 1
         if left >= n:
             break
@@ -72,8 +75,15 @@ def pop(ev, g, out):
         right = left + 1
         if right < n and _less(ev, right, left):
             small = right
-        if _less(ev, small, i):
-            _swap(ev, i, small)
-            i = small
-        else:
+        _move(ev, i, small)
+        i = small
+    t = ev[n, E_TIME_PS]
+    seq = ev[n, E_SEQ]
+    while i > 0:  # row n rises into it
+        parent = (i - 1) >> 1
+        pt = ev[parent, E_TIME_PS]
+        if pt < t or (pt == t and ev[parent, E_SEQ] < seq):
             break
+        _move(ev, i, parent)
+        i = parent
+    _move(ev, i, n)
