@@ -20,6 +20,8 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fabric.emu import gbn
 from tests import gbn_reference as ref
@@ -226,3 +228,45 @@ def test_random_losses_are_resent_alike(seed):
     naks_lost = set(rng.integers(0, 4, int(rng.integers(0, 3))).tolist())
     sent, naks, timeouts, _ = both(lost, naks_lost)
     assert len(sent) > N and naks + timeouts > 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    start=st.sampled_from([0, gbn.PSN_MASK - 5]),
+    offsets=st.lists(st.integers(min_value=-4, max_value=6), min_size=1, max_size=60),
+)
+def test_the_replays_numba_receiver_decides_as_gbn_receive(start, offsets):
+    """The replay's receiver runs in numba (`fabric.emu.packets.absorb`, a batch at a time);
+    on any sequence of PSNs (behind, expected, past a gap; across the 24-bit wrap) it takes
+    and NAKs exactly what `gbn.receive`, the rule the reference is checked against, does."""
+    from fabric.emu.packets import NAKED, absorb, write_only
+
+    mtu, k = 64, len(offsets)
+    buf = np.zeros((k, mtu + 64), dtype=np.uint8)
+    lens = np.zeros(k, dtype=np.uint32)
+    control = np.zeros((k, 32), dtype=np.uint8)
+    controllen = np.zeros(k, dtype=np.uint64)
+    expect, nak_for, taken, naks = start, -1, [], []
+    for i, off in enumerate(offsets):
+        psn = (expect + off) & gbn.PSN_MASK
+        data = write_only(7, psn, 0, 0, mtu)
+        buf[i, : len(data)] = np.frombuffer(data, dtype=np.uint8)
+        lens[i] = len(data)
+        ok, nak = gbn.receive(expect & gbn.PSN_MASK, nak_for, psn)
+        if ok:
+            expect, taken = expect + 1, [*taken, i]
+        elif nak >= 0:
+            nak_for, naks = nak, [*naks, nak]
+    state = {
+        "nbytes": np.array([10**9], dtype=np.int64),
+        "expect": np.array([start], dtype=np.int64),
+        "received": np.zeros(1, dtype=np.int64),
+        "progress": np.zeros(1),
+        "ce": np.zeros(1, dtype=np.int64),
+        "nak_for": np.full(1, -1, dtype=np.int64),
+        "last_cnp": np.full(1, -1e18),
+    }
+    out = np.zeros((3 * k, 3), dtype=np.int64)
+    m = absorb(buf, lens, control, controllen, k, *state.values(), 1.0, 10.0, out)
+    assert state["expect"][0] == expect and state["received"][0] == len(taken) * mtu
+    assert [int(r[2]) & gbn.PSN_MASK for r in out[:m] if r[0] == NAKED] == naks
