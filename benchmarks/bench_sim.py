@@ -1,6 +1,7 @@
 """Simulator throughput: events/s, packet-hops/s, wall time and peak memory.
 
     python benchmarks/bench_sim.py [a b c d e f] [--big] [--repeat N] [--ack-every N|flow]
+        [--buffer-model shared|static]
 
 (a) fat-tree-k8 (128 NICs) and (b) fat-tree-k16 (1,024 NICs), 100 Gb/s, MTU 4000:
 a random permutation of 2 MB flows, PFC on, per-flow 5-tuple ECMP; (c) the same
@@ -18,7 +19,9 @@ average is printed beside each case. Peak memory is the process's resident
 high-water mark (it includes every earlier case). Then the memory the state
 takes per in-flight packet, per event and per flow, from the array layouts.
 `--ack-every` sets the receivers' ACK coalescing (the scenario key of that name;
-default: the simulator's), to measure what ACKs cost in events per packet-hop.
+default: the simulator's), to measure what ACKs cost in events per packet-hop;
+`--buffer-model` puts every switch on that buffer model (default: the topology's),
+to compare with figures measured before the shared-buffer model (static).
 """
 
 from __future__ import annotations
@@ -29,17 +32,29 @@ import resource
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from fabric.model import Role  # noqa: E402
 from fabric.sim import Simulation  # noqa: E402
 from fabric.sim import layout as L  # noqa: E402
 from fabric.units import format_size  # noqa: E402
 from topologies import load_fabric  # noqa: E402
 from traffic.flows import FlowTable  # noqa: E402
+
+BUFFER_MODEL: list[str] = []  # the switches' buffer model every case takes (--buffer-model)
+
+
+def with_model(fabric):
+    """The fabric with every switch on the --buffer-model, if one was given."""
+    if not BUFFER_MODEL:
+        return fabric
+    queues = {r: replace(fabric.queue(r), model=BUFFER_MODEL[0]) for r in Role if r != Role.NIC}
+    return replace(fabric, queues={**fabric.queues, **queues})
 
 
 def permutation(fabric, size: int, seed: int) -> FlowTable:
@@ -191,7 +206,10 @@ def main() -> None:
     ap.add_argument("--big", action="store_true", help="also run (f), 24,576 GPUs")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ack-every", type=lambda v: v if v == "flow" else int(v))
+    ap.add_argument("--buffer-model", choices=["shared", "static"])
     args = ap.parse_args()
+    if args.buffer_model:
+        BUFFER_MODEL.append(args.buffer_model)
     if args.ack_every is not None:
         CC_PARAMS["ack_every"] = args.ack_every
     cases = list(args.cases or ["a", "b"])
@@ -206,7 +224,7 @@ def main() -> None:
     for case in cases:
         name, make, size = CASES[case]
         t0 = time.perf_counter()
-        fabric = load_fabric(name)
+        fabric = with_model(load_fabric(name))
         table = make(fabric, size, 1)
         built_s = time.perf_counter() - t0
         if case in LONG:

@@ -33,9 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench_sim import CASES  # noqa: E402
+from bench_sim import BUFFER_MODEL, CASES, with_model  # noqa: E402
 
-from fabric.model import Role  # noqa: E402
 from fabric.results import collective_records  # noqa: E402
 from fabric.scenarios import load_scenario, scenario_presets  # noqa: E402
 from fabric.sim import Simulation  # noqa: E402
@@ -82,15 +81,6 @@ def captured_ports(fabric) -> list[int]:
 
 OVERRIDE: dict = {}  # parameters every case takes (--loss-recovery, --old-conventions)
 OLD_CONVENTIONS = {"ack_every": "flow", "finish": "receiver"}
-BUFFER_MODEL: list[str] = []  # the switches' buffer model every case takes (--buffer-model)
-
-
-def with_model(fabric):
-    """The fabric with every switch on the --buffer-model, if one was given."""
-    if not BUFFER_MODEL:
-        return fabric
-    queues = {r: replace(fabric.queue(r), model=BUFFER_MODEL[0]) for r in Role if r != Role.NIC}
-    return replace(fabric, queues={**fabric.queues, **queues})
 
 
 def scenario_sim(scenario) -> Simulation:
