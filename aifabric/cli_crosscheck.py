@@ -42,7 +42,7 @@ from aifabric.cli import emit_json, json_option, main
 def crosscheck(scenario, output, switch, scale, tolerance, seed, assignments, force, as_json):
     """Run SCENARIO in the simulator and the emulator with matching hash policies and
     compare them: every flow's path, each collective's completion and busbw, bytes per
-    uplink, ECN marks, PFC pause time, drops; a verdict."""
+    uplink, ECN marks, PFC pause time, drops; a verdict (exit 1 when they differ)."""
     from pathlib import Path
 
     from fabric.crosscheck import crosscheck as run_both
@@ -78,6 +78,8 @@ def crosscheck(scenario, output, switch, scale, tolerance, seed, assignments, fo
         emit_json(report)
     else:
         _print(sc, switch, report)
+    if report["verdict"] != "agree":
+        raise SystemExit(1)  # as diff does: a script can test the verdict
 
 
 def _print(sc, switch: str, r: dict) -> None:
