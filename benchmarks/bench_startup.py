@@ -7,7 +7,8 @@ prints the median CPU seconds (user + system, from the child's rusage) and wall
 seconds of N runs:
 
   version   `aifabric --version`
-  run       `aifabric run` of a scenario with one 4 KiB flow on lab-small, warm
+  run       `aifabric run` of benchmarks/one-flow.toml (one 4 KiB flow on lab-small),
+            warm
             (after one untimed run that fills the numba cache if it is cold)
 
 The children may write bytecode (__pycache__), as an installed aifabric does,
@@ -36,17 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ONE_FLOW = """\
-[scenario]
-topology = "lab-small"
-seed = 1
-
-[workload]
-pattern = "incast"
-senders = 1
-gpus = 2
-size = "4KiB"
-"""
+ONE_FLOW = ROOT / "benchmarks" / "one-flow.toml"
 
 
 def child_cpu() -> float:
@@ -103,9 +94,7 @@ def main() -> None:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         work = Path(tmp)
-        scenario = work / "one-flow.toml"
-        scenario.write_text(ONE_FLOW)
-        run = ["run", str(scenario), "-o", str(work / "run-{i}")]
+        run = ["run", str(ONE_FLOW), "-o", str(work / "run-{i}")]
         print(f"medians of {args.repeat} runs (os.getloadavg: {os.getloadavg()[0]:.1f})")
         show("version", median_of(args.repeat, ["--version"], env, work))
         median_of(1, run, env, work)  # fills the cache if it is cold
