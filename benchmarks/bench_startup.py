@@ -51,6 +51,7 @@ def timed(args: list[str], env: dict, notice: str | None = None) -> dict:
     cpu, t0 = child_cpu(), time.perf_counter()
     p = subprocess.Popen(
         [sys.executable, "-m", "aifabric", *args],
+        cwd=ROOT,  # `-m` puts the working directory first on the path: this checkout's
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
