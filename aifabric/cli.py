@@ -39,8 +39,26 @@ def _policies():
     return POLICIES
 
 
+def loaded() -> None:
+    """The command has loaded what it needs: collect garbage again (`aifabric.main` stops
+    the collector while the command line loads), skipping every object loading made."""
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
+
+
+class Command(click.Command):
+    """A command that collects garbage from its start (`loaded`)."""
+
+    def invoke(self, ctx):
+        loaded()
+        return super().invoke(ctx)
+
+
 class Group(click.Group):
     """A click group that turns library errors into one clear sentence."""
+
+    command_class = Command
 
     def invoke(self, ctx):
         from fabric.errors import AifabricError

@@ -12,7 +12,7 @@ import time
 
 import click
 
-from aifabric.cli import emit_json, json_option, main, notice_compiles
+from aifabric.cli import emit_json, json_option, loaded, main, notice_compiles
 from aifabric.params import choice
 
 
@@ -23,7 +23,8 @@ def _engine_names():
 
 
 class RunCommand(click.Command):
-    """`--capture A B C`: every value up to the next option (click takes one per option)."""
+    """`--capture A B C`: every value up to the next option (click takes one per option).
+    Not `aifabric.cli.Command`: the run collects garbage once its scenario is loaded."""
 
     def parse_args(self, ctx, args):
         out: list[str] = []
@@ -171,6 +172,7 @@ def run(
             names = [c for item in captures for c in item.split(",") if c]
             if names:
                 sc = with_captures(sc, names)
+            loaded()
             stop.enter("compile", "compiling")
             ensure_warm(should_stop=stop.is_set)  # an empty kernel cache: compile it all now
             stop.enter("load", "abortable")  # raises if a signal came while compiling

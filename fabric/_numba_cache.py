@@ -37,12 +37,14 @@ PACKAGES = ("fabric", "traffic", "analysis", "topologies", "aifabric", "experime
 KEEP_OLD_DAYS = 7
 
 
+# A line starts after a newline (a text is searched with one put in front): a pattern that
+# begins with one lets `re` skip from newline to newline rather than try every position
+# (twice to six times faster; every command's startup pays for this scan).
 _IMPORT = re.compile(
-    rb"^[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]*(\([^)]*\)|(?:[^\n#;\\]|\\\r?\n)*)"
-    rb"|import[ \t]+((?:[^\n#;\\]|\\\r?\n)*))",
-    re.M,
+    rb"\n[ \t]*(?:from[ \t]+([.\w]+)[ \t]+import[ \t]*(\([^)]*\)|(?:[^\n#;\\]|\\\r?\n)*)"
+    rb"|import[ \t]+((?:[^\n#;\\]|\\\r?\n)*))"
 )
-_NUMBA = re.compile(rb"^(?:from[ \t]+numba[ \t.]|import[ \t]+numba\b)", re.M)
+_NUMBA = re.compile(rb"\n(?:from[ \t]+numba[ \t.]|import[ \t]+numba\b)")
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -60,7 +62,7 @@ def imports(name: str, path: Path, text: bytes) -> list[tuple[str, tuple[str, ..
     `from module import names`, relative ones made absolute."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
-    for base, names, plain in _IMPORT.findall(text):
+    for base, names, plain in _IMPORT.findall(b"\n" + text):
         if plain:
             for item in plain.decode().replace("\\", " ").split(","):
                 if item.split():
@@ -76,11 +78,16 @@ def imports(name: str, path: Path, text: bytes) -> list[tuple[str, tuple[str, ..
     return out
 
 
+def imports_numba(text: bytes) -> bool:
+    """Whether a module imports numba at its top level (a kernel module)."""
+    return _NUMBA.search(b"\n" + text) is not None
+
+
 def kernel_sources(root: Path) -> list[Path]:
     """The kernel modules and every project module they import (see the docstring)."""
     mods = modules(root)
     texts = {name: path.read_bytes() for name, path in mods.items()}
-    todo = [name for name, text in texts.items() if _NUMBA.search(text)]
+    todo = [name for name, text in texts.items() if imports_numba(text)]
     followed: set[str] = set()
     hashed: set[str] = set()
 

@@ -7,18 +7,36 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("numpy", "numba", "plotly", "scapy", "networkx", "fabric.routing", "traffic")
+HEAVY = (
+    "numpy", "numba", "plotly", "scapy", "networkx", "pandas", "dask", "fabric.routing",
+    "traffic",
+)  # fmt: skip
+ONE_FLOW = ROOT / "benchmarks" / "one-flow.toml"  # one 4 KiB flow
+
+
+def probe(code: str) -> str:
+    """The standard error of a Python running `code` in the checkout."""
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return out.stderr
 
 
 def loaded_after(code: str) -> set[str]:
-    probe = (
+    last = probe(
         f"import sys\n{code}\n"
         f"print('loaded:', *(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)"
+    ).splitlines()[-1]
+    return set(last.split()[1:])
+
+
+def command(*args: str) -> str:
+    """Code that runs `aifabric ARGS` as the command does (`aifabric.main`)."""
+    return (
+        f"sys.argv = ['aifabric', *{list(args)!r}]\n"
+        "import aifabric\n"
+        "try:\n    aifabric.main()\nexcept SystemExit as e:\n    assert not e.code, e.code"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
-    )
-    return set(out.stderr.splitlines()[-1].split()[1:])
 
 
 def test_version_and_help_load_no_library():
@@ -37,12 +55,27 @@ def test_a_choice_reads_its_table_when_a_command_line_is_parsed():
     assert "fabric.routing" in loaded_after(code)
 
 
-def test_the_run_path_loads_no_plotting_capture_or_graph_library():
-    code = (
-        "import aifabric.cli\n"
-        "import aifabric.cli_run\n"
-        "from fabric.engines import engine, run_scenario\n"
-        "engine('sim')\n"
-        "from fabric.scenarios import load_scenario"
+def test_a_run_loads_no_plotting_capture_graph_or_table_library(tmp_path):
+    loaded = loaded_after(command("run", str(ONE_FLOW), "-o", str(tmp_path / "run")))
+    assert {"numba", "traffic"} <= loaded  # it did run
+    assert loaded.isdisjoint({"plotly", "scapy", "networkx", "pandas", "dask"})
+
+
+def test_commands_work_with_the_garbage_collector_on(tmp_path):
+    """`aifabric.main` stops the collector while the command line loads: a command turns it
+    back on before its work, the run once its scenario is loaded."""
+    seen = (
+        "import gc, sys\n"
+        "import fabric.engines\n"
+        "from aifabric.cli import main\n"
+        "def run_scenario(*args, **kwargs):\n"
+        "    print('run:', gc.isenabled(), file=sys.stderr)\n"
+        "    raise SystemExit(0)\n"
+        "fabric.engines.run_scenario = run_scenario\n"
+        "@main.command('probe')\n"
+        "def probe():\n"
+        "    print('probe:', gc.isenabled(), file=sys.stderr)\n"
     )
-    assert loaded_after(code).isdisjoint({"plotly", "scapy", "networkx"})
+    run = probe(seen + command("run", str(ONE_FLOW), "-o", str(tmp_path / "run")))
+    assert run.splitlines()[-1] == "run: True"
+    assert probe(seen + command("probe")).splitlines()[-1] == "probe: True"
