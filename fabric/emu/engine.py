@@ -361,12 +361,19 @@ class EmuSession:
         summary["build_s"] = round(self.timings.get("build_s", 0.0), 3)
         summary["replay_processes"] = self.replay.n_procs if self.replay is not None else 0
         if result is not None and not result.complete:
-            summary["incomplete"] = (
-                f"the replay delivered nothing for {result.stalled_s:.0f} s and gave up"
-                if result.stalled_s
-                else f"the replay timed out after {result.wall_s:.0f} s before every flow "
-                "completed (`timeout_s` gives it longer)"
-            )
+            if result.lost:
+                summary["incomplete"] = (
+                    f"{result.lost} {result.wall_s:.0f} s into the replay, which stopped there"
+                )
+            elif result.stalled_s:
+                summary["incomplete"] = (
+                    f"the replay delivered nothing for {result.stalled_s:.0f} s and gave up"
+                )
+            else:
+                summary["incomplete"] = (
+                    f"the replay timed out after {result.wall_s:.0f} s before every flow "
+                    "completed (`timeout_s` gives it longer)"
+                )
         writer.note(summary={k: v for k, v in summary.items() if k != "incomplete"})
         return summary
 

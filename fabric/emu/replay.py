@@ -119,6 +119,7 @@ class ReplayResult:
     wall_s: float
     complete: bool
     stalled_s: float = 0.0  # > 0: stopped because nothing was delivered for that long
+    lost: str = ""  # a replay process that died mid-run (killed, or exited unasked), said how
 
 
 class Shared:
@@ -160,7 +161,8 @@ class Replay:
         self.t0 = 0.0
         self.owner = np.zeros(0, dtype=np.int64)  # host -> the replay process that holds it
         self.shared: Shared | None = None
-        self._pids: list[int] = []
+        self._pids: list[int] = []  # the replay processes still running
+        self._all_pids: list[int] = []  # all of them, in order
         self._go: list[int] = []  # write ends of the pipes that start the processes
         self._wake: list[tuple[int, int]] = []
 
@@ -257,6 +259,7 @@ class Replay:
                 finally:
                     os._exit(code)
             self._pids.append(pid)
+            self._all_pids.append(pid)
             self._go.append(w)
             os.close(r)
         for pair in self._wake:
@@ -333,6 +336,7 @@ class Replay:
             os.write(w, b"g")
         self.started.set()
         delivered, moved = -1, t0
+        lost = ""
         try:
             while self._pids:
                 if int(sh.n_done.sum()) >= n or sh.failed.any():
@@ -352,7 +356,13 @@ class Replay:
                     stop.wait(0.01)
                 else:
                     time.sleep(0.01)
-                self._pids = [p for p in self._pids if not _ended(p)]
+                for i, pid in enumerate(self._all_pids):
+                    if pid in self._pids and (status := _wait_status(pid)) is not None:
+                        self._pids.remove(pid)
+                        if not lost and not sh.failed[i] and status != 0:
+                            lost = f"replay process {i + 1} of {self.n_procs} {_death(status)}"
+                if lost:
+                    break
         finally:
             sh.stop[0] = 1
             self._reap(10.0)
@@ -370,6 +380,7 @@ class Replay:
                 wall_s=time.monotonic() - t0,
                 complete=bool((end >= 0).all()),
                 stalled_s=stalled,
+                lost=lost,
             )
         failed = np.flatnonzero(sh.failed)
         if len(failed):
@@ -627,11 +638,20 @@ def _forked(parent: int) -> bool:
     return os.getppid() == parent
 
 
-def _ended(pid: int) -> bool:
+def _wait_status(pid: int) -> int | None:
+    """The wait status of child `pid` once it has ended (0 when reaped elsewhere), else None."""
     try:
-        return os.waitpid(pid, os.WNOHANG)[0] != 0
+        got, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
-        return True
+        return 0
+    return status if got else None
+
+
+def _death(status: int) -> str:
+    """How a replay process ended, from its wait status, as the end of a sentence."""
+    if os.WIFSIGNALED(status):
+        return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with status {os.waitstatus_to_exitcode(status)}"
 
 
 PROBE_NET = "10.254"  # the probe's two subnets, 10.254.0.0/24 and 10.254.1.0/24
