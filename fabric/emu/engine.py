@@ -191,7 +191,8 @@ def features(scenario, *, switch: str, ecn: str, delay: str, pfc: bool) -> dict[
     out["congestion_control.kind"] = {
         "none": implemented("senders send as fast as their NIC queue takes packets"),
         "dcqcn": implemented(
-            "the replay's senders pace each flow and cut its rate on CNPs, as DCQCN does"
+            "the replay's senders pace each flow and cut and recover its rate on CNPs, "
+            "timers and a byte counter by the simulator's DCQCN rules"
         ),
     }.get(
         scenario.cc,

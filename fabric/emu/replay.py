@@ -17,8 +17,9 @@ appends the flows it saw complete to its own list, which the others read to
 release the flows waiting for them, so collectives advance step by step
 across processes. Receivers answer CE-marked packets with a CNP (at most
 one per flow per `cnp_interval`); with `cc == "dcqcn"` senders pace each
-flow and cut its rate on CNPs (DCQCN's rate decrease, alpha update, fast
-recovery and additive increase on the rate timer); CNPs and NAKs reach the
+flow at its DCQCN rate, by the simulator's rules (`fabric.emu.dcqcn`: cuts,
+alpha timer, rate timer and byte counter, fast, additive and hyper
+increase; a rate raised while a flow waits shortens its wait); CNPs and NAKs reach the
 process that holds the sender, since it holds the sender's socket too.
 Otherwise senders send as fast as the host's NIC queue takes packets.
 
@@ -57,8 +58,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabric.addressing import ROCE_UDP_PORT, format_ipv4
-from fabric.cc import HEADER_OVERHEAD_BYTES
+from fabric.cc import HEADER_OVERHEAD_BYTES, cc_parameters
 from fabric.emu import gbn, linux
+from fabric.emu.dcqcn import ReactionPoint
 from fabric.emu.packets import (
     CNP_DUE,
     FINISHED,
@@ -418,19 +420,15 @@ class Replay:
         resent_at = np.zeros(n)  # when the sender last went back (a NAK or a timeout)
         sending = np.zeros(n, dtype=bool)  # in `active`
         line = self.net.plan.port_rate_bps[self.net.fabric.nic_port[ft.src]].astype(float)
-        rate = line.copy()
-        target = line.copy()
-        alpha = np.ones(n)
-        next_tx = np.zeros(n)
-        last_timer = np.zeros(n)
-        recov = np.zeros(n, dtype=np.int64)
+        rp = ReactionPoint({**cc_parameters({}), **self.ccp}, line, scale) if self.cc else None
+        rate = rp.rc if rp is not None else line
+        # DCQCN pacing: a flow's last batch left at paced_at and may be followed once its
+        # bits have drained at the flow's current rate (a rate raised by the timer after a
+        # cut shortens the wait: the gap is not fixed at the rate of the cut)
+        paced_at = np.zeros(n)
+        paced_bits = np.zeros(n)
         qp_flow: dict[tuple[int, int], int] = {}  # (src ip, sqpn) -> sending flow, for CNPs
-        g = float(self.ccp.get("g", 1 / 256))
         t_cnp = self.ccp.get("cnp_interval", 50_000) * scale / 1e9
-        t_timer = self.ccp.get("rate_timer", 55_000) * scale / 1e9
-        ai = float(self.ccp.get("additive_increase", 40e6)) / scale
-        min_rate = float(self.ccp.get("min_rate", 100e6)) / scale
-        fast_steps = int(self.ccp.get("fast_recovery_steps", 5))
         # A quiet flow may only be queued: wait at least as long as three full buffers drain.
         t_rto = self.rto_s()
         overhead = int(self.ccp.get("header_overhead", HEADER_OVERHEAD_BYTES))
@@ -507,12 +505,8 @@ class Replay:
                 if f is None:
                     return
                 sh.cnps[f] += 1
-                if self.cc:
-                    target[f] = rate[f]
-                    rate[f] = max(min_rate, rate[f] * (1 - alpha[f] / 2))
-                    alpha[f] = (1 - g) * alpha[f] + g
-                    recov[f] = 0
-                    last_timer[f] = now
+                if rp is not None:
+                    rp.cut(f, now)
 
         last_rto_check = t0
         poller = select.poll()  # not select: a hundred hosts have descriptors past 1024
@@ -536,8 +530,10 @@ class Replay:
                         active.append(f)
                         sending[f] = True
                         qp_flow[(int(ips[src_l[f]]), sqpn_l[f])] = f
-                        next_tx[f] = now
-                        last_timer[f] = now
+                        paced_at[f] = now
+                        paced_bits[f] = 0.0
+                        if rp is not None:
+                            rp.start(f)
                         resent_at[f] = now
             blocked = []
             still = []
@@ -547,15 +543,9 @@ class Replay:
                     sending[f] = False
                     continue
                 still.append(f)
-                if self.cc:
-                    while now - last_timer[f] >= t_timer:
-                        last_timer[f] += t_timer
-                        alpha[f] *= 1 - g
-                        recov[f] += 1
-                        if recov[f] > fast_steps:
-                            target[f] = min(line[f], target[f] + ai)
-                        rate[f] = min(line[f], (rate[f] + target[f]) / 2)
-                    if now < next_tx[f]:
+                if rp is not None:
+                    rp.tick(f, now)
+                    if now < paced_at[f] + paced_bits[f] / rate[f]:
                         continue
                 k = fill_writes(
                     batch.buf, batch.lens, f, dqpn_l[f], int(psn[f]),
@@ -572,8 +562,10 @@ class Replay:
                     sh.retx[f] += max(0, min(int(psn[f]) + m, int(high[f])) - int(psn[f]))
                     psn[f] += m
                     high[f] = max(high[f], psn[f])
-                    if self.cc:
-                        next_tx[f] = max(next_tx[f], now) + (payload + m * overhead) * 8 / rate[f]
+                    if rp is not None:
+                        paced_at[f] = max(paced_at[f] + paced_bits[f] / rate[f], now)
+                        paced_bits[f] = (payload + m * overhead) * 8
+                        rp.sent(f, payload + m * overhead)
             active = still
             if now - last_rto_check >= t_rto / 4:
                 last_rto_check = now
@@ -586,8 +578,9 @@ class Replay:
             # Nothing to send: sleep until a datagram, a socket with room, a wake-up
             # (a dependency completed elsewhere), a paced flow's turn or 2 ms.
             wait = 0.0 if sent_now else (0.0005 if waiting else 0.002)
-            if self.cc and active and not sent_now:
-                wait = max(0.0, min(wait, min(next_tx[f] for f in active) - now))
+            if rp is not None and active and not sent_now:
+                due = min(paced_at[f] + paced_bits[f] / rate[f] for f in active)
+                wait = max(0.0, min(wait, due - now))
             waking = set(blocked) - sock_host.keys()
             for fd in waking:
                 poller.register(fd, select.POLLOUT)
