@@ -527,6 +527,7 @@ def _write(writer, scenario, pl, monitor, result, path_ptr, path_link) -> dict:
         "naks": int(result.naks) if result is not None else 0,
         "retransmission_timeouts": int(result.timeouts) if result is not None else 0,
         "replay_wall_s": round(result.wall_s, 3) if result is not None else None,
+        "replay_cpu_s": round(result.cpu_s, 3) if result is not None else None,
         "max_queue_bytes": int(qmax.max()) if len(qmax) else 0,
         "max_queue_port": port_name,
         "ecn_marked": int(series["ecn_marked"].sum()),
