@@ -82,12 +82,7 @@ from fabric.model import Role
 
 IP_RECVTOS = 13
 IP_TOS = 1
-# Packets per sendmmsg for one flow per turn: two, which the host's HTB (a burst of two jumbo
-# frames) passes at once, so that a flow's packets are spaced by the turns of the others rather
-# than queued for the HTB's timer (lab-small at scale 50: 26 us of CPU a packet against 28 with
-# sixteen, and fewer drops at the host's queue)
-SEND_BATCH = 2
-PROBE_BATCH = 16  # the capacity probe's: within a socket's default send buffer (about 25 of 4 KiB)
+BATCH = 16  # packets per sendmmsg: within a socket's default send buffer (about 25 of 4 KiB)
 RECV_BATCH = 64  # datagrams per recvmmsg
 RECV_ROW_BYTES = 64  # what recvmmsg copies of a datagram: headers; the kernel drops the payload
 PAYLOAD_MTU = 4096
@@ -445,7 +440,7 @@ class Replay:
         t_rto = self.rto_s()
         overhead = int(self.ccp.get("header_overhead", HEADER_OVERHEAD_BYTES))
         counts = sh.counts[me]
-        batch = Batch(SEND_BATCH, self.mtu + 64)
+        batch = Batch(BATCH, self.mtu + 64)
         rbatch = RecvBatch(RECV_BATCH, RECV_ROW_BYTES)
         todo = np.zeros((3 * RECV_BATCH, 3), dtype=np.int64)
         send_fd = {k: s.fileno() for k, s in self._send.items() if self.owner[k[0]] == me}
@@ -763,9 +758,9 @@ def _probe(a: str, b: str, k: int, seconds: float) -> float:
 
 def _flood(tx: socket.socket, rx: socket.socket, seconds: float) -> tuple[int, float]:
     """Send 4 KiB datagrams in batches for `seconds`, receiving what arrives between them."""
-    batch = Batch(PROBE_BATCH, PAYLOAD_MTU + 64)
+    batch = Batch(BATCH, PAYLOAD_MTU + 64)
     rbatch = RecvBatch(RECV_BATCH, RECV_ROW_BYTES)
-    k = fill_writes(batch.buf, batch.lens, 0, 1, 0, 0, PROBE_BATCH * PAYLOAD_MTU, PAYLOAD_MTU)
+    k = fill_writes(batch.buf, batch.lens, 0, 1, 0, 0, BATCH * PAYLOAD_MTU, PAYLOAD_MTU)
     host, port = tx.getpeername()
     to = (int.from_bytes(socket.inet_aton(host), "big"), port)
     got = 0
