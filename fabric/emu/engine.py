@@ -30,6 +30,7 @@ from fabric.errors import AifabricError
 from fabric.faults import applied, at_start
 from fabric.model import Role
 from fabric.results import collective_records, collective_rows, completion_ns
+from fabric.routing import EMULATOR_POLICY
 from fabric.units import format_time
 
 CAPTURE_SNAPLEN = 128
@@ -235,7 +236,7 @@ class EmuSession:
             raise AifabricError(
                 f"the emulation scale must be a positive whole number, not {self.scale}"
             )
-        self.estimate = estimate(scenario, self.scale, replay_pps)
+        self.estimate = estimate(scenario, self.scale, replay_pps, policy=EMULATOR_POLICY[switch])
         _refuse_long(scenario, self.estimate, max_wall_s)
         self.timeout_s = self.estimate.timeout_s() if timeout_s is None else float(timeout_s)
         self.notice = (
