@@ -1,6 +1,6 @@
 """Mininet engine figures (root): build and teardown time, replay packet rate, sim vs emu.
 
-    sudo .venv/bin/python benchmarks/bench_emu.py [--skip-medium]
+    sudo .venv/bin/python benchmarks/bench_emu.py [--skip-medium] [--replay-only] [--repeat N]
 
 Prints: build (Mininet + plan applied) and teardown seconds for lab-small
 and lab-medium, medians of --repeat runs, with the switches as routers and,
@@ -8,7 +8,9 @@ where Open vSwitch is installed, as OVS bridges; the machine's veth ceiling
 (one sendmmsg sender, no shaping) and cross-rack ceiling; the start-up
 probe's replay capacity; the replay's packets per second (medians of
 --repeat) for a ring AllReduce (steps wait for each other) and a
-permutation (no dependencies), for each kind of switch; the same small ring
+permutation (no dependencies), for each kind of switch, with the replay's CPU
+per packet beside the ceiling's (a figure a loaded machine moves less than
+the rates); the same small ring
 AllReduce in the simulator and the emulator (completion time in fabric
 time, bytes per leaf uplink).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import os
 import socket
 import statistics
 import sys
@@ -56,7 +59,8 @@ def build_teardown(topology, switch="router"):
 
 
 def flood_rate(across: bool, seconds=1.0):
-    """Packets/s one sendmmsg sender pushes (4 KiB payloads), counted where they arrive.
+    """Packets/s one sendmmsg sender pushes (4 KiB payloads), counted where they arrive, and
+    the sender's CPU seconds per packet (the forwarding done in its context included).
 
     `across=False`: through one unshaped veth pair (NIC to its leaf), the
     machine's veth ceiling. `across=True`: from a NIC to a NIC of another
@@ -101,12 +105,13 @@ def flood_rate(across: bool, seconds=1.0):
             return int(json.loads(out.stdout)[0]["stats64"]["rx"]["packets"])
 
         r0 = rx()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         while time.perf_counter() - t0 < seconds:
             batch.send(s, k, dest)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         s.close()
-        return (rx() - r0) / dt
+        got = rx() - r0
+        return got / dt, cpu / max(got, 1)
     finally:
         net.close()
 
@@ -147,6 +152,11 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-medium", action="store_true")
     ap.add_argument("--repeat", type=int, default=3, help="builds per figure (the median)")
+    ap.add_argument(
+        "--replay-only",
+        action="store_true",
+        help="only the cross-rack ceiling and the replay rates, with routers",
+    )
     args = ap.parse_args()
     from fabric.emu import available
 
@@ -155,11 +165,14 @@ def main() -> int:
         print(f"skipped: {reason}")
         return 0
     switches = ["router"]
-    if available("ovs") is None:
+    if args.replay_only:
+        pass
+    elif available("ovs") is None:
         switches.append("ovs")
     else:
         print(f"router only: {available('ovs')}")
-    for topo in ("lab-small",) + (() if args.skip_medium else ("lab-medium",)):
+    topos = () if args.replay_only else ("lab-small",)
+    for topo in topos + (() if args.skip_medium or args.replay_only else ("lab-medium",)):
         for switch in switches:
             runs = [build_teardown(topo, switch) for _ in range(args.repeat)]
             b = statistics.median(r[0] for r in runs)
@@ -168,10 +181,13 @@ def main() -> int:
                 f"{topo:<11} {switch:<6} build {b:6.2f} s  teardown {t:5.2f} s  "
                 f"(ECN: {runs[0][2]}; median of {len(runs)})"
             )
-    ceiling = flood_rate(across=False)
+    ceiling, _ = flood_rate(across=False)
     print(f"veth ceiling        {ceiling:10,.0f} packets/s (4 KiB payload, one sender)")
-    path = flood_rate(across=True)
-    print(f"cross-rack ceiling  {path:10,.0f} packets/s (NIC to NIC over leaf, spine, leaf)")
+    path, path_cpu = flood_rate(across=True)
+    print(
+        f"cross-rack ceiling  {path:10,.0f} packets/s (NIC to NIC over leaf, spine, leaf; "
+        f"{path_cpu * 1e6:.1f} us of CPU a packet)"
+    )
     from fabric.emu.replay import capacity_pps
 
     print(f"replay capacity     {capacity_pps():10,.0f} packets/s (the start-up probe's figure)")
@@ -180,16 +196,21 @@ def main() -> int:
     for label, workload in (("ring", ring), ("perm", perm)):
         sc = scenario("lab-small", workload)
         for switch in switches:
-            rates = []
+            rates, cpus = [], []
             for _ in range(args.repeat):
                 s, _ = run_emu(sc, scale=50, switch=switch)
                 rates.append(s["packets_sent"] / s["replay_wall_s"])
+                cpus.append(s["replay_cpu_s"] / max(s["packets_sent"], 1))
             pps = statistics.median(rates)
             print(
                 f"replay {label} {switch:<6} (scale 50) {pps:10,.0f} packets/s  "
                 f"({pps / ceiling:.0%} of the veth ceiling, {pps / path:.0%} of the cross-rack "
-                f"one; {s['replay_processes']} processes; median of {len(rates)})"
+                f"one; {statistics.median(cpus) * 1e6:.1f} us of CPU a packet; "
+                f"{s['replay_processes']} processes; median of {len(rates)}; "
+                f"load {os.getloadavg()[0]:.1f})"
             )
+    if args.replay_only:
+        return 0
     sc = scenario("lab-small", {**ring, "size": "1MiB"})
     es, erun = run_emu(sc)
     ss, srun = run_sim(sc)

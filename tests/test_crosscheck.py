@@ -89,13 +89,19 @@ def test_compare_refuses_runs_of_different_scenarios(tmp_path):
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="the Mininet engine needs root")
-def test_crosscheck_with_pfc_and_ecn_agrees_path_for_path_and_within_15_percent(tmp_path):
+@pytest.mark.parametrize("cc", ["none", "dcqcn"])
+def test_crosscheck_with_pfc_and_ecn_agrees_path_for_path_and_within_15_percent(tmp_path, cc):
+    """Also with DCQCN (ConnectX's parameters): the replay's reaction point follows the
+    simulator's rules, so the incast's senders slow down and recover alike."""
     from fabric.emu import available
 
     if available() is not None:
         pytest.skip(str(available()))
     spec = tmp_path / "crosscheck.toml"
-    spec.write_text(SCENARIO)
+    text = SCENARIO
+    if cc == "dcqcn":
+        text = text.replace('kind = "none"', 'kind = "dcqcn"\npreset = "cx-100g"')
+    spec.write_text(text)
     out = tmp_path / "x"
     # a fixed, generous scale: the replay keeps pace even on a loaded machine (the default
     # follows a start-up probe of the replay rate, which a busy machine reads high or low)

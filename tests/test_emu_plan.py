@@ -370,6 +370,25 @@ def test_the_estimate_is_the_busiest_nic_or_the_longest_chain():
     assert e.timeout_s() > 2 * e.wall_s
 
 
+def test_the_estimate_counts_ecmp_collisions_where_the_switches_hash():
+    """ecmp-permutation: one flow per NIC, but the Linux hash puts several flows on one
+    uplink, which takes their time together; Open vSwitch's hash collides elsewhere."""
+    from fabric.faults import routing_at_start
+    from fabric.scenarios import load_scenario
+
+    sc = load_scenario("ecmp-permutation")
+    f, ft = sc.fabric, sc.flows
+    nic_ns = float((ft.bytes * 8e9 / f.port_rate_bps[f.nic_port[ft.src]]).max())
+    for policy in ("linux", "ovs"):
+        routing = routing_at_start(f, sc.faults, policy, sc.hash_seed, same_seed=sc.same_seed)
+        carried = routing.paths(ft.src, ft.dst, ft.sport).port_counts(f.n_ports, ft.bytes)
+        busiest_ns = float((carried * 8e9 / f.port_rate_bps).max())
+        e = P.estimate(sc, 1000, 1e9, policy=policy)
+        assert busiest_ns >= 2 * nic_ns  # the test shows something: a collision
+        assert e.fabric_ns == pytest.approx(busiest_ns, rel=1e-6)
+        assert e.fabric_wall_s == pytest.approx(busiest_ns * 1000 / 1e9, rel=1e-6)
+
+
 def test_absorb_delivers_in_order_naks_a_gap_once_and_paces_cnps():
     from fabric.emu.packets import CNP_DUE, FINISHED, NAKED, OTHER, absorb
 

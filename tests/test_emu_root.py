@@ -425,3 +425,88 @@ def linux_children() -> list[int]:
             if fields[1] == me and fields[0] != "Z":
                 out.append(int(d.name))
     return out
+
+
+def _replay_children(before: set[int]) -> list[int]:
+    """Children of this process, started since `before`, that are forks of it (the replay's)."""
+    from pathlib import Path
+
+    me = Path("/proc/self/cmdline").read_bytes()
+    out = []
+    for pid in set(linux_children()) - before:
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes() == me:
+                out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+def test_a_replay_that_delivers_nothing_gives_up_partial_and_cleans_up(tmp_path, monkeypatch):
+    """A NIC's link goes down mid-run: the flows into and out of it can never be delivered
+    (what it sends is lost, as on a NIC whose link is down), the others complete; the
+    replay gives up after its stall limit (shortened here), not at its timeout, and the run
+    ends partial saying why, with nothing left behind."""
+    from fabric.emu import replay
+
+    monkeypatch.setattr(replay, "STALL_MIN_S", 2.0)
+    monkeypatch.setattr(replay, "STALL_RTOS", 2)
+    raw = {"pattern": "permutation", "gpus": 16, "size": "2MiB"}
+    probe = _scenario(raw)
+    f = probe.fabric
+    cut = int(probe.flows.dst[0])
+    leaf_port = f.port_name(int(f.nic_port[cut]) ^ 1)
+    sc = _scenario(raw, faults=[{"link": leaf_port, "at": "20us", "action": "down"}])
+    before = set(linux_children())
+    t0 = time.monotonic()
+    summary, run = _run(tmp_path, sc, scale=200, timeout_s=600)
+    took = time.monotonic() - t0
+    assert run.status == "partial"
+    assert "delivered nothing for" in run.meta["message"]
+    assert "gave up" in run.meta["message"]
+    assert took < 120  # the stall limit ended it, not the 600 s timeout
+    flows = run.flows()
+    cut_off = (sc.flows.dst == cut) | (sc.flows.src == cut)
+    assert (flows["end_ns"][cut_off] == -1).all()
+    assert (flows["end_ns"][~cut_off] >= 0).all()  # the rest completed
+    assert set(linux_children()) <= before
+
+
+def test_a_replay_process_killed_mid_run_ends_the_run_partial_at_once(tmp_path):
+    """SIGKILL one replay process while it sends: the run stops within seconds (not at its
+    stall limit or timeout), ends partial naming the process and the signal, and leaves no
+    replay process, namespace or interface behind."""
+    import signal
+    import threading
+
+    sc = _scenario({"pattern": "permutation", "gpus": 16, "size": "64MiB"})
+    before = set(linux_children())
+    killed: list[float] = []
+
+    def kill_one():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            p = tmp_path / "run" / "run.json"
+            if p.exists() and "emulation" in json.loads(p.read_text())["results"]:
+                break
+            time.sleep(0.1)
+        time.sleep(1.5)  # the replay is under way (its 262,000 packets take several seconds)
+        pids = _replay_children(before)
+        if pids:
+            os.kill(pids[-1], signal.SIGKILL)
+            killed.append(time.monotonic())
+
+    killer = threading.Thread(target=kill_one)
+    killer.start()
+    try:
+        summary, run = _run(tmp_path, sc, scale=200, timeout_s=600)
+    finally:
+        killer.join()
+    ended = time.monotonic()
+    assert killed, "no replay process was found to kill"
+    assert run.status == "partial", run.meta["message"]
+    assert "was killed by SIGKILL" in run.meta["message"]
+    assert "replay process" in run.meta["message"]
+    assert ended - killed[0] < 60  # stopped at once, then torn down; the stall limit is 60 s
+    assert summary["bytes_received"] < int(sc.flows.bytes.sum())
+    assert set(linux_children()) <= before

@@ -30,6 +30,7 @@ from fabric.errors import AifabricError
 from fabric.faults import applied, at_start
 from fabric.model import Role
 from fabric.results import collective_records, collective_rows, completion_ns
+from fabric.routing import EMULATOR_POLICY
 from fabric.units import format_time
 
 CAPTURE_SNAPLEN = 128
@@ -191,7 +192,8 @@ def features(scenario, *, switch: str, ecn: str, delay: str, pfc: bool) -> dict[
     out["congestion_control.kind"] = {
         "none": implemented("senders send as fast as their NIC queue takes packets"),
         "dcqcn": implemented(
-            "the replay's senders pace each flow and cut its rate on CNPs, as DCQCN does"
+            "the replay's senders pace each flow and cut and recover its rate on CNPs, "
+            "timers and a byte counter by the simulator's DCQCN rules"
         ),
     }.get(
         scenario.cc,
@@ -234,7 +236,7 @@ class EmuSession:
             raise AifabricError(
                 f"the emulation scale must be a positive whole number, not {self.scale}"
             )
-        self.estimate = estimate(scenario, self.scale, replay_pps)
+        self.estimate = estimate(scenario, self.scale, replay_pps, policy=EMULATOR_POLICY[switch])
         _refuse_long(scenario, self.estimate, max_wall_s)
         self.timeout_s = self.estimate.timeout_s() if timeout_s is None else float(timeout_s)
         self.notice = (
@@ -361,12 +363,19 @@ class EmuSession:
         summary["build_s"] = round(self.timings.get("build_s", 0.0), 3)
         summary["replay_processes"] = self.replay.n_procs if self.replay is not None else 0
         if result is not None and not result.complete:
-            summary["incomplete"] = (
-                f"the replay delivered nothing for {result.stalled_s:.0f} s and gave up"
-                if result.stalled_s
-                else f"the replay timed out after {result.wall_s:.0f} s before every flow "
-                "completed (`timeout_s` gives it longer)"
-            )
+            if result.lost:
+                summary["incomplete"] = (
+                    f"{result.lost} {result.wall_s:.0f} s into the replay, which stopped there"
+                )
+            elif result.stalled_s:
+                summary["incomplete"] = (
+                    f"the replay delivered nothing for {result.stalled_s:.0f} s and gave up"
+                )
+            else:
+                summary["incomplete"] = (
+                    f"the replay timed out after {result.wall_s:.0f} s before every flow "
+                    "completed (`timeout_s` gives it longer)"
+                )
         writer.note(summary={k: v for k, v in summary.items() if k != "incomplete"})
         return summary
 
@@ -519,6 +528,7 @@ def _write(writer, scenario, pl, monitor, result, path_ptr, path_link) -> dict:
         "naks": int(result.naks) if result is not None else 0,
         "retransmission_timeouts": int(result.timeouts) if result is not None else 0,
         "replay_wall_s": round(result.wall_s, 3) if result is not None else None,
+        "replay_cpu_s": round(result.cpu_s, 3) if result is not None else None,
         "max_queue_bytes": int(qmax.max()) if len(qmax) else 0,
         "max_queue_port": port_name,
         "ecn_marked": int(series["ecn_marked"].sum()),

@@ -162,6 +162,7 @@ MSG_DONTWAIT = 0x40
 
 _HDR = ctypes.sizeof(_Mmsghdr)
 _EAGAIN, _ENOBUFS = 11, 105
+_LINK_DOWN = (100, 101, 113)  # ENETDOWN, ENETUNREACH, EHOSTUNREACH: the host's link is down
 
 
 class Batch:
@@ -191,6 +192,8 @@ class Batch:
         hash (`sk_txhash`) that its packets carry, and a Linux router forwards a packet
         that carries one by that hash instead of its multipath hash of the 5-tuple, so
         the paths would be neither the routes' nor the simulator's (fabric.emuhash).
+        A host whose link is down (a fault) loses what it sends, as a NIC would: the rows
+        count as sent, and go-back-N resends them once they time out.
         """
         self._to.addr = socket.htonl(to[0])
         self._to.port = socket.htons(to[1])
@@ -201,6 +204,8 @@ class Batch:
             err = ctypes.get_errno()
             if err in (_EAGAIN, _ENOBUFS):  # the NIC queue is full for now
                 return 0
+            if err in _LINK_DOWN:
+                return n
             raise OSError(err, "sendmmsg failed")
         return r
 

@@ -139,9 +139,11 @@ def choose_scale(
 class Estimate:
     """How long the replay of a flow table should take, in wall seconds, before anything runs.
 
-    `fabric_ns` is a lower bound of the fabric time: the busiest NIC's bytes
-    at its line rate, or the longest chain of dependent flows (each at its
-    sender's line rate, not before its `start_ns`), whichever is longer. At
+    `fabric_ns` is a lower bound of the fabric time: the busiest port's bytes
+    at its rate (NICs, and switch ports on the flows' paths as the emulator's
+    switches hash them, so that ECMP collisions count), or the longest chain
+    of dependent flows (each at its sender's line rate, not before its
+    `start_ns`), whichever is longer. At
     `scale` that is `fabric_ns * scale` of wall time; the replay cannot be
     faster than its packets at the rate it sends them (`replay_pps`) either.
     """
@@ -175,8 +177,11 @@ TIMEOUT_SLACK_S = 300.0  # Open vSwitch's ecmp-permutation took 137 s for an est
 LOSSY_INCAST_FACTOR = 50
 
 
-def estimate(scenario, scale: int, replay_pps: float, mtu: int = 4096) -> Estimate:
-    """The wall time of replaying `scenario`'s flow table at `scale` (see `Estimate`)."""
+def estimate(
+    scenario, scale: int, replay_pps: float, mtu: int = 4096, policy: str = "linux"
+) -> Estimate:
+    """The wall time of replaying `scenario`'s flow table at `scale` (see `Estimate`); the
+    switches hash by `policy` (`linux` for routers, `ovs` for Open vSwitch bridges)."""
     f: Fabric = scenario.fabric
     ft = scenario.flows
     nbytes = ft.bytes.astype(np.int64)
@@ -189,6 +194,12 @@ def estimate(scenario, scale: int, replay_pps: float, mtu: int = 4096) -> Estima
         if len(ends):
             busy = np.bincount(ends, weights=nbytes * 8e9 / bps, minlength=f.n_nodes)
             load_ns = max(load_ns, float(busy.max()))
+    if len(ft):
+        routing = routing_at_start(
+            f, scenario.faults, policy, scenario.hash_seed, same_seed=scenario.same_seed
+        )
+        carried = routing.paths(ft.src, ft.dst, ft.sport).port_counts(f.n_ports, nbytes)
+        load_ns = max(load_ns, float((carried * 8e9 / f.port_rate_bps).max()))
     finish = np.zeros(len(ft))
     ptr, dep, start = ft.dep_ptr, ft.dep, ft.start_ns.astype(np.float64)
     for i in range(len(ft)):  # dependencies are earlier rows

@@ -17,8 +17,9 @@ appends the flows it saw complete to its own list, which the others read to
 release the flows waiting for them, so collectives advance step by step
 across processes. Receivers answer CE-marked packets with a CNP (at most
 one per flow per `cnp_interval`); with `cc == "dcqcn"` senders pace each
-flow and cut its rate on CNPs (DCQCN's rate decrease, alpha update, fast
-recovery and additive increase on the rate timer); CNPs and NAKs reach the
+flow at its DCQCN rate, by the simulator's rules (`fabric.emu.dcqcn`: cuts,
+alpha timer, rate timer and byte counter, fast, additive and hyper
+increase; a rate raised while a flow waits shortens its wait); CNPs and NAKs reach the
 process that holds the sender, since it holds the sender's socket too.
 Otherwise senders send as fast as the host's NIC queue takes packets.
 
@@ -57,8 +58,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from fabric.addressing import ROCE_UDP_PORT, format_ipv4
-from fabric.cc import HEADER_OVERHEAD_BYTES
+from fabric.cc import HEADER_OVERHEAD_BYTES, cc_parameters
 from fabric.emu import gbn, linux
+from fabric.emu.dcqcn import ReactionPoint
 from fabric.emu.packets import (
     CNP_DUE,
     FINISHED,
@@ -82,6 +84,7 @@ IP_RECVTOS = 13
 IP_TOS = 1
 BATCH = 16  # packets per sendmmsg: within a socket's default send buffer (about 25 of 4 KiB)
 RECV_BATCH = 64  # datagrams per recvmmsg
+RECV_ROW_BYTES = 64  # what recvmmsg copies of a datagram: headers; the kernel drops the payload
 PAYLOAD_MTU = 4096
 PR_SET_PDEATHSIG = 1
 STALL_MIN_S = 60.0  # the replay gives up when nothing was delivered for this long,
@@ -116,9 +119,11 @@ class ReplayResult:
     retx_packets: np.ndarray  # packets sent again per flow (after a NAK or a timeout)
     naks: int  # NAKs the receivers sent
     timeouts: int  # retransmission timeouts that fired
+    cpu_s: float  # CPU seconds the replay processes used (user and system, softirqs in them)
     wall_s: float
     complete: bool
     stalled_s: float = 0.0  # > 0: stopped because nothing was delivered for that long
+    lost: str = ""  # a replay process that died mid-run (killed, or exited unasked), said how
 
 
 class Shared:
@@ -160,7 +165,8 @@ class Replay:
         self.t0 = 0.0
         self.owner = np.zeros(0, dtype=np.int64)  # host -> the replay process that holds it
         self.shared: Shared | None = None
-        self._pids: list[int] = []
+        self._pids: list[int] = []  # the replay processes still running
+        self._all_pids: list[int] = []  # all of them, in order
         self._go: list[int] = []  # write ends of the pipes that start the processes
         self._wake: list[tuple[int, int]] = []
 
@@ -190,6 +196,7 @@ class Replay:
                 s.bind((format_ipv4(ips[src]), sport))  # not connected: see Batch.send
                 s.setblocking(False)
                 self._send[key] = s
+        _warm()
         self._fork(hosts)
 
     def _fork(self, hosts: list[int]) -> None:
@@ -231,6 +238,7 @@ class Replay:
                 "stop": ((1,), np.int64),
                 "failed": ((k,), np.int64),
                 "error": ((k, ERROR_BYTES), np.uint8),
+                "cpu": ((k,), np.float64),  # each process's CPU seconds, written as it ends
             }
         )
         sh = self.shared
@@ -257,6 +265,7 @@ class Replay:
                 finally:
                     os._exit(code)
             self._pids.append(pid)
+            self._all_pids.append(pid)
             self._go.append(w)
             os.close(r)
         for pair in self._wake:
@@ -272,6 +281,8 @@ class Replay:
                     os.close(fd)
         if os.read(go, 1) == b"g":
             self._serve(i)
+            used = os.times()
+            self.shared.cpu[i] = used.user + used.system
 
     def close(self) -> None:
         """Stop the replay processes (at once when they have not started), close the sockets."""
@@ -333,6 +344,7 @@ class Replay:
             os.write(w, b"g")
         self.started.set()
         delivered, moved = -1, t0
+        lost = ""
         try:
             while self._pids:
                 if int(sh.n_done.sum()) >= n or sh.failed.any():
@@ -352,7 +364,13 @@ class Replay:
                     stop.wait(0.01)
                 else:
                     time.sleep(0.01)
-                self._pids = [p for p in self._pids if not _ended(p)]
+                for i, pid in enumerate(self._all_pids):
+                    if pid in self._pids and (status := _wait_status(pid)) is not None:
+                        self._pids.remove(pid)
+                        if not lost and not sh.failed[i] and status != 0:
+                            lost = f"replay process {i + 1} of {self.n_procs} {_death(status)}"
+                if lost:
+                    break
         finally:
             sh.stop[0] = 1
             self._reap(10.0)
@@ -367,9 +385,11 @@ class Replay:
                 retx_packets=sh.retx.copy(),
                 naks=int(sh.counts[:, 1].sum()),
                 timeouts=int(sh.counts[:, 2].sum()),
+                cpu_s=float(sh.cpu.sum()),
                 wall_s=time.monotonic() - t0,
                 complete=bool((end >= 0).all()),
                 stalled_s=stalled,
+                lost=lost,
             )
         failed = np.flatnonzero(sh.failed)
         if len(failed):
@@ -407,25 +427,21 @@ class Replay:
         resent_at = np.zeros(n)  # when the sender last went back (a NAK or a timeout)
         sending = np.zeros(n, dtype=bool)  # in `active`
         line = self.net.plan.port_rate_bps[self.net.fabric.nic_port[ft.src]].astype(float)
-        rate = line.copy()
-        target = line.copy()
-        alpha = np.ones(n)
-        next_tx = np.zeros(n)
-        last_timer = np.zeros(n)
-        recov = np.zeros(n, dtype=np.int64)
+        rp = ReactionPoint({**cc_parameters({}), **self.ccp}, line, scale) if self.cc else None
+        rate = rp.rc if rp is not None else line
+        # DCQCN pacing: a flow's last batch left at paced_at and may be followed once its
+        # bits have drained at the flow's current rate (a rate raised by the timer after a
+        # cut shortens the wait: the gap is not fixed at the rate of the cut)
+        paced_at = np.zeros(n)
+        paced_bits = np.zeros(n)
         qp_flow: dict[tuple[int, int], int] = {}  # (src ip, sqpn) -> sending flow, for CNPs
-        g = float(self.ccp.get("g", 1 / 256))
         t_cnp = self.ccp.get("cnp_interval", 50_000) * scale / 1e9
-        t_timer = self.ccp.get("rate_timer", 55_000) * scale / 1e9
-        ai = float(self.ccp.get("additive_increase", 40e6)) / scale
-        min_rate = float(self.ccp.get("min_rate", 100e6)) / scale
-        fast_steps = int(self.ccp.get("fast_recovery_steps", 5))
         # A quiet flow may only be queued: wait at least as long as three full buffers drain.
         t_rto = self.rto_s()
         overhead = int(self.ccp.get("header_overhead", HEADER_OVERHEAD_BYTES))
         counts = sh.counts[me]
         batch = Batch(BATCH, self.mtu + 64)
-        rbatch = RecvBatch(RECV_BATCH, self.mtu + 64)
+        rbatch = RecvBatch(RECV_BATCH, RECV_ROW_BYTES)
         todo = np.zeros((3 * RECV_BATCH, 3), dtype=np.int64)
         send_fd = {k: s.fileno() for k, s in self._send.items() if self.owner[k[0]] == me}
         flow_fd = [send_fd.get((src_l[f], int(ft.sport[f]), dst_l[f]), -1) for f in range(n)]
@@ -496,12 +512,8 @@ class Replay:
                 if f is None:
                     return
                 sh.cnps[f] += 1
-                if self.cc:
-                    target[f] = rate[f]
-                    rate[f] = max(min_rate, rate[f] * (1 - alpha[f] / 2))
-                    alpha[f] = (1 - g) * alpha[f] + g
-                    recov[f] = 0
-                    last_timer[f] = now
+                if rp is not None:
+                    rp.cut(f, now)
 
         last_rto_check = t0
         poller = select.poll()  # not select: a hundred hosts have descriptors past 1024
@@ -525,8 +537,10 @@ class Replay:
                         active.append(f)
                         sending[f] = True
                         qp_flow[(int(ips[src_l[f]]), sqpn_l[f])] = f
-                        next_tx[f] = now
-                        last_timer[f] = now
+                        paced_at[f] = now
+                        paced_bits[f] = 0.0
+                        if rp is not None:
+                            rp.start(f)
                         resent_at[f] = now
             blocked = []
             still = []
@@ -536,15 +550,9 @@ class Replay:
                     sending[f] = False
                     continue
                 still.append(f)
-                if self.cc:
-                    while now - last_timer[f] >= t_timer:
-                        last_timer[f] += t_timer
-                        alpha[f] *= 1 - g
-                        recov[f] += 1
-                        if recov[f] > fast_steps:
-                            target[f] = min(line[f], target[f] + ai)
-                        rate[f] = min(line[f], (rate[f] + target[f]) / 2)
-                    if now < next_tx[f]:
+                if rp is not None:
+                    rp.tick(f, now)
+                    if now < paced_at[f] + paced_bits[f] / rate[f]:
                         continue
                 k = fill_writes(
                     batch.buf, batch.lens, f, dqpn_l[f], int(psn[f]),
@@ -561,8 +569,10 @@ class Replay:
                     sh.retx[f] += max(0, min(int(psn[f]) + m, int(high[f])) - int(psn[f]))
                     psn[f] += m
                     high[f] = max(high[f], psn[f])
-                    if self.cc:
-                        next_tx[f] = max(next_tx[f], now) + (payload + m * overhead) * 8 / rate[f]
+                    if rp is not None:
+                        paced_at[f] = max(paced_at[f] + paced_bits[f] / rate[f], now)
+                        paced_bits[f] = (payload + m * overhead) * 8
+                        rp.sent(f, payload + m * overhead)
             active = still
             if now - last_rto_check >= t_rto / 4:
                 last_rto_check = now
@@ -575,8 +585,9 @@ class Replay:
             # Nothing to send: sleep until a datagram, a socket with room, a wake-up
             # (a dependency completed elsewhere), a paced flow's turn or 2 ms.
             wait = 0.0 if sent_now else (0.0005 if waiting else 0.002)
-            if self.cc and active and not sent_now:
-                wait = max(0.0, min(wait, min(next_tx[f] for f in active) - now))
+            if rp is not None and active and not sent_now:
+                due = min(paced_at[f] + paced_bits[f] / rate[f] for f in active)
+                wait = max(0.0, min(wait, due - now))
             waking = set(blocked) - sock_host.keys()
             for fd in waking:
                 poller.register(fd, select.POLLOUT)
@@ -618,6 +629,18 @@ class Replay:
                         break
 
 
+def _warm() -> None:
+    """Load the numba kernels the replay processes call, once, before they are forked: else
+    each process loads them again when it sends or receives its first packet."""
+    batch = Batch(1, RECV_ROW_BYTES)
+    fill_writes(batch.buf, batch.lens, 0, 1, 0, 0, 1, 1)
+    rbatch = RecvBatch(1, RECV_ROW_BYTES)
+    one = np.zeros(1, dtype=np.int64)
+    absorb(rbatch.buf, rbatch.lens, rbatch.control, rbatch._controllen, 0, one, one.copy(),
+           one.copy(), np.zeros(1), one.copy(), one.copy(), np.zeros(1), 0.0, 0.0,
+           np.zeros((1, 3), dtype=np.int64))  # fmt: skip
+
+
 def _forked(parent: int) -> bool:
     """Make this freshly forked process a replay process: deaf to SIGINT and SIGTERM, killed
     with its parent. False when the parent (`parent`, its pid) is gone already."""
@@ -627,11 +650,20 @@ def _forked(parent: int) -> bool:
     return os.getppid() == parent
 
 
-def _ended(pid: int) -> bool:
+def _wait_status(pid: int) -> int | None:
+    """The wait status of child `pid` once it has ended (0 when reaped elsewhere), else None."""
     try:
-        return os.waitpid(pid, os.WNOHANG)[0] != 0
+        got, status = os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
-        return True
+        return 0
+    return status if got else None
+
+
+def _death(status: int) -> str:
+    """How a replay process ended, from its wait status, as the end of a sentence."""
+    if os.WIFSIGNALED(status):
+        return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with status {os.waitstatus_to_exitcode(status)}"
 
 
 PROBE_NET = "10.254"  # the probe's two subnets, 10.254.0.0/24 and 10.254.1.0/24
@@ -727,7 +759,7 @@ def _probe(a: str, b: str, k: int, seconds: float) -> float:
 def _flood(tx: socket.socket, rx: socket.socket, seconds: float) -> tuple[int, float]:
     """Send 4 KiB datagrams in batches for `seconds`, receiving what arrives between them."""
     batch = Batch(BATCH, PAYLOAD_MTU + 64)
-    rbatch = RecvBatch(RECV_BATCH, PAYLOAD_MTU + 64)
+    rbatch = RecvBatch(RECV_BATCH, RECV_ROW_BYTES)
     k = fill_writes(batch.buf, batch.lens, 0, 1, 0, 0, BATCH * PAYLOAD_MTU, PAYLOAD_MTU)
     host, port = tx.getpeername()
     to = (int.from_bytes(socket.inet_aton(host), "big"), port)
