@@ -726,16 +726,18 @@ def adapt_route(S, i, j):
 
 @njit(cache=True, inline="always")
 def arrive_at_switch(S, i, p_in, q, now):
-    """Packet i came over port p_in into a switch and goes out of its port q."""
+    """Packet i came over port p_in into a switch and goes out of its port q. Inlined into
+    the loop, as are `arrive_shared` and `start_frame`: a call would pass every array of
+    the state one field at a time."""
     pt, pk = S.pt, S.pk
     if not pt[q, PT_ALIVE]:
         drop(S, i, q, now)
         return
     wire = pk[i, PK_WIRE_BYTES]
     if pt[q, PT_SHARED]:
-        arrive_shared(S, i, p_in ^ 1, q, wire, now)
-        return
-    if pk[i, PK_KIND] == K_DATA:
+        if not arrive_shared(S, i, p_in ^ 1, q, wire, now):
+            return
+    elif pk[i, PK_KIND] == K_DATA:
         k = p_in ^ 1
         if pt[k, PT_PFC_ON]:
             verdict = pfc.admit(pt, k, wire)
@@ -756,24 +758,25 @@ def arrive_at_switch(S, i, p_in, q, now):
     start_frame(S, q, now)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def arrive_shared(S, i, k, q, wire, now):
     """Packet i came in over port k of a shared-buffer switch and goes out of its port q
-    (fabric/sim/buffer.py decides whether it fits and whether port k pauses its peer)."""
+    (fabric/sim/buffer.py decides whether it fits and whether port k pauses its peer):
+    True if it is queued there, False if it is dropped."""
     pt, pk = S.pt, S.pk
     cls = 1 if pk[i, PK_KIND] == K_DATA else 0
     if cls == 1 and pt[k, PT_PFC_ON]:
         verdict = buffer.admit_lossless(pt, S.nd, k, wire)
         if verdict == pfc.DROP:
             drop(S, i, q, now)
-            return
+            return False
         if verdict == pfc.ADMIT_XOFF:
             send_pfc(S, k, pt[k, PT_QUANTA], now)
     elif not buffer.admit_egress(pt, S.nd, q, cls, wire):
         drop(S, i, q, now)
-        return
+        return False
     enqueue(pt, pk, q, cls, i, now)
-    kick(S, q, now)
+    return True
 
 
 # NIC receivers and flows ------------------------------------------------------------------
