@@ -500,7 +500,7 @@ def list_remove(S, f):
     nd[v, ND_CNT] = c
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def send_data(S, f, p, now):
     """Flow f puts its next data packet on its NIC's port p."""
     prm, fl, fr, pk, pc = S.prm, S.fl, S.fr, S.pk, S.pc
@@ -556,7 +556,7 @@ def lose_path(S, f):
     S.g[G_STUCK] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def nic_pick(S, p, now):
     """Round robin over the NIC's flows that may send now; -1 and a wake-up if none may."""
     fl, nd, act = S.fl, S.nd, S.act
@@ -598,8 +598,9 @@ def kick(S, p, now):
 @njit(cache=True, inline="always")
 def start_frame(S, p, now):
     """Port p starts its next frame if it is free: PFC first, then control, then data.
-    Inlined where a hop calls it (the loop, `arrive_at_switch`): a call passes every
-    array of the state one field at a time, a large part of a hop's cost."""
+    Inlined where a hop calls it (the loop, `arrive_at_switch`), with what a NIC calls
+    to send data (`nic_pick`, `send_data`): a call passes every array of the state one
+    field at a time, a large part of a hop's cost."""
     g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
     if pt[p, PT_FREE_AT_PS] > now:
         want_tx(S, p, pt[p, PT_FREE_AT_PS])
