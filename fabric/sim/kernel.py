@@ -439,6 +439,12 @@ def last_ack(S, i):
 @njit(cache=True)
 def send_control(S, f, kind, arg, now):
     """The receiver of flow f (or, for REQ, its sender) sends a control packet."""
+    control_packet(S, f, kind, arg, now)
+
+
+@njit(cache=True, inline="always")
+def control_packet(S, f, kind, arg, now):
+    """`send_control`, inlined where an ACK is sent for delivered data (`deliver`)."""
     pt, fl, pk, pc, path_ptr, path_port = S.pt, S.fl, S.pk, S.pc, S.path_ptr, S.path_port
     a = path_ptr[f]
     n = path_ptr[f + 1] - a
@@ -470,7 +476,7 @@ def send_control(S, f, kind, arg, now):
         drop(S, i, p, now)
         return
     enqueue(pt, pk, p, 0, i, now)
-    kick(S, p, now)
+    start_control(S, p, now)
 
 
 # NIC senders ----------------------------------------------------------------------------
@@ -602,20 +608,7 @@ def start_frame(S, p, now):
     to send data (`nic_pick`, `send_data`): a call passes every array of the state one
     field at a time, a large part of a hop's cost."""
     g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
-    if pt[p, PT_FREE_AT_PS] > now:
-        want_tx(S, p, pt[p, PT_FREE_AT_PS])
-        return
-    if pt[p, PT_PFC_PENDING] >= 0:
-        put_pfc_on_wire(S, p, pt[p, PT_PFC_PENDING], now)
-        pt[p, PT_PFC_PENDING] = -1
-        want_tx(S, p, pt[p, PT_FREE_AT_PS])
-        return
-    if pt[p, PT_HEAD0] >= 0:
-        i = dequeue(pt, pk, p, 0, now)
-        if pt[p, PT_SHARED]:
-            buffer.release_egress(pt, S.nd, p, 0, pk[i, PK_WIRE_BYTES])
-        put_on_wire(S, p, i, now)
-        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+    if start_control(S, p, now):
         return
     paused = pt[p, PT_PAUSE_UNTIL_PS] > now
     if pt[p, PT_IS_NIC]:
@@ -652,6 +645,30 @@ def start_frame(S, p, now):
         send_pfc(S, k, 0, now)
     put_on_wire(S, p, i, now)
     want_tx(S, p, pt[p, PT_FREE_AT_PS])
+
+
+@njit(cache=True, inline="always")
+def start_control(S, p, now):
+    """What `start_frame` does before data: True if port p is busy (it looks again when
+    free) or it started a PFC frame or a queued control packet. All it takes to send a
+    control packet just queued."""
+    pt, pk = S.pt, S.pk
+    if pt[p, PT_FREE_AT_PS] > now:
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+        return True
+    if pt[p, PT_PFC_PENDING] >= 0:
+        put_pfc_on_wire(S, p, pt[p, PT_PFC_PENDING], now)
+        pt[p, PT_PFC_PENDING] = -1
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+        return True
+    if pt[p, PT_HEAD0] >= 0:
+        i = dequeue(pt, pk, p, 0, now)
+        if pt[p, PT_SHARED]:
+            buffer.release_egress(pt, S.nd, p, 0, pk[i, PK_WIRE_BYTES])
+        put_on_wire(S, p, i, now)
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+        return True
+    return False
 
 
 @njit(cache=True)
@@ -796,8 +813,14 @@ def grant(S, f, now):
 @njit(cache=True)
 def send_ack(S, f, now):
     """The receiver of flow f acknowledges every byte it has (one ACK: cumulative)."""
+    ack(S, f, now)
+
+
+@njit(cache=True, inline="always")
+def ack(S, f, now):
+    """`send_ack`, inlined where data is delivered (`deliver`)."""
     S.fl[f, FL_UNACKED] = 0
-    send_control(S, f, K_ACK, 0, now)
+    control_packet(S, f, K_ACK, 0, now)
 
 
 @njit(cache=True)
@@ -847,9 +870,10 @@ def repace(S, f, now):
         kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def deliver(S, i, now):
-    """Packet i reached the NIC at the end of its route."""
+    """Packet i reached the NIC at the end of its route. Inlined into the loop (see
+    `start_frame`), with the ACK it may send (`ack`)."""
     g, fl, pk = S.g, S.fl, S.pk
     f = pk[i, PK_FLOW]
     kind = pk[i, PK_KIND]
@@ -882,7 +906,7 @@ def deliver(S, i, now):
         if every > 0:
             fl[f, FL_UNACKED] += 1
             if fl[f, FL_UNACKED] >= every or fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES]:
-                send_ack(S, f, now)
+                ack(S, f, now)
         if fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES] and fl[f, FL_T_RECEIVED_PS] < 0:
             received(S, f, now)
     elif kind == K_ACK and S.pc[i, PC_ARG] > 0:  # a NAK
