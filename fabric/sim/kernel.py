@@ -20,7 +20,7 @@ from numba.extending import intrinsic
 from fabric.addressing import ROCE_UDP_PORT
 from fabric.routing import MODE_SPRAY, Live, Net, flow_hash, is_next_hop, route_packet
 from fabric.sim import buffer, congestion, ecn, pfc
-from fabric.sim.heap import pop, schedule
+from fabric.sim.heap import pop, push, schedule
 from fabric.sim.layout import (
     ACK_EXTRA_BYTES,
     CC_NONE,
@@ -345,7 +345,7 @@ def put_on_wire(S, p, i, now):
     pt[p, PT_FREE_AT_PS] = now + ser
     h = pk[i, PK_HOP] + 1
     q = pk[i, PK_ROUTE + h] if h < pk[i, PK_NHOPS] else -1
-    schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
+    push(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
     pt[p, PT_S_TX_BYTES] += pk[i, PK_WIRE_BYTES]
     g[G_HOPS] += 1
     if pt[p, PT_CAPTURE]:
