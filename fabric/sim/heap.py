@@ -37,6 +37,12 @@ def schedule(ev, g, t, kind, a, b):
     """Add an event. The run loop keeps room for what one event schedules (the engine
     grows `ev` between chunks); were that ever short, the event is not written and
     g[G_OVERFLOW] stops the loop."""
+    push(ev, g, t, kind, a, b)
+
+
+@njit(cache=True, inline="always")
+def push(ev, g, t, kind, a, b):
+    """`schedule`, inlined where every hop schedules its arrival (kernel.put_on_wire)."""
     i = g[G_HEAP]
     if i >= ev.shape[0]:
         g[G_OVERFLOW] = 1
@@ -57,9 +63,9 @@ def schedule(ev, g, t, kind, a, b):
     ev[i, E_B] = b
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def pop(ev, g, out):
-    """Remove the earliest event into out[0:E_N]."""
+    """Remove the earliest event into out[0:E_N] (inlined into the loop)."""
     for c in range(E_N):
         out[c] = ev[0, c]
     n = g[G_HEAP] - 1

@@ -20,7 +20,7 @@ from numba.extending import intrinsic
 from fabric.addressing import ROCE_UDP_PORT
 from fabric.routing import MODE_SPRAY, Live, Net, flow_hash, is_next_hop, route_packet
 from fabric.sim import buffer, congestion, ecn, pfc
-from fabric.sim.heap import pop, schedule
+from fabric.sim.heap import pop, push, schedule
 from fabric.sim.layout import (
     ACK_EXTRA_BYTES,
     CC_NONE,
@@ -345,7 +345,7 @@ def put_on_wire(S, p, i, now):
     pt[p, PT_FREE_AT_PS] = now + ser
     h = pk[i, PK_HOP] + 1
     q = pk[i, PK_ROUTE + h] if h < pk[i, PK_NHOPS] else -1
-    schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
+    push(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
     pt[p, PT_S_TX_BYTES] += pk[i, PK_WIRE_BYTES]
     g[G_HOPS] += 1
     if pt[p, PT_CAPTURE]:
@@ -439,6 +439,12 @@ def last_ack(S, i):
 @njit(cache=True)
 def send_control(S, f, kind, arg, now):
     """The receiver of flow f (or, for REQ, its sender) sends a control packet."""
+    control_packet(S, f, kind, arg, now)
+
+
+@njit(cache=True, inline="always")
+def control_packet(S, f, kind, arg, now):
+    """`send_control`, inlined where an ACK is sent for delivered data (`deliver`)."""
     pt, fl, pk, pc, path_ptr, path_port = S.pt, S.fl, S.pk, S.pc, S.path_ptr, S.path_port
     a = path_ptr[f]
     n = path_ptr[f + 1] - a
@@ -470,7 +476,7 @@ def send_control(S, f, kind, arg, now):
         drop(S, i, p, now)
         return
     enqueue(pt, pk, p, 0, i, now)
-    kick(S, p, now)
+    start_control(S, p, now)
 
 
 # NIC senders ----------------------------------------------------------------------------
@@ -500,7 +506,7 @@ def list_remove(S, f):
     nd[v, ND_CNT] = c
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def send_data(S, f, p, now):
     """Flow f puts its next data packet on its NIC's port p."""
     prm, fl, fr, pk, pc = S.prm, S.fl, S.fr, S.pk, S.pc
@@ -556,7 +562,7 @@ def lose_path(S, f):
     S.g[G_STUCK] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def nic_pick(S, p, now):
     """Round robin over the NIC's flows that may send now; -1 and a wake-up if none may."""
     fl, nd, act = S.fl, S.nd, S.act
@@ -598,23 +604,11 @@ def kick(S, p, now):
 @njit(cache=True, inline="always")
 def start_frame(S, p, now):
     """Port p starts its next frame if it is free: PFC first, then control, then data.
-    Inlined where a hop calls it (the loop, `arrive_at_switch`): a call passes every
-    array of the state one field at a time, a large part of a hop's cost."""
+    Inlined where a hop calls it (the loop, `arrive_at_switch`), with what a NIC calls
+    to send data (`nic_pick`, `send_data`): a call passes every array of the state one
+    field at a time, a large part of a hop's cost."""
     g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
-    if pt[p, PT_FREE_AT_PS] > now:
-        want_tx(S, p, pt[p, PT_FREE_AT_PS])
-        return
-    if pt[p, PT_PFC_PENDING] >= 0:
-        put_pfc_on_wire(S, p, pt[p, PT_PFC_PENDING], now)
-        pt[p, PT_PFC_PENDING] = -1
-        want_tx(S, p, pt[p, PT_FREE_AT_PS])
-        return
-    if pt[p, PT_HEAD0] >= 0:
-        i = dequeue(pt, pk, p, 0, now)
-        if pt[p, PT_SHARED]:
-            buffer.release_egress(pt, S.nd, p, 0, pk[i, PK_WIRE_BYTES])
-        put_on_wire(S, p, i, now)
-        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+    if start_control(S, p, now):
         return
     paused = pt[p, PT_PAUSE_UNTIL_PS] > now
     if pt[p, PT_IS_NIC]:
@@ -651,6 +645,30 @@ def start_frame(S, p, now):
         send_pfc(S, k, 0, now)
     put_on_wire(S, p, i, now)
     want_tx(S, p, pt[p, PT_FREE_AT_PS])
+
+
+@njit(cache=True, inline="always")
+def start_control(S, p, now):
+    """What `start_frame` does before data: True if port p is busy (it looks again when
+    free) or it started a PFC frame or a queued control packet. All it takes to send a
+    control packet just queued."""
+    pt, pk = S.pt, S.pk
+    if pt[p, PT_FREE_AT_PS] > now:
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+        return True
+    if pt[p, PT_PFC_PENDING] >= 0:
+        put_pfc_on_wire(S, p, pt[p, PT_PFC_PENDING], now)
+        pt[p, PT_PFC_PENDING] = -1
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+        return True
+    if pt[p, PT_HEAD0] >= 0:
+        i = dequeue(pt, pk, p, 0, now)
+        if pt[p, PT_SHARED]:
+            buffer.release_egress(pt, S.nd, p, 0, pk[i, PK_WIRE_BYTES])
+        put_on_wire(S, p, i, now)
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+        return True
+    return False
 
 
 @njit(cache=True)
@@ -726,16 +744,18 @@ def adapt_route(S, i, j):
 
 @njit(cache=True, inline="always")
 def arrive_at_switch(S, i, p_in, q, now):
-    """Packet i came over port p_in into a switch and goes out of its port q."""
+    """Packet i came over port p_in into a switch and goes out of its port q. Inlined into
+    the loop, as are `arrive_shared` and `start_frame`: a call would pass every array of
+    the state one field at a time."""
     pt, pk = S.pt, S.pk
     if not pt[q, PT_ALIVE]:
         drop(S, i, q, now)
         return
     wire = pk[i, PK_WIRE_BYTES]
     if pt[q, PT_SHARED]:
-        arrive_shared(S, i, p_in ^ 1, q, wire, now)
-        return
-    if pk[i, PK_KIND] == K_DATA:
+        if not arrive_shared(S, i, p_in ^ 1, q, wire, now):
+            return
+    elif pk[i, PK_KIND] == K_DATA:
         k = p_in ^ 1
         if pt[k, PT_PFC_ON]:
             verdict = pfc.admit(pt, k, wire)
@@ -756,24 +776,25 @@ def arrive_at_switch(S, i, p_in, q, now):
     start_frame(S, q, now)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def arrive_shared(S, i, k, q, wire, now):
     """Packet i came in over port k of a shared-buffer switch and goes out of its port q
-    (fabric/sim/buffer.py decides whether it fits and whether port k pauses its peer)."""
+    (fabric/sim/buffer.py decides whether it fits and whether port k pauses its peer):
+    True if it is queued there, False if it is dropped."""
     pt, pk = S.pt, S.pk
     cls = 1 if pk[i, PK_KIND] == K_DATA else 0
     if cls == 1 and pt[k, PT_PFC_ON]:
         verdict = buffer.admit_lossless(pt, S.nd, k, wire)
         if verdict == pfc.DROP:
             drop(S, i, q, now)
-            return
+            return False
         if verdict == pfc.ADMIT_XOFF:
             send_pfc(S, k, pt[k, PT_QUANTA], now)
     elif not buffer.admit_egress(pt, S.nd, q, cls, wire):
         drop(S, i, q, now)
-        return
+        return False
     enqueue(pt, pk, q, cls, i, now)
-    kick(S, q, now)
+    return True
 
 
 # NIC receivers and flows ------------------------------------------------------------------
@@ -792,8 +813,14 @@ def grant(S, f, now):
 @njit(cache=True)
 def send_ack(S, f, now):
     """The receiver of flow f acknowledges every byte it has (one ACK: cumulative)."""
+    ack(S, f, now)
+
+
+@njit(cache=True, inline="always")
+def ack(S, f, now):
+    """`send_ack`, inlined where data is delivered (`deliver`)."""
     S.fl[f, FL_UNACKED] = 0
-    send_control(S, f, K_ACK, 0, now)
+    control_packet(S, f, K_ACK, 0, now)
 
 
 @njit(cache=True)
@@ -843,9 +870,10 @@ def repace(S, f, now):
         kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def deliver(S, i, now):
-    """Packet i reached the NIC at the end of its route."""
+    """Packet i reached the NIC at the end of its route. Inlined into the loop (see
+    `start_frame`), with the ACK it may send (`ack`)."""
     g, fl, pk = S.g, S.fl, S.pk
     f = pk[i, PK_FLOW]
     kind = pk[i, PK_KIND]
@@ -878,7 +906,7 @@ def deliver(S, i, now):
         if every > 0:
             fl[f, FL_UNACKED] += 1
             if fl[f, FL_UNACKED] >= every or fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES]:
-                send_ack(S, f, now)
+                ack(S, f, now)
         if fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES] and fl[f, FL_T_RECEIVED_PS] < 0:
             received(S, f, now)
     elif kind == K_ACK and S.pc[i, PC_ARG] > 0:  # a NAK
