@@ -218,21 +218,25 @@ def report_rounds(rounds):
         f"rounds; load {min(loads):.1f}-{max(loads):.1f})"
     )
     for key, what in (("unshaped", "NIC to NIC, no shaping"), ("shaped", "every NIC, shaped")):
-        pps, cpu = med(r[key][0] for r in rounds), med(r[key][1] for r in rounds)
+        each = [r[key][0] for r in rounds]
+        pps, cpu = med(each), med(r[key][1] for r in rounds)
         print(
-            f"  cross-rack ceiling {key:<8} {pps:10,.0f} packets/s ({what}; "
+            f"  cross-rack ceiling {key:<8} {pps:10,.0f} packets/s ({min(each):,.0f}-"
+            f"{max(each):,.0f}; {what}; "
             f"{cpu * 1e6:.1f} us of CPU a packet)"
         )
     print(f"  (the NICs' scaled line rates allow about {cap:,.0f} packets/s in all)")
     for label, switch in rounds[0]["replay"]:
-        pps = med(r["replay"][label, switch][0] for r in rounds)
+        each = [r["replay"][label, switch][0] for r in rounds]
+        pps = med(each)
         cpu = med(r["replay"][label, switch][1] for r in rounds)
         of = {
             key: med(r["replay"][label, switch][0] / r[key][0] for r in rounds)
             for key in ("unshaped", "shaped")
         }
         print(
-            f"  replay {label} {switch:<6} {pps:10,.0f} packets/s ({of['unshaped']:.0%} of the "
+            f"  replay {label} {switch:<6} {pps:10,.0f} packets/s ({min(each):,.0f}-"
+            f"{max(each):,.0f}; {of['unshaped']:.0%} of the "
             f"unshaped ceiling, {of['shaped']:.0%} of the shaped one; {cpu * 1e6:.1f} us of CPU "
             f"a packet; {rounds[0]['processes']} processes)"
         )
