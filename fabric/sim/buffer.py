@@ -113,7 +113,7 @@ def admit_lossless(pt, nd, k, wire):
     return ADMIT
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def release_lossless(pt, nd, k, wire):
     """A lossless frame that came in over port k leaves the switch; True: send a resume."""
     s = pt[k, PT_NODE]
@@ -136,7 +136,7 @@ def release_lossless(pt, nd, k, wire):
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def release_data(pt, nd, q, k, wire):
     """A data frame that came in over port k left port q of a shared switch (dequeued);
     True: port k sends a resume."""

@@ -36,7 +36,7 @@ def uniform(g):
     return float(y >> np.uint64(11)) / 9007199254740992.0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def should_mark(g, depth_bytes, kmin_bytes, kmax_bytes, pmax):
     p = red_probability(depth_bytes, kmin_bytes, kmax_bytes, pmax)
     if p <= 0.0:

@@ -42,7 +42,7 @@ def schedule(ev, g, t, kind, a, b):
 
 @njit(cache=True, inline="always")
 def push(ev, g, t, kind, a, b):
-    """`schedule`, inlined where every hop schedules its arrival (kernel.put_on_wire)."""
+    """`schedule`, inlined where every hop schedules (kernel.put_on_wire, kernel.want_tx)."""
     i = g[G_HEAP]
     if i >= ev.shape[0]:
         g[G_OVERFLOW] = 1

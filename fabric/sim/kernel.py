@@ -280,11 +280,12 @@ def serialization_ps(wire_bytes, rate_bps):
 
 @njit(cache=True, inline="always")
 def want_tx(S, p, t):
-    """Make sure port p looks for work again at time t."""
+    """Make sure port p looks for work again at time t. Every hop asks this of the port it
+    left, so the event is pushed inline (`push`), not by a call (`schedule`)."""
     pt, ev, g = S.pt, S.ev, S.g
     if pt[p, PT_TXEV_PS] != t:
         pt[p, PT_TXEV_PS] = t
-        schedule(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
+        push(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
 
 
 @njit(cache=True, inline="always")
