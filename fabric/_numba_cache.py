@@ -20,6 +20,11 @@ when imported. Do not do that.) The imports are found with a regular
 expression, not `ast`, so that every command's startup stays cheap; a test
 checks it against `ast` on every source file.
 
+The directory is keyed on the checkout's path too: numba files a kernel's
+machine code under the path of its source file, so two checkouts of the same
+sources share nothing, and a warm-up marker shared between them would tell
+the second one, wrongly, that its kernels are compiled.
+
 This must run before numba is imported; every package of the project
 imports `fabric` first for that reason.
 """
@@ -121,6 +126,11 @@ def source_digest(root: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def cache_key(root: Path) -> str:
+    """The cache directory's name for the checkout at `root`: its path and its sources."""
+    return hashlib.sha256(f"{root.resolve()}\0{source_digest(root)}".encode()).hexdigest()[:16]
+
+
 def cache_root() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "aifabric"
@@ -130,7 +140,7 @@ def configure() -> None:
     if "NUMBA_CACHE_DIR" in os.environ:
         return
     root = Path(__file__).resolve().parent.parent
-    target = cache_root() / f"numba-{source_digest(root)}"
+    target = cache_root() / f"numba-{cache_key(root)}"
     try:
         target.mkdir(parents=True, exist_ok=True)
         os.utime(target)

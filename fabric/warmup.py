@@ -178,7 +178,7 @@ def run(stream: TextIO | None = None, *, note: str = "once", should_stop=lambda:
     with compile_notice(stream, announce=warm) as notice:
         warm_up(should_stop)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    if notice.compiled_s > wall / 2:  # a full compile, not a cache mostly warm
+    if not warm and notice.compiled_s > wall / 2:  # a full compile, not a few kernels
         _write(_numba_cache.cache_root() / ESTIMATE_FILE, f"{wall:.1f}\n")
     d = cache_dir()
     if d is not None:

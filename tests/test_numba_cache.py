@@ -46,6 +46,21 @@ def test_the_cache_directory_follows_the_content_of_the_sources_kernels_import(t
     assert _numba_cache.source_digest(tmp_path) != first  # line continuation counts too
 
 
+def test_two_checkouts_of_the_same_sources_keep_apart_caches(tmp_path):
+    """numba files machine code under its source's path: one checkout's warm cache (and its
+    warm-up marker) says nothing about another's."""
+    _tree(tmp_path / "one")
+    _tree(tmp_path / "two")
+    assert _numba_cache.source_digest(tmp_path / "one") == _numba_cache.source_digest(
+        tmp_path / "two"
+    )
+    key = _numba_cache.cache_key(tmp_path / "one")
+    assert key != _numba_cache.cache_key(tmp_path / "two")
+    assert key == _numba_cache.cache_key(tmp_path / "one" / "fabric" / "..")
+    (tmp_path / "one" / "fabric/sim/layout.py").write_text("PK_N = 12\n")
+    assert _numba_cache.cache_key(tmp_path / "one") != key
+
+
 def test_the_project_keys_the_cache_on_kernel_modules_and_their_imports(tmp_path):
     for package in _numba_cache.PACKAGES:
         shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__py*"))

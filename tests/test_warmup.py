@@ -149,3 +149,27 @@ def test_a_mistake_in_the_command_is_reported_before_any_warm_up(tmp_path, monke
     r = CliRunner().invoke(main, ["run", "no-such-scenario"])
     assert r.exit_code == 1 and "unknown scenario" in r.output
     assert "compiling" not in r.stderr and not warmup.is_warm()
+
+
+def test_only_a_full_compile_sets_the_estimate_a_warm_up_announces(tmp_path, monkeypatch):
+    """A warm-up on a marked cache that compiles a few kernels (say, of a new signature) does
+    not make the next full compile promise their few seconds."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
+
+    def compiles_one(should_stop=lambda: False):
+        @njit
+        def fresh(x):
+            return x * 3
+
+        fresh(1)
+
+    monkeypatch.setattr(warmup, "warm_up", compiles_one)
+    estimate = warmup._numba_cache.cache_root() / warmup.ESTIMATE_FILE
+    warmup.run(io.StringIO())  # no marker: a full compile, timed
+    assert warmup.is_warm() and estimate.is_file()
+    estimate.write_text("80.0\n")
+    out = io.StringIO()
+    warmup.run(out)  # marked: what compiles now is not the whole set
+    assert "compiling kernels the cache does not hold (about 80 s" in out.getvalue()
+    assert estimate.read_text() == "80.0\n"
