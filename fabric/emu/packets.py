@@ -19,6 +19,7 @@ Headers come from `fabric.frames` (shared with the simulator's captures);
 from __future__ import annotations
 
 import ctypes
+import errno
 import socket
 
 import numpy as np
@@ -161,8 +162,8 @@ MSG_DONTWAIT = 0x40
 
 
 _HDR = ctypes.sizeof(_Mmsghdr)
-_EAGAIN, _ENOBUFS = 11, 105
-_LINK_DOWN = (100, 101, 113)  # ENETDOWN, ENETUNREACH, EHOSTUNREACH: the host's link is down
+_FULL = (errno.EAGAIN, errno.ENOBUFS)  # the NIC queue is full for now
+_LINK_DOWN = (errno.ENETDOWN, errno.ENETUNREACH, errno.EHOSTUNREACH)  # the host's link is down
 
 
 class Batch:
@@ -202,7 +203,7 @@ class Batch:
         r = _libc.sendmmsg(fd, self._msgs, n, MSG_DONTWAIT)
         if r < 0:
             err = ctypes.get_errno()
-            if err in (_EAGAIN, _ENOBUFS):  # the NIC queue is full for now
+            if err in _FULL:
                 return 0
             if err in _LINK_DOWN:
                 return n
@@ -239,7 +240,7 @@ class RecvBatch:
         r = _libc.recvmmsg(fd, self._msgs, self.rows, MSG_DONTWAIT, None)
         if r < 0:
             err = ctypes.get_errno()
-            if err == _EAGAIN:
+            if err == errno.EAGAIN:
                 return 0
             raise OSError(err, "recvmmsg failed")
         return r
