@@ -44,6 +44,11 @@ def cache_dir() -> Path | None:
     return Path(d) if d else None
 
 
+def _holds_nothing(d: Path | None) -> bool:
+    """Whether the cache directory holds no compiled kernel (numba's index files)."""
+    return d is None or next(d.rglob("*.nbi"), None) is None
+
+
 def is_warm() -> bool:
     """Whether `warm_up()` completed for the current cache directory."""
     d = cache_dir()
@@ -167,6 +172,7 @@ def run(stream: TextIO | None = None, *, note: str = "once", should_stop=lambda:
     """Warm up, with a line first and the time it took after on `stream`; its wall seconds."""
     stream = stream or sys.stderr
     warm = is_warm()
+    whole = not warm and _holds_nothing(cache_dir())  # every kernel compiles: time it
     if warm:
         stream.write("aifabric: checking the simulator's kernels (compiled already)\n")
     else:
@@ -178,7 +184,7 @@ def run(stream: TextIO | None = None, *, note: str = "once", should_stop=lambda:
     with compile_notice(stream, announce=warm) as notice:
         warm_up(should_stop)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-    if not warm and notice.compiled_s > wall / 2:  # a full compile, not a few kernels
+    if whole and notice.compiled_s > wall / 2:
         _write(_numba_cache.cache_root() / ESTIMATE_FILE, f"{wall:.1f}\n")
     d = cache_dir()
     if d is not None:

@@ -152,8 +152,8 @@ def test_a_mistake_in_the_command_is_reported_before_any_warm_up(tmp_path, monke
 
 
 def test_only_a_full_compile_sets_the_estimate_a_warm_up_announces(tmp_path, monkeypatch):
-    """A warm-up on a marked cache that compiles a few kernels (say, of a new signature) does
-    not make the next full compile promise their few seconds."""
+    """A warm-up that compiles only a few kernels (a marked cache and a new signature, or an
+    unmarked cache that holds some) does not make the next full compile promise seconds."""
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
 
@@ -172,4 +172,8 @@ def test_only_a_full_compile_sets_the_estimate_a_warm_up_announces(tmp_path, mon
     out = io.StringIO()
     warmup.run(out)  # marked: what compiles now is not the whole set
     assert "compiling kernels the cache does not hold (about 80 s" in out.getvalue()
+    assert estimate.read_text() == "80.0\n"
+    (tmp_path / "cache" / warmup.MARKER).unlink()
+    (tmp_path / "cache" / "kernel.nbi").write_bytes(b"")
+    warmup.run(io.StringIO())  # unmarked, but some kernels come from the cache
     assert estimate.read_text() == "80.0\n"
