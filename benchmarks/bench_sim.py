@@ -166,7 +166,7 @@ ROWS = ("pk", "pc", "ev", "fl", "fr", "act", "path_ptr", "dep_ptr")  # state arr
 
 
 def row_bytes(a) -> int:
-    return a.itemsize * (a.shape[1] if a.ndim > 1 else 1)
+    return a.itemsize * (a.shape[-1] if a.ndim > 1 else 1)
 
 
 def memory_layout(fabric, table, mean_route: float, rows: dict) -> str:
@@ -185,7 +185,8 @@ def memory_layout(fabric, table, mean_route: float, rows: dict) -> str:
     route = mean_route * 8
     return (
         f"memory: {packet} bytes per in-flight packet (pk {rows['pk']} + pc {rows['pc']}), "
-        f"{event} per pending event; per flow {state} of state (fl {rows['fl']}, "
+        f"{event} per pending event ({2 * event} of room: the near and the far heap each "
+        f"have room for all); per flow {state} of state (fl {rows['fl']}, "
         f"fr {rows['fr']}, act + path_ptr + dep_ptr {lists}) + {route:.0f} of route "
         f"({mean_route:.1f} ports) + {deps:.0f} of dependencies + {columns / n:.0f} of "
         f"flow-table columns = {state + route + deps + columns / n:.0f} bytes; "

@@ -49,7 +49,7 @@ def test_a_receiver_link_failing_under_a_100_to_1_incast_cuts_every_flow_off_cle
     assert not sim.run(until_ns=199_999)
     p = int(fab.nic_port[recv]) ^ 1
     waiting = queued_packets(sim, p)
-    assert waiting > len(sim.ev) - sim.g[L.G_HEAP]
+    assert waiting > sim.ev.shape[1] - sim.g[L.G_HEAP]
     drops = int(sim.g[L.G_DROPS])
     assert sim.run()
     c = sim.counters()
@@ -118,7 +118,7 @@ def test_flows_underway_with_nothing_but_sampling_left_is_a_stall_naming_where_p
     sim.run(until_ns=20_000)
     in_use = np.flatnonzero(sim.pk[:-1, L.PK_KIND] >= 0)
     assert len(in_use) > 0
-    sim.g[L.G_HEAP] = 0  # every packet event lost: only the sampling would go on
+    sim.g[L.G_HEAP] = sim.g[L.G_FAR] = 0  # every packet event lost: only sampling goes on
     schedule(sim.ev, sim.g, int(sim.g[L.G_NOW_PS]) + 1, L.EV_SAMPLE, 0, 0)
     with pytest.raises(Stalled, match=r"flow 0 .*packets: \d+ at "):
         sim.run()

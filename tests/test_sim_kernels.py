@@ -20,7 +20,7 @@ from fabric.model import EcnProfile
 from fabric.sim import Simulation, congestion, dcqcn, ecn, kernel, pfc
 from fabric.sim import layout as L
 from fabric.sim.engine import CACHE_LINE, zeros_aligned
-from fabric.sim.heap import pop, schedule
+from fabric.sim.heap import HEAPS, NEAR_WINDOW_PS, earliest_ps, pending, pop, schedule
 from fabric.sim.kernel import prefetch
 from fabric.sim.queue import dequeue, enqueue, fifo_check
 from tests import buffer_reference
@@ -28,78 +28,103 @@ from tests.conftest import fabric as preset
 from tests.simhelp import ack_return_ps, flows, run
 
 
-def test_event_heap_pops_in_time_then_schedule_order_like_heapq():
+def event_list(rows):
+    return np.zeros((HEAPS, rows, L.E_N), dtype=np.int64), np.zeros(L.G_NG, dtype=np.int64)
+
+
+def test_event_list_pops_in_time_then_schedule_order_like_heapq():
     rng = np.random.default_rng(1)
-    ev = np.zeros((4096, 5), dtype=np.int64)
-    g = np.zeros(L.G_NG, dtype=np.int64)
+    ev, g = event_list(4096)
     ref = []
     seq = 0
-    out = np.zeros(5, dtype=np.int64)
+    out = np.zeros(L.E_N, dtype=np.int64)
     popped, expected = [], []
+    both = 0  # pops with events in both heaps
     for _ in range(3000):
+        both += 0 < g[L.G_FAR] < g[L.G_HEAP]
         if ref and rng.random() < 0.45:
             pop(ev, g, out)
-            popped.append((int(out[0]), int(out[3])))
+            popped.append((int(out[L.E_TIME_PS]), int(out[L.E_A])))
             t, _, a = heapq.heappop(ref)
             expected.append((t, a))
-        else:
-            t = int(rng.integers(0, 50))  # many ties
+        else:  # as the simulator: never before the last event; ties in both heaps
+            now = popped[-1][0] if popped else 0
+            t = now + int(rng.integers(0, 50)) + int(rng.choice([0, 1, 3])) * NEAR_WINDOW_PS
             schedule(ev, g, t, 1, seq, 0)
             heapq.heappush(ref, (t, seq, seq))
             seq += 1
     assert popped == expected
     assert g[L.G_HEAP] == len(ref)
+    assert both > 1000
+
+
+# times that fall on both sides of the split (the earliest time + NEAR_WINDOW_PS)
+# and on it, with ties everywhere
+TIMES = st.one_of(
+    st.integers(0, 6),
+    st.integers(NEAR_WINDOW_PS - 3, NEAR_WINDOW_PS + 3),
+    st.integers(0, 6).map(lambda k: (k + 2) * NEAR_WINDOW_PS),
+    st.integers(0, 2**62),  # any time the engine schedules
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.one_of(
-            st.none(),  # a pop
-            st.integers(0, 6),  # a time from a handful: ties everywhere
-            st.integers(0, 2**62),  # any time the engine schedules
-        ),
-        max_size=400,
-    )
-)
-def test_event_heap_pops_every_sequence_of_times_in_time_then_schedule_order(ops):
-    ev = np.zeros((512, L.E_N), dtype=np.int64)
-    g = np.zeros(L.G_NG, dtype=np.int64)
+@given(st.lists(st.one_of(st.none(), TIMES), max_size=400))  # None: a pop
+def test_event_list_pops_every_sequence_of_times_in_time_then_schedule_order(ops):
+    ev, g = event_list(512)
     out = np.zeros(L.E_N, dtype=np.int64)
     ref = []
     for seq, t in enumerate(ops):
         if t is None:
             if ref:
+                assert earliest_ps(ev, g) == ref[0][0]
                 pop(ev, g, out)
                 assert (int(out[L.E_TIME_PS]), int(out[L.E_A])) == heapq.heappop(ref)
         else:
             schedule(ev, g, t, L.EV_TX, seq, -seq)
             heapq.heappush(ref, (t, seq))
+        assert sorted(map(tuple, pending(ev, g)[:, [L.E_TIME_PS, L.E_A]])) == sorted(ref)
     while ref:  # what is left drains in order too, each row whole
         pop(ev, g, out)
         t, seq = heapq.heappop(ref)
         assert list(out[[L.E_TIME_PS, L.E_KIND, L.E_A, L.E_B]]) == [t, L.EV_TX, seq, -seq]
-    assert g[L.G_HEAP] == 0
+    assert g[L.G_HEAP] == g[L.G_FAR] == 0
 
 
-def test_event_heap_pops_descending_and_equal_times_in_order():
+def test_event_list_pops_descending_and_equal_times_in_order():
     # adversarial for a heap: every new event earlier than all before it, then a run of
-    # equal times scheduled between pops
-    ev = np.zeros((2048, L.E_N), dtype=np.int64)
-    g = np.zeros(L.G_NG, dtype=np.int64)
-    out = np.zeros(L.E_N, dtype=np.int64)
-    for k in range(1000):
-        schedule(ev, g, 10_000 - k, 1, k, 0)
-    got = []
-    for k in range(1000):
-        schedule(ev, g, 5_000, 1, 1000 + k, 0)
-        pop(ev, g, out)
-        got.append((int(out[L.E_TIME_PS]), int(out[L.E_A])))
-    while g[L.G_HEAP]:
-        pop(ev, g, out)
-        got.append((int(out[L.E_TIME_PS]), int(out[L.E_A])))
-    want = sorted([(10_000 - k, k) for k in range(1000)] + [(5_000, 1000 + k) for k in range(1000)])
-    assert got == want
+    # equal times scheduled between pops; the same a window later, where the far
+    # events move into the near heap among equal times scheduled after them
+    for base in (0, NEAR_WINDOW_PS):
+        ev, g = event_list(4096)
+        out = np.zeros(L.E_N, dtype=np.int64)
+        for k in range(1000):
+            schedule(ev, g, base + 10_000 - k, 1, k, 0)
+        got = []
+        for k in range(1000):
+            schedule(ev, g, base + 5_000, 1, 1000 + k, 0)
+            pop(ev, g, out)
+            got.append((int(out[L.E_TIME_PS]), int(out[L.E_A])))
+            schedule(ev, g, 2 * NEAR_WINDOW_PS + 5_000, 1, 2000 + k, 0)
+        while g[L.G_HEAP]:
+            pop(ev, g, out)
+            got.append((int(out[L.E_TIME_PS]), int(out[L.E_A])))
+        want = sorted(
+            [(base + 10_000 - k, k) for k in range(1000)]
+            + [(base + 5_000, 1000 + k) for k in range(1000)]
+            + [(2 * NEAR_WINDOW_PS + 5_000, 2000 + k) for k in range(1000)]
+        )
+        assert got == want
+
+
+def test_a_full_event_list_refuses_the_event_and_flags_the_overflow():
+    ev, g = event_list(4)
+    for k in range(4):
+        schedule(ev, g, k * NEAR_WINDOW_PS, 1, k, 0)
+    before = ev.copy()
+    schedule(ev, g, 0, 1, 99, 0)
+    assert g[L.G_OVERFLOW] == 1 and g[L.G_HEAP] == 4
+    assert np.array_equal(ev, before)
 
 
 @pytest.mark.parametrize(
@@ -328,7 +353,7 @@ def fifo(sim, p, cls):
 def new_events(sim, after_seq, *kinds):
     """(kind, a, b) of the events of `kinds` scheduled after sequence number after_seq,
     in order."""
-    ev = sim.ev[: int(sim.g[L.G_HEAP])]
+    ev = pending(sim.ev, sim.g)
     rows = ev[(ev[:, L.E_SEQ] >= after_seq) & np.isin(ev[:, L.E_KIND], kinds)]
     rows = rows[np.argsort(rows[:, L.E_SEQ])]
     return [(int(r[L.E_KIND]), int(r[L.E_A]), int(r[L.E_B])) for r in rows]
@@ -415,14 +440,14 @@ def test_purge_drops_a_ports_queues_as_the_reference_does(room, recovery, model)
     now = int(sim.g[L.G_NOW_PS])
     sim.pt[p, L.PT_ALIVE] = sim.pt[p ^ 1, L.PT_ALIVE] = 0
     if room == "short":  # room for a few packets' events: the rest waits for a larger list
-        heap = int(sim.g[L.G_HEAP])
-        sim.ev = sim.ev[: heap + 10].copy()
+        sim.ev = sim.ev[:, : int(sim.g[L.G_HEAP]) + 10].copy()
         assert not kernel.purge(sim._state(), p, now)
         assert sim.pt[p, L.PT_PURGE] == 1 and sim.g[L.G_PURGING] == 1
         sim._grow_events()
         assert kernel.finish_purges(sim._state(), now)
     else:
-        sim.ev = np.concatenate([sim.ev, np.zeros((4 * len(packets), L.E_N), np.int64)])
+        room = np.zeros((HEAPS, 4 * len(packets), L.E_N), np.int64)
+        sim.ev = np.concatenate([sim.ev, room], axis=1)
         assert kernel.purge(sim._state(), p, now)
     assert sim.pt[p, L.PT_PURGE] == 0 and sim.g[L.G_PURGING] == 0
     assert fifo(sim, p, 0) == fifo(sim, p, 1) == []
@@ -490,7 +515,7 @@ def test_complete_finishes_a_flow_and_starts_its_dependents_as_the_reference_doe
     assert fl[0, L.FL_STATE] == L.ST_DONE and fl[0, L.FL_T_END_PS] == now
     assert sim.g[L.G_DONE] == 1
     assert list(fl[:, L.FL_DEPS]) == waiting
-    starts = [row for row in sim.ev[: int(sim.g[L.G_HEAP])] if row[L.E_SEQ] >= seq]
+    starts = [row for row in pending(sim.ev, sim.g) if row[L.E_SEQ] >= seq]
     starts = sorted((r for r in starts if r[L.E_KIND] == L.EV_FLOW_START), key=lambda r: r[1])
     assert [(int(r[L.E_A]), int(r[L.E_TIME_PS])) for r in starts] == want
     # ending a flow sends nothing: its ACKs are the receiver's (`received`)

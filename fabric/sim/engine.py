@@ -32,6 +32,7 @@ from fabric.scenario import Fault
 from fabric.sim import kernel
 from fabric.sim import layout as L
 from fabric.sim.ecn import rng_state
+from fabric.sim.heap import HEAPS
 from traffic.flows import FlowTable
 
 PS = L.PS_PER_NS
@@ -273,7 +274,7 @@ class Simulation:
         n_pk = 4096
         pk = packet_rows(n_pk)
         pc = np.zeros((n_pk + 1, L.PC_N), dtype=np.int64)
-        ev = zeros_aligned((max(4096, 4 * n + 64), L.E_N), np.int64)
+        ev = zeros_aligned((HEAPS, max(4096, 4 * n + 64), L.E_N), np.int64)
         g = np.zeros(L.G_NG, dtype=np.int64)
         g[L.G_FREE] = 0
         g[L.G_NFREE] = n_pk
@@ -388,14 +389,15 @@ class Simulation:
 
     def _grow_events(self) -> None:
         """Double the event list until the loop's reserve (or a purge's) fits."""
-        rows = 2 * len(self.ev)
+        old = self.ev.shape[1]
+        rows = 2 * old
         need = int(self.g[L.G_HEAP] + self.prm[L.P_EVENT_RESERVE])
         if self.g[L.G_PURGING]:
             need += kernel.PURGE_ROOM * (len(self.pk) - int(self.g[L.G_NFREE]))
         while rows < need:
             rows *= 2
-        ev = zeros_aligned((rows, L.E_N), np.int64)
-        ev[: len(self.ev)] = self.ev
+        ev = zeros_aligned((HEAPS, rows, L.E_N), np.int64)
+        ev[:, :old] = self.ev
         self.ev = ev
 
     def _drain_captures(self) -> None:

@@ -20,7 +20,7 @@ from numba.extending import intrinsic
 from fabric.addressing import ROCE_UDP_PORT
 from fabric.routing import MODE_SPRAY, Live, Net, flow_hash, is_next_hop, route_packet
 from fabric.sim import buffer, congestion, ecn, pfc
-from fabric.sim.heap import pop, push, schedule
+from fabric.sim.heap import NEAR, earliest_ps, pop, push, schedule
 from fabric.sim.layout import (
     ACK_EXTRA_BYTES,
     CC_NONE,
@@ -87,6 +87,7 @@ from fabric.sim.layout import (
     G_DROPS,
     G_ECN,
     G_EVENTS,
+    G_FAR,
     G_FREE,
     G_HEAP,
     G_HOPS,
@@ -296,11 +297,11 @@ def arrive_hint(p, q):
 
 @njit(cache=True, inline="always")
 def prefetch_next(S, ev):
-    """Start loading the rows the earliest event will touch (see `prefetch`)."""
+    """Start loading the rows the near heap's earliest event will touch (see `prefetch`)."""
     pt, pk = S.pt, S.pk
-    kind = ev[0, E_KIND]
-    a = ev[0, E_A]
-    b = ev[0, E_B]
+    kind = ev[NEAR, 0, E_KIND]
+    a = ev[NEAR, 0, E_A]
+    b = ev[NEAR, 0, E_B]
     if kind == EV_ARRIVE:
         prefetch(pk, a, 0)
         p = b & 0xFFFFFFFF
@@ -1059,7 +1060,7 @@ def purge(S, p, now):
         return defer_purge(S, p)
     for cls in range(2):
         while pt[p, PT_HEAD0 + 2 * cls] >= 0:
-            if g[G_HEAP] + PURGE_ROOM > ev.shape[0]:
+            if g[G_HEAP] + PURGE_ROOM > ev.shape[1]:
                 return defer_purge(S, p)
             i = dequeue(pt, pk, p, cls, now)
             if pt[p, PT_SHARED]:
@@ -1121,7 +1122,7 @@ def run(S_counted, t_stop, max_events):
     n_flows = fl.shape[0]
     e = np.empty(E_N, dtype=np.int64)
     done_events = 0
-    event_rows = ev.shape[0] - prm[P_EVENT_RESERVE]  # the heap may fill this many
+    event_rows = ev.shape[1] - prm[P_EVENT_RESERVE]  # the event list may hold this many
     packet_reserve = prm[P_PACKET_RESERVE]
     while True:
         if g[G_OVERFLOW] | g[G_PURGING]:
@@ -1139,12 +1140,12 @@ def run(S_counted, t_stop, max_events):
             return R_DRAIN_CAPTURE
         if g[G_SAMPLES] >= smp.shape[1]:
             return R_DRAIN_SAMPLES
-        if ev[0, E_TIME_PS] > t_stop:
+        if earliest_ps(ev, g) > t_stop:
             return R_STOP
         if done_events >= max_events:
             return R_LIMIT
         pop(ev, g, e)
-        if g[G_HEAP] > 0:
+        if g[G_HEAP] > g[G_FAR]:
             prefetch_next(S, ev)
         now = e[E_TIME_PS]
         kind = e[E_KIND]

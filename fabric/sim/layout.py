@@ -22,7 +22,7 @@ State = namedtuple(
     fl fr                flows: counters and times (FL_*); rates in bit/s (FR_*)
     nd act               NICs (ND_*): each NIC's flows with data to send, act[off:off + cnt]
     pk pc                packets: what a hop reads, the route included (PK_*); the rest (PC_*)
-    ev                   the event heap (E_*)
+    ev                   the event list: a near and a far heap of event rows (E_*)
     path_ptr path_port   each flow's route (CSR of ports)
     dep_ptr dep          the flows waiting on each flow (CSR of flows)
     smp cap              sample rows of the port series (SM_*); capture records (CP_*)
@@ -31,7 +31,7 @@ State = namedtuple(
     load rnd             scratch for fabric.routing.route_packet
 """
 
-# event rows (ev[i, :])
+# event rows (ev[heap, i, :], fabric.sim.heap)
 E_TIME_PS, E_SEQ, E_KIND, E_A, E_B, E_N = range(6)
 
 # event kinds
@@ -69,8 +69,10 @@ EV_ACK_RTO = 9  # a = flow whose last ACK was lost (finish at the sender): its r
     G_OVERFLOW,  # 1: an event or packet found no room (the loop stops with R_OVERFLOW)
     G_PURGING,  # ports with a purge to finish (PT_PURGE) before the next event
     G_PROGRESS_T_PS,  # when data was last delivered or a flow last started
+    G_FAR,  # pending events in the far heap (fabric.sim.heap)
+    G_SPLIT_PS,  # the near heap's events are before this time, the far heap's not
     G_NG,
-) = range(22)
+) = range(24)
 
 # parameters (prm[...], int64; rates bit/s, times ps)
 (
