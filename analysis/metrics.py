@@ -516,7 +516,7 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
     """Metrics of a run directory (any engine); `rate_bps` times its captures' PFC quanta
     (default: the fabric's slowest link)."""
     from analysis.ecmp import ecmp_metrics
-    from analysis.topology import fabric_from_topology
+    from fabric.export import fabric_from_topology
 
     fabric = fabric_from_topology(run.topology())
     out: dict = {

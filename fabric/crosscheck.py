@@ -83,7 +83,7 @@ def _within(ratio: float | None, tolerance: float) -> bool:
 
 def compare(sim: Run, emu: Run, *, tolerance: float = DEFAULT_TOLERANCE) -> dict:
     """The side-by-side report of two run directories of one scenario (see the module)."""
-    from analysis.topology import fabric_from_topology
+    from fabric.export import fabric_from_topology
 
     if sim.topology() != emu.topology():
         raise AifabricError("the two runs are not of the same topology")

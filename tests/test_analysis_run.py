@@ -453,8 +453,8 @@ def test_ecmp_choices_after_a_fault_are_those_of_the_routing_that_chose_the_rout
     routing at the start had offered it."""
     from analysis.ecmp import QP_KEY, _choices
     from analysis.metrics import _routings, group_rows
-    from analysis.topology import fabric_from_topology
     from fabric.engines import run_scenario
+    from fabric.export import fabric_from_topology
     from fabric.scenarios import load_scenario
 
     run_scenario("sim", load_scenario("link-failure"), tmp_path / "run")

@@ -1,0 +1,308 @@
+"""Compile the numba kernels ahead of the first run, and say so whenever numba compiles.
+
+numba compiles a kernel the first time it is called and keeps the machine code
+in the cache directory (`fabric._numba_cache`); compiling all of them costs
+about a minute of CPU. `warm_up()` does that once, at install time
+(`aifabric warmup`, run by scripts/install), by running tiny scenarios through
+the public entry points: every congestion-control kind of `fabric.cc.KINDS`,
+every ECMP policy, a link failure and a drained switch, a lossy queue, a
+capture read back and analysed, the traffic packetizer, the emulator's packet
+filler. It touches no kernel by name, so it keeps covering them whatever their
+internals become. When it is done it leaves a marker in the cache directory.
+
+A run that finds no marker (a new version's sources make a new, empty cache
+directory) warms up first, after one line saying what it is doing and about
+how long it takes (`ensure_warm`). `compile_notice()` catches the rest: if
+numba compiles anything while it is active (a kernel the warm-up missed, a
+cache numba found stale), it says so when compiling starts and keeps a
+counter of the seconds on a terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import TextIO
+
+from fabric import _numba_cache
+
+MARKER = "aifabric-warm.json"
+ESTIMATE_FILE = "compile-seconds"
+DEFAULT_ESTIMATE_S = 170  # CPU seconds on a 2-core machine, numba 0.68 (165-171 measured)
+TOPOLOGY = "lab-small"
+
+
+def cache_dir() -> Path | None:
+    """The directory numba writes compiled kernels to (None: numba's own default places)."""
+    d = os.environ.get("NUMBA_CACHE_DIR")
+    return Path(d) if d else None
+
+
+def _holds_nothing(d: Path | None) -> bool:
+    """Whether the cache directory holds no compiled kernel (numba's index files)."""
+    return d is None or next(d.rglob("*.nbi"), None) is None
+
+
+def is_warm() -> bool:
+    """Whether `warm_up()` completed for the current cache directory."""
+    d = cache_dir()
+    return d is not None and (d / MARKER).is_file()
+
+
+def estimate_s() -> int:
+    """Seconds a full compile took here last time (wall clock), or a default."""
+    try:
+        return max(1, round(float((_numba_cache.cache_root() / ESTIMATE_FILE).read_text())))
+    except (OSError, ValueError):
+        return DEFAULT_ESTIMATE_S
+
+
+def _about(seconds: float) -> str:
+    if seconds < 90:
+        return f"about {round(seconds)} s"
+    return f"about {round(seconds / 60)} min"
+
+
+class Stopped(Exception):
+    """The warm-up was asked to stop between two of its steps (nothing is marked)."""
+
+
+def warm_up(should_stop=lambda: False) -> None:
+    """Call every compiled kernel once with the argument types runs use; between steps,
+    `Stopped` if `should_stop()` (a kernel's compile is never cut in the middle)."""
+    from analysis.capture import read_capture
+    from analysis.metrics import capture_metrics, run_metrics
+    from fabric.emu.packets import Batch, fill_writes
+    from fabric.engines import Stop, run_scenario
+    from fabric.routing import POLICIES
+    from fabric.rundir import Run
+    from fabric.scenarios import scenario_from_dict
+    from fabric.spread import random_spread
+    from topologies import load_fabric
+    from traffic import packetize
+
+    with tempfile.TemporaryDirectory(prefix="aifabric-warmup-") as tmp:
+        for i, raw in enumerate(scenarios(POLICIES)):
+            if should_stop():
+                raise Stopped
+            sc = scenario_from_dict(raw, f"warmup-{i}")
+            path = Path(tmp) / f"run-{i}"
+            # a Stop of its own that installs no handlers: a signal reaches the caller's
+            run_scenario("sim", sc, path, stop=Stop())
+            run_metrics(Run(path), series=True)
+            for pcap in sorted((path / "captures").glob("*.pcap")):
+                capture_metrics(read_capture(pcap), series=True)
+            packetize(sc.flows, 100 * 10**9)
+    fabric = load_fabric(TOPOLOGY)
+    for policy in POLICIES:
+        random_spread(fabric, 64, policy, trials=2)
+    batch = Batch(4, 128)
+    fill_writes(batch.buf, batch.lens, 0, 1, 0, 0, 256, 64)
+
+
+def scenarios(policies) -> list[dict]:
+    """Tiny scenarios on lab-small that together reach every kernel and kind."""
+    from fabric.cc import KINDS
+    from fabric.model import Role
+    from topologies import load_fabric
+
+    f = load_fabric(TOPOLOGY)
+    up = [
+        p
+        for p in range(f.n_ports)
+        if f.node_role[f.port_node[p]] != Role.NIC and f.node_role[f.port_peer[p]] != Role.NIC
+    ]
+    spine = f.node_name[f.port_peer[up[0]]]
+    jobs = [
+        {"name": "ring", "collective": "allreduce", "size": "256KiB", "gpus": 8},
+        {"name": "incast", "pattern": "incast", "senders": 3, "size": "64KiB", "gpus": 4},
+    ]
+    out = []
+    for i, kind in enumerate(KINDS):
+        for j, policy in enumerate(policies):
+            if (i + j) % len(KINDS):
+                continue  # each kind with some policies, every policy with some kind
+            out.append(
+                {
+                    "scenario": {"topology": TOPOLOGY, "seed": i, "sample_interval": "2us"},
+                    "workload": {"jobs": jobs},
+                    "ecmp": {"policy": policy},
+                    "congestion_control": {"kind": kind},
+                }
+            )
+    nic = f.node_name[f.nic_ids[0]]
+    out[0]["scenario"]["captures"] = [nic]
+    out[0]["faults"] = [{"link": f.port_names[up[1]].split("#")[0], "at": "1us"}]
+    out[-1]["faults"] = [{"node": spine, "at": "1us", "action": "drain"}]
+    out[-1]["queue"] = {
+        "pfc": False, "buffer": "1MiB", "ecn_kmax": "512KiB",
+        "pfc_xoff": "512KiB", "pfc_xon": "384KiB", "pfc_headroom": "128KiB",
+    }  # fmt: skip
+    return out
+
+
+def ensure_warm(stream: TextIO | None = None, should_stop=lambda: False) -> bool:
+    """Warm up if the cache directory has no marker, saying so first; True if it did.
+
+    Without a cache directory of our own (an unwritable home) there is nothing to
+    mark, so nothing is done ahead. A warm-up that fails is reported in one line
+    and the caller goes on: its own kernels compile when called (and are announced).
+    One asked to stop (`should_stop`) ends after its current step, unmarked.
+    """
+    stream = stream or sys.stderr
+    if cache_dir() is None or is_warm():
+        return False
+    try:
+        run(stream, note="once per version; scripts/install does it ahead", should_stop=should_stop)
+    except Stopped:
+        return False
+    except Exception as e:  # the run itself decides whether it can go on
+        stream.write(f"aifabric: the warm-up failed ({type(e).__name__}: {e}); going on\n")
+        return False
+    return True
+
+
+def run(stream: TextIO | None = None, *, note: str = "once", should_stop=lambda: False) -> float:
+    """Warm up, with a line first and the time it took after on `stream`; its wall seconds."""
+    stream = stream or sys.stderr
+    warm = is_warm()
+    whole = not warm and _holds_nothing(cache_dir())  # every kernel compiles: time it
+    if warm:
+        stream.write("aifabric: checking the simulator's kernels (compiled already)\n")
+    else:
+        stream.write(
+            f"aifabric: compiling the simulator's kernels ({_about(estimate_s())}, {note})\n"
+        )
+    stream.flush()
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    with compile_notice(stream, announce=warm) as notice:
+        warm_up(should_stop)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    if whole and notice.compiled_s > wall / 2:
+        _write(_numba_cache.cache_root() / ESTIMATE_FILE, f"{wall:.1f}\n")
+    d = cache_dir()
+    if d is not None:
+        _write(d / MARKER, json.dumps({"wall_s": round(wall, 1), "cpu_s": round(cpu, 1)}) + "\n")
+    stream.write(f"aifabric: kernels ready in {wall:.0f} s ({cpu:.0f} s of CPU)\n")
+    stream.flush()
+    return wall
+
+
+def _write(path: Path, text: str) -> None:
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+class CompileNotice:
+    """Listens to numba's compile events: a line when compiling starts (if `announce`),
+    then the seconds so far: redrawn every second on a terminal, a line every
+    `LOG_TICK_S` elsewhere (a log file)."""
+
+    LOG_TICK_S = 10.0
+
+    def __init__(self, stream: TextIO, announce: bool):
+        self.stream = stream
+        self.announce = announce
+        self.tty = stream.isatty()
+        self.tick_s = 1.0 if self.tty else self.LOG_TICK_S
+        self.depth = 0  # numba compiles callees inside their caller's event
+        self.started = 0.0
+        self.compiled_s = 0.0
+        self.drawn = False
+        self.lock = threading.Lock()
+        self.ticking = False
+
+    def on_start(self) -> None:
+        with self.lock:
+            self.depth += 1
+            if self.depth > 1:
+                return
+            self.started = time.perf_counter()
+            if self.announce:
+                self.announce = False
+                self.stream.write(
+                    "aifabric: compiling kernels the cache does not hold "
+                    f"({_about(estimate_s())} for all of them)\n"
+                )
+                self.stream.flush()
+            if not self.ticking:
+                self.ticking = True
+                threading.Thread(target=self._tick, daemon=True).start()
+
+    def on_end(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth:
+                return
+            self.compiled_s += time.perf_counter() - self.started
+            if self.drawn:
+                self.stream.write("\n")
+                self.stream.flush()
+                self.drawn = False
+
+    def _tick(self) -> None:
+        while True:
+            time.sleep(self.tick_s)
+            with self.lock:
+                if not self.ticking:
+                    return
+                if self.depth:
+                    s = self.compiled_s + time.perf_counter() - self.started
+                    self.stream.write(
+                        f"\r  compiling: {s:.0f} s " if self.tty else f"  compiling: {s:.0f} s\n"
+                    )
+                    self.stream.flush()
+                    self.drawn = self.tty
+
+    def stop(self) -> None:
+        with self.lock:
+            self.ticking = False
+            if self.drawn:
+                self.stream.write("\n")
+                self.stream.flush()
+                self.drawn = False
+
+
+def _listen(notice: CompileNotice):
+    from numba.core import event
+
+    class Listener(event.Listener):
+        def on_start(self, ev):
+            notice.on_start()
+
+        def on_end(self, ev):
+            notice.on_end()
+
+    listener = Listener()
+    event.register("numba:compile", listener)
+    return listener
+
+
+@contextlib.contextmanager
+def compile_notice(stream: TextIO | None = None, *, announce: bool = True):
+    """Tell the user on `stream` (stderr) whenever numba compiles inside this block."""
+    from numba.core import event
+
+    notice = CompileNotice(stream or sys.stderr, announce)
+    listener = _listen(notice)
+    try:
+        yield notice
+    finally:
+        event.unregister("numba:compile", listener)
+        notice.stop()
+
+
+def main() -> None:
+    """`python -m fabric.warmup`: what `aifabric warmup` does."""
+    run()
+
+
+if __name__ == "__main__":
+    main()
