@@ -74,7 +74,7 @@ class Group(click.Group):
 
 def notice_compiles() -> None:
     """Until the command ends, say on stderr when numba compiles (a cache a new version emptied)."""
-    from fabric.warmup import compile_notice
+    from aifabric.warmup import compile_notice
 
     click.get_current_context().with_resource(compile_notice())
 
@@ -285,7 +285,7 @@ def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
 @main.command("warmup")
 def warmup():
     """Compile the simulator's kernels now (scripts/install does it; once per version)."""
-    from fabric.warmup import run
+    from aifabric.warmup import run
 
     run()
 

@@ -45,12 +45,12 @@ def crosscheck(scenario, output, switch, scale, tolerance, seed, assignments, fo
     uplink, ECN marks, PFC pause time, drops; a verdict (exit 1 when they differ)."""
     from pathlib import Path
 
+    from aifabric.warmup import ensure_warm
     from fabric.crosscheck import crosscheck as run_both
     from fabric.files import write_atomic
     from fabric.overrides import parse_assignment
     from fabric.rundir import remove_run_dir
     from fabric.scenarios import load_scenario
-    from fabric.warmup import ensure_warm
 
     overrides = [parse_assignment(text) for text in assignments]
     sc = load_scenario(scenario, seed=seed, overrides=overrides)

@@ -152,11 +152,11 @@ def run(
     """Run SCENARIO (a scenario preset or a TOML file) and write a run directory."""
     from pathlib import Path
 
+    from aifabric.warmup import ensure_warm
     from fabric.engines import EXIT_INTERRUPTED, Interrupted, Stop, run_scenario
     from fabric.overrides import parse_assignment
     from fabric.rundir import check_run_dir, remove_run_dir
     from fabric.scenarios import load_scenario, with_captures
-    from fabric.warmup import ensure_warm
 
     options = _engine_options(
         engine_name, {"switch": switch, "scale": scale, "max_wall_s": max_wall}
