@@ -76,7 +76,7 @@ COLLECTIVE_FIELDS = (
 def write_json(path: Path, data: Any) -> None:
     def w(tmp):
         with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=1, default=_jsonable)
+            json.dump(data, fh, indent=1, default=jsonable)
             fh.write("\n")
 
     replace_atomic(path, w)
@@ -90,7 +90,9 @@ def write_npz(path: Path, arrays: dict[str, Any]) -> None:
     replace_atomic(path, w)
 
 
-def _jsonable(x):
+def jsonable(x):
+    """What `json.dump` cannot write itself (numpy scalars and arrays, paths), as JSON values:
+    run.json's `default`, and a sweep's digest of a scenario."""
     if isinstance(x, np.integer):
         return int(x)
     if isinstance(x, np.floating):
