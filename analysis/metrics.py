@@ -29,6 +29,7 @@ from numba import njit
 from analysis import capture as C
 from analysis.ecmp import expected_collisions
 from fabric.errors import AifabricError
+from fabric.results import algbw_bps
 from fabric.stats import imbalance
 
 ROCE_OVERHEAD_BYTES = 58  # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4
@@ -761,7 +762,7 @@ def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) 
         start, end = int(col["start_ns"][i]), int(col["end_ns"][i])
         nbytes = int(col["bytes"][i])
         dur = end - start if end >= 0 and start >= 0 and end > start else None
-        algbw = nbytes * 8 * 1e9 / dur if dur else None
+        algbw = algbw_bps(nbytes, dur) if dur else None
         factor = _busbw_factor(col, i)
         ideal = _ideal_ns(fabric, flows, int(col["op"][i]))
         job = int(col["job"][i])

@@ -1,6 +1,7 @@
 """What every engine reports the same way, computed once from the flows' start and end times.
 
 - `completion_ns`: from the first flow's start to the last finished flow's end;
+- `algbw_bps`: nccl-tests' algbw of an operation's bytes and time;
 - `collective_records`: per collective operation its start (the first of its
   flows to start), its end (the last of its flows to end, -1 unless all did),
   algbw = bytes / time and busbw = algbw x the operation's busbw factor
@@ -24,6 +25,13 @@ def completion_ns(start_ns, end_ns) -> int | None:
     return int(done.max() - started.min())
 
 
+def algbw_bps(nbytes, time_ns):
+    """nccl-tests' algbw: an operation's bytes over its time, in bit/s (numbers or arrays;
+    `time_ns` > 0). busbw is algbw times the operation's busbw factor. The one formula
+    for the records the engines write and the figures the analyzer computes."""
+    return nbytes * 8e9 / time_ns
+
+
 def collective_records(flows, start_ns, end_ns) -> dict[str, np.ndarray]:
     """collectives.npz's columns for a flow table (`traffic.flows.FlowTable`) whose flows
     started and ended at `start_ns` and `end_ns` (-1: never)."""
@@ -44,7 +52,7 @@ def collective_records(flows, start_ns, end_ns) -> dict[str, np.ndarray]:
             end[j] = e.max()
     dur = np.where((end >= 0) & (end > start), end - start, 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        algbw = np.where(dur > 0, t.op_bytes * 8e9 / np.maximum(dur, 1), 0.0)
+        algbw = np.where(dur > 0, algbw_bps(t.op_bytes, np.maximum(dur, 1)), 0.0)
     busbw = algbw * t.op_busbw_factor
     return {
         "op": t.op_id, "job": t.op_job, "kind": t.op_kind, "algorithm": t.op_algorithm,
