@@ -77,60 +77,8 @@ def crosscheck(scenario, output, switch, scale, tolerance, seed, assignments, fo
     if as_json:
         emit_json(report)
     else:
-        _print(sc, switch, report)
+        from analysis.render import crosscheck_text
+
+        click.echo(crosscheck_text(report, sc.name, sc.fabric.name, switch))
     if report["verdict"] != "agree":
         raise SystemExit(1)  # as diff does: a script can test the verdict
-
-
-def _print(sc, switch: str, r: dict) -> None:
-    from fabric.routing import EMULATOR_POLICY
-    from fabric.units import format_rate, format_time
-
-    def t(ns):
-        return "-" if ns is None else format_time(ns)
-
-    def x(ratio):
-        return "-" if ratio is None else f"x{ratio:.2f}"
-
-    def bw(bps):
-        return f"{format_rate(int(bps))}bps" if bps > 0 else "-"
-
-    kind = "Linux routers" if switch == "router" else "Open vSwitch bridges"
-    click.echo(
-        f"{sc.name}: {sc.fabric.name}, {r['paths']['flows']:,} flows; simulator with policy "
-        f"{EMULATOR_POLICY[switch]} against the emulator's {kind}"
-    )
-    p = r["paths"]
-    click.echo(f"paths             {p['equal']:,} of {p['flows']:,} flows equal")
-    for d in p["differences"]:
-        click.echo(f"  flow {d['flow']}: sim {' '.join(d['sim'])}")
-        click.echo(f"  {'':>{len(str(d['flow'])) + 5}} mininet {' '.join(d['mininet'])}")
-    for c in r["collectives"]:
-        label = c["kind"] if c["algorithm"] in ("", "-") else f"{c['kind']} {c['algorithm']}"
-        b = c["busbw_bps"]
-        click.echo(
-            f"{label:<17} sim {t(c['time_ns']['sim'])}  mininet {t(c['time_ns']['mininet'])}"
-            f"  ({x(c['ratio'])})  busbw {bw(b['sim'])} / {bw(b['mininet'])}"
-            f"  {'ok' if c['within'] else 'OUTSIDE'}"
-        )
-    ups = [u for u in r["uplinks"] if u["judged"]]
-    if ups:
-        worst = max(ups, key=lambda u: abs((u["ratio"] or 0) - 1))
-        off = sum(not u["within"] for u in ups)
-        click.echo(
-            f"uplink bytes      {len(ups)} uplinks carried data, {off} outside; furthest "
-            f"{worst['port']} {worst['bytes']['sim']:,} / {worst['bytes']['mininet']:,} "
-            f"({x(worst['ratio'])})"
-        )
-    tot = r["totals"]
-    click.echo(f"completion        sim {t(tot['completion_ns']['sim'])}  "
-               f"mininet {t(tot['completion_ns']['mininet'])}")  # fmt: skip
-    click.echo(f"ECN marks         sim {tot['ecn_marked']['sim'] or 0:,}  "
-               f"mininet {tot['ecn_marked']['mininet'] or 0:,}")  # fmt: skip
-    click.echo(f"PFC paused        sim {t(tot['paused_ns_total']['sim'] or 0)}  "
-               f"mininet {t(tot['paused_ns_total']['mininet'] or 0)}")  # fmt: skip
-    click.echo(f"drops             sim {tot['drops']['sim'] or 0:,}  "
-               f"mininet {tot['drops']['mininet'] or 0:,}")  # fmt: skip
-    why = f": {'; '.join(r['reasons'])}" if r["reasons"] else ""
-    click.echo(f"verdict           {r['verdict']} (tolerance {r['tolerance']:.0%}){why}")
-    click.echo(f"run directories   {r['sim']}  {r['mininet']}")

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
+from analysis.render import crosscheck_text
 from fabric.crosscheck import compare, with_policy
 from fabric.engines import run_scenario
 from fabric.errors import AifabricError
@@ -73,6 +74,17 @@ def test_compare_finds_every_flow_whose_path_differs(tmp_path):
     same = compare(Run(tmp_path / "router"), Run(tmp_path / "router"))
     assert same["verdict"] == "agree" and same["paths"]["differ"] == 0
     assert all(c["ratio"] == 1 for c in same["collectives"])
+    text = crosscheck_text(report, sc.name, sc.fabric.name, "router").splitlines()
+    assert text[0] == (
+        f"crosscheck: lab-small, {len(ft):,} flows; simulator with policy linux against the "
+        "emulator's Linux routers"
+    )
+    assert text[1] == f"paths             {len(ft) - len(differ):,} of {len(ft):,} flows equal"
+    assert text[2] == f"  flow {differ[0]}: sim {' '.join(first['sim'])}"
+    assert text[-2].startswith("verdict           differ (tolerance 15%): ")
+    assert crosscheck_text(same, sc.name, sc.fabric.name, "ovs").splitlines()[1] == (
+        f"paths             {len(ft):,} of {len(ft):,} flows equal"
+    )
 
 
 def test_compare_refuses_runs_of_different_scenarios(tmp_path):
