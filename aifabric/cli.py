@@ -39,6 +39,13 @@ def _policies():
     return POLICIES
 
 
+def emulated_switches():
+    """The emulator's kinds of switch (`--switch`), each with the policy that hashes as it does."""
+    from fabric.routing import EMULATOR_POLICY
+
+    return EMULATOR_POLICY
+
+
 def loaded() -> None:
     """The command has loaded what it needs: collect garbage again (`aifabric.main` stops
     the collector while the command line loads), skipping every object loading made."""

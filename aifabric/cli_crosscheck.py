@@ -7,7 +7,8 @@ import time
 
 import click
 
-from aifabric.cli import emit_json, json_option, main
+from aifabric.cli import emit_json, emulated_switches, json_option, main
+from aifabric.params import choice
 
 
 @main.command("crosscheck")
@@ -18,7 +19,7 @@ from aifabric.cli import emit_json, json_option, main
 )  # fmt: skip
 @click.option(
     "--switch",
-    type=click.Choice(["router", "ovs"]),
+    type=choice(emulated_switches),
     default="router",
     show_default=True,
     help="The emulator's switches; the simulator hashes as they do (policy linux or ovs).",

@@ -12,7 +12,7 @@ import time
 
 import click
 
-from aifabric.cli import emit_json, json_option, loaded, main, notice_compiles
+from aifabric.cli import emit_json, emulated_switches, json_option, loaded, main, notice_compiles
 from aifabric.params import choice
 
 
@@ -103,7 +103,7 @@ def _engine_options(name: str, given: dict) -> dict:
 )
 @click.option(
     "--switch",
-    type=click.Choice(["router", "ovs"]),
+    type=choice(emulated_switches),
     default=None,
     help="Mininet engine: switches as Linux routers (default) or Open vSwitch bridges.",
 )
