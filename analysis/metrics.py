@@ -29,8 +29,8 @@ from numba import njit
 from analysis import capture as C
 from analysis.ecmp import expected_collisions
 from fabric.errors import AifabricError
+from fabric.imbalance import imbalance
 from fabric.results import algbw_bps
-from fabric.stats import imbalance
 
 ROCE_OVERHEAD_BYTES = 58  # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4
 QUANTUM_BITS = 512

@@ -18,10 +18,10 @@ from aifabric.cli import main
 from analysis.ecmp import TRIALS, ecmp_metrics, expected_collisions
 from analysis.metrics import flow_ports, run_metrics
 from fabric.addressing import roce_udp_sport
+from fabric.imbalance import imbalance
 from fabric.model import Role
 from fabric.routing import Routing
 from fabric.rundir import Run, RunWriter
-from fabric.stats import imbalance
 from topologies import load_fabric
 
 INTERVAL_NS = 1000

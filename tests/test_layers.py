@@ -18,7 +18,7 @@ PACKAGES = ("fabric", "topologies", "traffic", "analysis", "experiments", "aifab
 
 CORE = {
     "model", "units", "addressing", "routing", "emuhash", "cc", "faults", "scenario",
-    "results", "rundir", "files", "errors", "frames", "stats", "specfile", "switch_profiles",
+    "results", "rundir", "files", "errors", "frames", "imbalance", "specfile", "switch_profiles",
     "_numba_cache", "interrupts", "export", "spread", "summary",
 }  # fmt: skip
 FABRIC_LAYERS = {"scenarios": "scenarios", "overrides": "scenarios", "engines": "contract"}
