@@ -740,16 +740,13 @@ def _ideal_ns(fabric, flows: dict | None, op: int) -> int | None:
     return int(np.ceil((busy * 8e9 / rate).max()))
 
 
-def _busbw_factor(col: dict, i: int) -> float:
-    """The nccl-tests factor the run recorded: its own column, or busbw / algbw as written."""
+def _busbw_factor(col: dict, i: int) -> float | None:
+    """The nccl-tests factor the run recorded: its own column, or (a run written before
+    that column) busbw / algbw as written, None for an op that did not finish there."""
     if "busbw_factor" in col:
         return float(col["busbw_factor"][i])
     algbw, busbw = float(col["algbw_bps"][i]), float(col["busbw_bps"][i])
-    if algbw > 0:
-        return busbw / algbw
-    from traffic.collectives import busbw_factor
-
-    return busbw_factor(str(col["kind"][i]), int(col["ranks"][i]))
+    return busbw / algbw if algbw > 0 else None
 
 
 def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) -> dict:
@@ -782,9 +779,11 @@ def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) 
                 "efficiency": ideal / dur if dur and ideal is not None else None,
                 "algbw_bps": algbw,
                 "busbw_factor": factor,
-                "busbw_bps": algbw * factor if algbw is not None else None,
+                "busbw_bps": algbw * factor if algbw is not None and factor is not None else None,
                 # what the emulated links carried (rates divided by the scale)
-                "busbw_emulated_bps": algbw * factor / scale if algbw is not None else None,
+                "busbw_emulated_bps": (
+                    algbw * factor / scale if algbw is not None and factor is not None else None
+                ),
             }
         )
     return {

@@ -5,7 +5,8 @@
 - `collective_records`: per collective operation its start (the first of its
   flows to start), its end (the last of its flows to end, -1 unless all did),
   algbw = bytes / time and busbw = algbw x the operation's busbw factor
-  (nccl-tests), as collectives.npz holds them;
+  (nccl-tests; recorded too, so the analyzer needs no table of its own), as
+  collectives.npz holds them;
 - `collective_rows`: the same as the run's summary lists them.
 """
 
@@ -57,7 +58,7 @@ def collective_records(flows, start_ns, end_ns) -> dict[str, np.ndarray]:
     return {
         "op": t.op_id, "job": t.op_job, "kind": t.op_kind, "algorithm": t.op_algorithm,
         "bytes": t.op_bytes, "ranks": t.op_ranks, "start_ns": start, "end_ns": end,
-        "algbw_bps": algbw, "busbw_bps": busbw,
+        "algbw_bps": algbw, "busbw_bps": busbw, "busbw_factor": t.op_busbw_factor,
     }  # fmt: skip
 
 

@@ -24,7 +24,9 @@ temporary file renamed into place, so a reader never sees half of one):
                      summing to run.json's cnp_sent; the emulator's switch monitor
                      does not see its hosts' CNPs and leaves it out)
     collectives.npz  per collective op: op job kind algorithm bytes ranks start_ns
-                     end_ns algbw_bps busbw_bps (nccl-tests convention)
+                     end_ns algbw_bps busbw_bps (nccl-tests convention); busbw_factor
+                     (busbw / algbw, recorded also for ops that did not finish; runs
+                     written before it was recorded lack it)
     captures/*.pcap  packet captures where taken
 
 `status` is "running" while an engine works, then "complete", "partial"

@@ -287,18 +287,20 @@ def test_collectives_and_completion_are_computed_once_from_flow_times():
 
 def test_the_analyzer_and_the_engine_give_one_algbw_and_busbw(tmp_path):
     """The analyzer recomputes each op's figures from its start and end in the run
-    directory: algbw equals, to the bit, what the engine recorded (one formula); busbw is
-    that times the factor the run recorded (busbw / algbw, to rounding)."""
+    directory: algbw and busbw equal, to the bit, what the engine recorded (one formula,
+    the factor the run recorded)."""
     from analysis.metrics import run_metrics
 
-    engines.run_scenario("sim", load_scenario("demo"), tmp_path / "r")
+    sc = load_scenario("demo")
+    engines.run_scenario("sim", sc, tmp_path / "r")
     run = Run(tmp_path / "r")
     coll = run.collectives()
     ops = run_metrics(run)["collectives"]["ops"]
     assert len(ops) == len(coll["op"]) > 1
     for i, o in enumerate(ops):
         assert o["algbw_bps"] == coll["algbw_bps"][i] > 0
-        assert o["busbw_bps"] == pytest.approx(coll["busbw_bps"][i], rel=1e-12)
+        assert o["busbw_bps"] == coll["busbw_bps"][i]
+        assert o["busbw_factor"] == coll["busbw_factor"][i] == sc.flows.op_busbw_factor[i]
 
 
 def test_every_registered_engine_module_imports():
