@@ -47,29 +47,17 @@ def crosscheck(scenario, output, switch, scale, tolerance, seed, assignments, fo
     from pathlib import Path
 
     from aifabric.warmup import ensure_warm
+    from fabric.crosscheck import clear_output
     from fabric.crosscheck import crosscheck as run_both
     from fabric.files import write_atomic
     from fabric.overrides import parse_assignment
-    from fabric.rundir import remove_run_dir
     from fabric.scenarios import load_scenario
 
     overrides = [parse_assignment(text) for text in assignments]
     sc = load_scenario(scenario, seed=seed, overrides=overrides)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     out = Path(output or f"runs/crosscheck-{sc.name}-{stamp}")
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise click.ClickException(
-                f"{out} is not empty; give another -o or --force to replace its crosscheck"
-            )
-        unknown = {p.name for p in out.iterdir()} - {"sim", "mininet", "crosscheck.json"}
-        if unknown:
-            raise click.ClickException(
-                f"{out} holds more than a crosscheck ({sorted(unknown)[0]}); not replacing it"
-            )
-        for name in ("sim", "mininet"):
-            remove_run_dir(out / name)
-        (out / "crosscheck.json").unlink(missing_ok=True)
+    clear_output(out, force=force)
     ensure_warm()
     report = run_both(sc, out, switch=switch, scale=scale, tolerance=tolerance)
     import json

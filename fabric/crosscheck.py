@@ -28,7 +28,7 @@ import numpy as np
 from fabric.errors import AifabricError
 from fabric.model import Role
 from fabric.routing import EMULATOR_POLICY
-from fabric.rundir import Run
+from fabric.rundir import Run, remove_run_dir
 
 DEFAULT_TOLERANCE = 0.15
 SHOWN_DIFFERENCES = 20
@@ -69,6 +69,29 @@ def crosscheck(
     run_scenario("sim", sc, out / "sim", stop=stop, progress=progress)
     run_scenario("mininet", sc, out / "mininet", options=options, stop=stop)
     return compare(Run(out / "sim"), Run(out / "mininet"), tolerance=tolerance)
+
+
+def clear_output(out: Path, *, force: bool = False) -> None:
+    """Make `out` ready for a crosscheck: an empty or missing folder is; one holding an
+    earlier crosscheck (its two run directories and crosscheck.json) is emptied when
+    `force`; anything else is one sentence and left alone."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise AifabricError(f"{out} is not a directory")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not force:
+        raise AifabricError(
+            f"{out} is not empty; give another -o or --force to replace its crosscheck"
+        )
+    unknown = {p.name for p in out.iterdir()} - {"sim", "mininet", "crosscheck.json"}
+    if unknown:
+        raise AifabricError(
+            f"{out} holds more than a crosscheck ({sorted(unknown)[0]}); not replacing it"
+        )
+    for name in ("sim", "mininet"):
+        remove_run_dir(out / name)
+    (out / "crosscheck.json").unlink(missing_ok=True)
 
 
 def _ratio(emu: float | None, sim: float | None) -> float | None:

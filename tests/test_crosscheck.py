@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from aifabric.cli import main
 from analysis.render import crosscheck_text
-from fabric.crosscheck import compare, with_policy
+from fabric.crosscheck import clear_output, compare, with_policy
 from fabric.engines import run_scenario
 from fabric.errors import AifabricError
 from fabric.rundir import Run
@@ -96,6 +96,25 @@ def test_compare_refuses_runs_of_different_scenarios(tmp_path):
     run_scenario("sim", other, tmp_path / "b")
     with pytest.raises(AifabricError, match="same flows"):
         compare(Run(tmp_path / "a"), Run(tmp_path / "b"))
+
+
+def test_an_earlier_crosscheck_is_replaced_only_when_forced(tmp_path):
+    out = tmp_path / "x"
+    clear_output(out)  # missing: nothing to do
+    run_scenario("sim", with_policy(_scenario(), "router"), out / "sim")
+    (out / "crosscheck.json").write_text("{}")
+    with pytest.raises(AifabricError, match="is not empty; give another -o or --force"):
+        clear_output(out)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(AifabricError, match=r"holds more than a crosscheck \(notes.txt\)"):
+        clear_output(out, force=True)
+    assert (out / "sim" / "run.json").is_file()
+    (out / "notes.txt").unlink()
+    clear_output(out, force=True)
+    assert list(out.iterdir()) == []
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(AifabricError, match="a-file is not a directory"):
+        clear_output(tmp_path / "a-file", force=True)
 
 
 @pytest.mark.root
