@@ -146,11 +146,11 @@ def topo_presets(as_json):
 @json_option
 def topo_show(source, as_json):
     """Summarize a topology: SOURCE is a preset name or a TOML file."""
-    from fabric.summary import summarize
+    from fabric.summary import summarize_fabric
     from fabric.units import format_rate
     from topologies import load_fabric
 
-    s = summarize(load_fabric(source))
+    s = summarize_fabric(load_fabric(source))
     if as_json:
         emit_json(s)
         return
