@@ -39,6 +39,13 @@ def _policies():
     return POLICIES
 
 
+def emulated_switches():
+    """The emulator's kinds of switch (`--switch`), each with the policy that hashes as it does."""
+    from fabric.routing import EMULATOR_POLICY
+
+    return EMULATOR_POLICY
+
+
 def loaded() -> None:
     """The command has loaded what it needs: collect garbage again (`aifabric.main` stops
     the collector while the command line loads), skipping every object loading made."""
@@ -74,7 +81,7 @@ class Group(click.Group):
 
 def notice_compiles() -> None:
     """Until the command ends, say on stderr when numba compiles (a cache a new version emptied)."""
-    from fabric.warmup import compile_notice
+    from aifabric.warmup import compile_notice
 
     click.get_current_context().with_resource(compile_notice())
 
@@ -139,11 +146,11 @@ def topo_presets(as_json):
 @json_option
 def topo_show(source, as_json):
     """Summarize a topology: SOURCE is a preset name or a TOML file."""
-    from fabric.summary import summarize
+    from fabric.summary import summarize_fabric
     from fabric.units import format_rate
     from topologies import load_fabric
 
-    s = summarize(load_fabric(source))
+    s = summarize_fabric(load_fabric(source))
     if as_json:
         emit_json(s)
         return
@@ -285,7 +292,7 @@ def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
 @main.command("warmup")
 def warmup():
     """Compile the simulator's kernels now (scripts/install does it; once per version)."""
-    from fabric.warmup import run
+    from aifabric.warmup import run
 
     run()
 

@@ -12,7 +12,7 @@ import time
 
 import click
 
-from aifabric.cli import emit_json, json_option, loaded, main, notice_compiles
+from aifabric.cli import emit_json, emulated_switches, json_option, loaded, main, notice_compiles
 from aifabric.params import choice
 
 
@@ -103,7 +103,7 @@ def _engine_options(name: str, given: dict) -> dict:
 )
 @click.option(
     "--switch",
-    type=click.Choice(["router", "ovs"]),
+    type=choice(emulated_switches),
     default=None,
     help="Mininet engine: switches as Linux routers (default) or Open vSwitch bridges.",
 )
@@ -152,11 +152,11 @@ def run(
     """Run SCENARIO (a scenario preset or a TOML file) and write a run directory."""
     from pathlib import Path
 
+    from aifabric.warmup import ensure_warm
     from fabric.engines import EXIT_INTERRUPTED, Interrupted, Stop, run_scenario
     from fabric.overrides import parse_assignment
     from fabric.rundir import check_run_dir, remove_run_dir
     from fabric.scenarios import load_scenario, with_captures
-    from fabric.warmup import ensure_warm
 
     options = _engine_options(
         engine_name, {"switch": switch, "scale": scale, "max_wall_s": max_wall}

@@ -61,18 +61,16 @@ GPUS = GpuCount()
 
 
 class TableChoice(click.Choice):
-    """A click.Choice whose names are read from a library table on first use."""
+    """A click.Choice whose names are read from a library table each time they are asked
+    for (not kept: an entry added to the table later, an engine registered, is a choice)."""
 
     def __init__(self, names: Callable[[], Iterable[str]]):
         self._names = names
-        self._choices: tuple[str, ...] | None = None
         self.case_sensitive = True
 
     @property
     def choices(self) -> tuple[str, ...]:
-        if self._choices is None:
-            self._choices = tuple(self._names())
-        return self._choices
+        return tuple(self._names())
 
 
 def choice(names: Iterable[str] | Callable[[], Iterable[str]]) -> click.Choice:

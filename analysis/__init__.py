@@ -12,7 +12,6 @@
 - `render`, `table`: the analyses as text for the terminal.
 - `targets`: what the commands are given (a run directory, a capture, a pipe) turned into
   one call each: `analyze`, `report`, `compare`, `packets`.
-- `topology`: the `Fabric` a run recorded in its topology.json.
 """
 
 import fabric  # noqa: E402, F401  (sets the numba cache directory first)

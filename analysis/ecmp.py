@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fabric.stats import imbalance
+from fabric.imbalance import imbalance
 
 QP_KEY = ("src", "dst", "sport", "dqpn")
 TRIALS = 256

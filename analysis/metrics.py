@@ -29,7 +29,8 @@ from numba import njit
 from analysis import capture as C
 from analysis.ecmp import expected_collisions
 from fabric.errors import AifabricError
-from fabric.stats import imbalance
+from fabric.imbalance import imbalance
+from fabric.results import algbw_bps
 
 ROCE_OVERHEAD_BYTES = 58  # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4
 QUANTUM_BITS = 512
@@ -516,7 +517,7 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
     """Metrics of a run directory (any engine); `rate_bps` times its captures' PFC quanta
     (default: the fabric's slowest link)."""
     from analysis.ecmp import ecmp_metrics
-    from analysis.topology import fabric_from_topology
+    from fabric.export import fabric_from_topology
 
     fabric = fabric_from_topology(run.topology())
     out: dict = {
@@ -739,16 +740,13 @@ def _ideal_ns(fabric, flows: dict | None, op: int) -> int | None:
     return int(np.ceil((busy * 8e9 / rate).max()))
 
 
-def _busbw_factor(col: dict, i: int) -> float:
-    """The nccl-tests factor the run recorded: its own column, or busbw / algbw as written."""
+def _busbw_factor(col: dict, i: int) -> float | None:
+    """The nccl-tests factor the run recorded: its own column, or (a run written before
+    that column) busbw / algbw as written, None for an op that did not finish there."""
     if "busbw_factor" in col:
         return float(col["busbw_factor"][i])
     algbw, busbw = float(col["algbw_bps"][i]), float(col["busbw_bps"][i])
-    if algbw > 0:
-        return busbw / algbw
-    from traffic.collectives import busbw_factor
-
-    return busbw_factor(str(col["kind"][i]), int(col["ranks"][i]))
+    return busbw / algbw if algbw > 0 else None
 
 
 def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) -> dict:
@@ -761,7 +759,7 @@ def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) 
         start, end = int(col["start_ns"][i]), int(col["end_ns"][i])
         nbytes = int(col["bytes"][i])
         dur = end - start if end >= 0 and start >= 0 and end > start else None
-        algbw = nbytes * 8 * 1e9 / dur if dur else None
+        algbw = algbw_bps(nbytes, dur) if dur else None
         factor = _busbw_factor(col, i)
         ideal = _ideal_ns(fabric, flows, int(col["op"][i]))
         job = int(col["job"][i])
@@ -781,9 +779,11 @@ def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) 
                 "efficiency": ideal / dur if dur and ideal is not None else None,
                 "algbw_bps": algbw,
                 "busbw_factor": factor,
-                "busbw_bps": algbw * factor if algbw is not None else None,
+                "busbw_bps": algbw * factor if algbw is not None and factor is not None else None,
                 # what the emulated links carried (rates divided by the scale)
-                "busbw_emulated_bps": algbw * factor / scale if algbw is not None else None,
+                "busbw_emulated_bps": (
+                    algbw * factor / scale if algbw is not None and factor is not None else None
+                ),
             }
         )
     return {

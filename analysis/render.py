@@ -1,4 +1,5 @@
-"""The analyses as text for the terminal: `analyze` of a run or a capture, and `compare`.
+"""The analyses as text for the terminal: `analyze` of a run or a capture, `compare`,
+and `crosscheck`'s report.
 
 Every function takes the dicts of `analysis.metrics` and returns a string; the
 CLI only prints it. `fmt` is the one formatter of a figure by its kind (the
@@ -411,3 +412,70 @@ def summary_rows(s: list[dict]) -> list[list[str]]:
 
 def compare_text(s: list[dict]) -> str:
     return render([""] + [x["name"] for x in s], summary_rows(s))
+
+
+def crosscheck_text(r: dict, scenario: str, fabric: str, switch: str) -> str:
+    """`fabric.crosscheck`'s report of `scenario` (on `fabric`, the emulator's switches
+    `switch`) as `aifabric crosscheck` prints it."""
+    from fabric.routing import EMULATOR_POLICY
+
+    lines = []
+    echo = lines.append
+
+    def t(ns):
+        return "-" if ns is None else format_time(ns)
+
+    def x(ratio):
+        return "-" if ratio is None else f"x{ratio:.2f}"
+
+    def bw(bps):
+        return f"{format_rate(int(bps))}bps" if bps > 0 else "-"
+
+    kind = "Linux routers" if switch == "router" else "Open vSwitch bridges"
+    echo(
+        f"{scenario}: {fabric}, {r['paths']['flows']:,} flows; simulator with policy "
+        f"{EMULATOR_POLICY[switch]} against the emulator's {kind}"
+    )
+    p = r["paths"]
+    echo(f"paths             {p['equal']:,} of {p['flows']:,} flows equal")
+    for d in p["differences"]:
+        echo(f"  flow {d['flow']}: sim {' '.join(d['sim'])}")
+        echo(f"  {'':>{len(str(d['flow'])) + 5}} mininet {' '.join(d['mininet'])}")
+    for c in r["collectives"]:
+        label = c["kind"] if c["algorithm"] in ("", "-") else f"{c['kind']} {c['algorithm']}"
+        b = c["busbw_bps"]
+        echo(
+            f"{label:<17} sim {t(c['time_ns']['sim'])}  mininet {t(c['time_ns']['mininet'])}"
+            f"  ({x(c['ratio'])})  busbw {bw(b['sim'])} / {bw(b['mininet'])}"
+            f"  {'ok' if c['within'] else 'OUTSIDE'}"
+        )
+    ups = [u for u in r["uplinks"] if u["judged"]]
+    if ups:
+        worst = max(ups, key=lambda u: abs((u["ratio"] or 0) - 1))
+        off = sum(not u["within"] for u in ups)
+        echo(
+            f"uplink bytes      {len(ups)} uplinks carried data, {off} outside; furthest "
+            f"{worst['port']} {worst['bytes']['sim']:,} / {worst['bytes']['mininet']:,} "
+            f"({x(worst['ratio'])})"
+        )
+    tot = r["totals"]
+    echo(
+        f"completion        sim {t(tot['completion_ns']['sim'])}  "
+        f"mininet {t(tot['completion_ns']['mininet'])}"
+    )
+    echo(
+        f"ECN marks         sim {tot['ecn_marked']['sim'] or 0:,}  "
+        f"mininet {tot['ecn_marked']['mininet'] or 0:,}"
+    )
+    echo(
+        f"PFC paused        sim {t(tot['paused_ns_total']['sim'] or 0)}  "
+        f"mininet {t(tot['paused_ns_total']['mininet'] or 0)}"
+    )
+    echo(
+        f"drops             sim {tot['drops']['sim'] or 0:,}  "
+        f"mininet {tot['drops']['mininet'] or 0:,}"
+    )
+    why = f": {'; '.join(r['reasons'])}" if r["reasons"] else ""
+    echo(f"verdict           {r['verdict']} (tolerance {r['tolerance']:.0%}){why}")
+    echo(f"run directories   {r['sim']}  {r['mininet']}")
+    return "\n".join(lines)

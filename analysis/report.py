@@ -492,7 +492,7 @@ def _collective_figure(coll: dict):
 
 def build_report(run) -> str:
     """The report of a run directory as one HTML string."""
-    from analysis.topology import fabric_from_topology
+    from fabric.export import fabric_from_topology
 
     m = run_metrics(run, series=True)
     fabric = fabric_from_topology(run.topology())

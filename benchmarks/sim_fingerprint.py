@@ -43,6 +43,8 @@ from topologies import load_fabric  # noqa: E402
 
 CAPTURED_NICS = 2  # the ports of the first NICs and of their switch are captured
 NEW_SERIES = ("cnp_sent",)
+# not hashed: the flow table's busbw factors, copied into the records (no simulated result)
+UNHASHED_COLLECTIVE_COLUMNS = ("busbw_factor",)
 
 
 def hashed(parts: dict) -> str:
@@ -60,10 +62,11 @@ def digest(sim: Simulation) -> tuple[str, str]:
     sim.close()
     rec = sim.flow_records()
     series = sim.port_series()
+    coll = collective_records(sim.flows, rec["start_ns"], rec["end_ns"])
     parts = {
         "flows": rec,
         "ports": {k: v for k, v in series.items() if k not in NEW_SERIES},
-        "collectives": collective_records(sim.flows, rec["start_ns"], rec["end_ns"]),
+        "collectives": {k: v for k, v in coll.items() if k not in UNHASHED_COLLECTIVE_COLUMNS},
         "captures": {"records": sim.captures()},
         "counters": {k: v for k, v in sim.counters().items() if isinstance(v, int)},
     }

@@ -37,9 +37,9 @@ RESULT_COLUMNS = ("point", "run_dir", "seed", "status", "error", "scenario_hash"
 
 def scenario_hash(scenario_dict: dict) -> str:
     """A digest of what run.json records as the scenario (JSON, keys sorted)."""
-    from fabric.rundir import _jsonable
+    from fabric.rundir import jsonable
 
-    text = json.dumps(scenario_dict, sort_keys=True, default=_jsonable, separators=(",", ":"))
+    text = json.dumps(scenario_dict, sort_keys=True, default=jsonable, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from fabric.errors import AifabricError
 from fabric.model import Role
 from fabric.routing import EMULATOR_POLICY
-from fabric.rundir import Run
+from fabric.rundir import Run, remove_run_dir
 
 DEFAULT_TOLERANCE = 0.15
 SHOWN_DIFFERENCES = 20
@@ -71,6 +71,29 @@ def crosscheck(
     return compare(Run(out / "sim"), Run(out / "mininet"), tolerance=tolerance)
 
 
+def clear_output(out: Path, *, force: bool = False) -> None:
+    """Make `out` ready for a crosscheck: an empty or missing folder is; one holding an
+    earlier crosscheck (its two run directories and crosscheck.json) is emptied when
+    `force`; anything else is one sentence and left alone."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise AifabricError(f"{out} is not a directory")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not force:
+        raise AifabricError(
+            f"{out} is not empty; give another -o or --force to replace its crosscheck"
+        )
+    unknown = {p.name for p in out.iterdir()} - {"sim", "mininet", "crosscheck.json"}
+    if unknown:
+        raise AifabricError(
+            f"{out} holds more than a crosscheck ({sorted(unknown)[0]}); not replacing it"
+        )
+    for name in ("sim", "mininet"):
+        remove_run_dir(out / name)
+    (out / "crosscheck.json").unlink(missing_ok=True)
+
+
 def _ratio(emu: float | None, sim: float | None) -> float | None:
     if emu is None or sim is None or sim <= 0:
         return None
@@ -83,7 +106,7 @@ def _within(ratio: float | None, tolerance: float) -> bool:
 
 def compare(sim: Run, emu: Run, *, tolerance: float = DEFAULT_TOLERANCE) -> dict:
     """The side-by-side report of two run directories of one scenario (see the module)."""
-    from analysis.topology import fabric_from_topology
+    from fabric.export import fabric_from_topology
 
     if sim.topology() != emu.topology():
         raise AifabricError("the two runs are not of the same topology")

@@ -1,12 +1,16 @@
-"""A fabric written out: topology JSON (the run directory's topology.json), GraphML, DOT."""
+"""A fabric written out: topology JSON (the run directory's topology.json), GraphML, DOT;
+and read back from topology JSON (`fabric_from_topology`)."""
 
 from __future__ import annotations
 
 import io
 from dataclasses import asdict
 
+import numpy as np
+
 from fabric.addressing import format_ipv4, nic_ipv4
-from fabric.model import Fabric, Role
+from fabric.errors import AifabricError
+from fabric.model import ROLES, Fabric, Role
 
 TOPOLOGY_SCHEMA = "aifabric.topology/1"
 FORMATS = ("json", "graphml", "dot")
@@ -33,6 +37,39 @@ def topology_dict(fabric: Fabric) -> dict:
         "links": [asdict(link) for link in fabric.links],
         "queues": queues,
     }
+
+
+def fabric_from_topology(topo: dict) -> Fabric:
+    """The fabric a run was made on, from the topology it recorded (`topology_dict`'s
+    nodes and links; the reader beside the writer, for the analyzer and the cross-check)."""
+    try:
+        nodes = sorted(topo["nodes"], key=lambda n: n["id"])
+        links = sorted(topo["links"], key=lambda link: link["id"])
+        if [n["id"] for n in nodes] != list(range(len(nodes))):
+            raise ValueError("node ids are not 0..n-1")
+
+        def col(key, rows, dtype):
+            return np.array([r[key] for r in rows], dtype=dtype)
+
+        return Fabric(
+            name=topo.get("name", "fabric"),
+            kind=topo.get("kind", ""),
+            node_name=tuple(n["name"] for n in nodes),
+            node_role=np.array([ROLES.index(n["role"]) for n in nodes], dtype=np.int8),
+            node_zone=col("zone", nodes, np.int32),
+            node_rack=col("rack", nodes, np.int32),
+            node_server=col("server", nodes, np.int32),
+            node_rail=col("rail", nodes, np.int32),
+            node_plane=col("plane", nodes, np.int32),
+            node_index=col("index", nodes, np.int32),
+            link_a=col("a", links, np.int32),
+            link_b=col("b", links, np.int32),
+            link_rate_bps=col("rate_bps", links, np.int64),
+            link_delay_ns=col("delay_ns", links, np.int64),
+            link_mtu_bytes=col("mtu_bytes", links, np.int32),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise AifabricError(f"the run's topology.json cannot be read as a fabric: {e}") from None
 
 
 def to_graphml(fabric: Fabric) -> str:

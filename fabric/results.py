@@ -1,10 +1,12 @@
 """What every engine reports the same way, computed once from the flows' start and end times.
 
 - `completion_ns`: from the first flow's start to the last finished flow's end;
+- `algbw_bps`: nccl-tests' algbw of an operation's bytes and time;
 - `collective_records`: per collective operation its start (the first of its
   flows to start), its end (the last of its flows to end, -1 unless all did),
   algbw = bytes / time and busbw = algbw x the operation's busbw factor
-  (nccl-tests), as collectives.npz holds them;
+  (nccl-tests; recorded too, so the analyzer needs no table of its own), as
+  collectives.npz holds them;
 - `collective_rows`: the same as the run's summary lists them.
 """
 
@@ -22,6 +24,13 @@ def completion_ns(start_ns, end_ns) -> int | None:
     if not len(done) or not len(started):
         return None
     return int(done.max() - started.min())
+
+
+def algbw_bps(nbytes, time_ns):
+    """nccl-tests' algbw: an operation's bytes over its time, in bit/s (numbers or arrays;
+    `time_ns` > 0). busbw is algbw times the operation's busbw factor. The one formula
+    for the records the engines write and the figures the analyzer computes."""
+    return nbytes * 8e9 / time_ns
 
 
 def collective_records(flows, start_ns, end_ns) -> dict[str, np.ndarray]:
@@ -44,12 +53,12 @@ def collective_records(flows, start_ns, end_ns) -> dict[str, np.ndarray]:
             end[j] = e.max()
     dur = np.where((end >= 0) & (end > start), end - start, 0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        algbw = np.where(dur > 0, t.op_bytes * 8e9 / np.maximum(dur, 1), 0.0)
+        algbw = np.where(dur > 0, algbw_bps(t.op_bytes, np.maximum(dur, 1)), 0.0)
     busbw = algbw * t.op_busbw_factor
     return {
         "op": t.op_id, "job": t.op_job, "kind": t.op_kind, "algorithm": t.op_algorithm,
         "bytes": t.op_bytes, "ranks": t.op_ranks, "start_ns": start, "end_ns": end,
-        "algbw_bps": algbw, "busbw_bps": busbw,
+        "algbw_bps": algbw, "busbw_bps": busbw, "busbw_factor": t.op_busbw_factor,
     }  # fmt: skip
 
 

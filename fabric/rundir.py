@@ -24,7 +24,9 @@ temporary file renamed into place, so a reader never sees half of one):
                      summing to run.json's cnp_sent; the emulator's switch monitor
                      does not see its hosts' CNPs and leaves it out)
     collectives.npz  per collective op: op job kind algorithm bytes ranks start_ns
-                     end_ns algbw_bps busbw_bps (nccl-tests convention)
+                     end_ns algbw_bps busbw_bps (nccl-tests convention); busbw_factor
+                     (busbw / algbw, recorded also for ops that did not finish; runs
+                     written before it was recorded lack it)
     captures/*.pcap  packet captures where taken
 
 `status` is "running" while an engine works, then "complete", "partial"
@@ -76,7 +78,7 @@ COLLECTIVE_FIELDS = (
 def write_json(path: Path, data: Any) -> None:
     def w(tmp):
         with open(tmp, "w") as fh:
-            json.dump(data, fh, indent=1, default=_jsonable)
+            json.dump(data, fh, indent=1, default=jsonable)
             fh.write("\n")
 
     replace_atomic(path, w)
@@ -90,7 +92,9 @@ def write_npz(path: Path, arrays: dict[str, Any]) -> None:
     replace_atomic(path, w)
 
 
-def _jsonable(x):
+def jsonable(x):
+    """What `json.dump` cannot write itself (numpy scalars and arrays, paths), as JSON values:
+    run.json's `default`, and a sweep's digest of a scenario."""
     if isinstance(x, np.integer):
         return int(x)
     if isinstance(x, np.floating):

@@ -18,9 +18,9 @@ import numpy as np
 
 from fabric.addressing import roce_udp_sport
 from fabric.errors import AifabricError
+from fabric.imbalance import imbalance
 from fabric.model import Fabric, Role
 from fabric.routing import Paths, Routing
-from fabric.stats import imbalance
 
 
 @dataclass(frozen=True)

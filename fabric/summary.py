@@ -82,7 +82,7 @@ def bisection_bps(fabric: Fabric) -> int:
     return min(caps) // 2 if caps else 0
 
 
-def summarize(fabric: Fabric) -> dict:
+def summarize_fabric(fabric: Fabric) -> dict:
     from fabric.routing import Routing
 
     return {

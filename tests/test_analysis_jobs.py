@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from aifabric.cli import main
 from analysis.ecmp import expected_collisions
 from analysis.metrics import run_metrics, summary
-from analysis.topology import fabric_from_topology
+from fabric.export import fabric_from_topology
 from fabric.rundir import Run
 from tests.test_analysis_report import CHROMIUM, render_in_chromium
 from traffic.collectives import KINDS, Shape

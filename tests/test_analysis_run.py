@@ -18,10 +18,10 @@ from aifabric.cli import main
 from analysis.ecmp import TRIALS, ecmp_metrics, expected_collisions
 from analysis.metrics import flow_ports, run_metrics
 from fabric.addressing import roce_udp_sport
+from fabric.imbalance import imbalance
 from fabric.model import Role
 from fabric.routing import Routing
 from fabric.rundir import Run, RunWriter
-from fabric.stats import imbalance
 from topologies import load_fabric
 
 INTERVAL_NS = 1000
@@ -121,6 +121,7 @@ def make_run(
         # as an engine writes them: busbw / algbw is the factor (0 where unfinished)
         algbw_bps=np.array([1.0 if c[4] >= 0 else 0.0 for c in COLLECTIVES]),
         busbw_bps=np.array([c[5] if c[4] >= 0 else 0.0 for c in COLLECTIVES]),
+        busbw_factor=np.array([c[5] for c in COLLECTIVES]),
     )  # fmt: skip
     w.finish("complete")
     return fabric, paths, nbytes
@@ -312,11 +313,34 @@ def test_the_recorded_busbw_factor_is_the_one_used(tmp_path):
     flow table's), not a table of its own."""
     make_run(tmp_path / "run")
     col = dict(np.load(tmp_path / "run" / "collectives.npz"))
-    col["busbw_bps"] = col["algbw_bps"] * 3.0
+    col["busbw_factor"] = np.full(len(col["op"]), 3.0)
     np.savez(tmp_path / "run" / "collectives.npz", **col)
     ops = run_metrics(Run(tmp_path / "run"))["collectives"]["ops"]
-    assert [o["busbw_factor"] for o in ops[:4]] == [3.0] * 4
+    assert [o["busbw_factor"] for o in ops] == [3.0] * 5
     assert ops[0]["busbw_bps"] == pytest.approx(64 * 2**20 * 8 / 2e-3 * 3.0)
+
+
+def test_the_analyzer_reads_every_factor_from_the_run_directory(tmp_path):
+    """An op that did not finish shows the factor the run recorded for it; a run written
+    before the factors were recorded shows none there (no table outside the run), and
+    busbw / algbw as recorded for the ops that finished."""
+    make_run(tmp_path / "run")
+    path = tmp_path / "run" / "collectives.npz"
+    col = dict(np.load(path))
+    recorded = col.pop("busbw_factor")
+    col["busbw_bps"] = col["algbw_bps"] * 2.5
+    np.savez(path, **col)
+    ops = run_metrics(Run(tmp_path / "run"))["collectives"]["ops"]
+    assert [o["busbw_factor"] for o in ops if o["time_ns"] is not None] == [2.5] * 4
+    unfinished = [i for i, o in enumerate(ops) if o["time_ns"] is None]
+    assert unfinished and all(ops[i]["busbw_factor"] is None for i in unfinished)
+    col["busbw_factor"] = recorded + 0.5
+    np.savez(path, **col)
+    ops = run_metrics(Run(tmp_path / "run"))["collectives"]["ops"]
+    assert [o["busbw_factor"] for o in ops] == col["busbw_factor"].tolist()
+    assert all(ops[i]["busbw_bps"] is None for i in unfinished)
+    done = ops[0]
+    assert done["busbw_bps"] == done["algbw_bps"] * (2 * 15 / 16 + 0.5)
 
 
 def test_analyze_and_compare_cli(run_dir, tmp_path):
@@ -453,8 +477,8 @@ def test_ecmp_choices_after_a_fault_are_those_of_the_routing_that_chose_the_rout
     routing at the start had offered it."""
     from analysis.ecmp import QP_KEY, _choices
     from analysis.metrics import _routings, group_rows
-    from analysis.topology import fabric_from_topology
     from fabric.engines import run_scenario
+    from fabric.export import fabric_from_topology
     from fabric.scenarios import load_scenario
 
     run_scenario("sim", load_scenario("link-failure"), tmp_path / "run")

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from fabric.crosscheck import compare, with_policy
+from analysis.render import crosscheck_text
+from fabric.crosscheck import clear_output, compare, with_policy
 from fabric.engines import run_scenario
 from fabric.errors import AifabricError
 from fabric.rundir import Run
@@ -73,6 +74,17 @@ def test_compare_finds_every_flow_whose_path_differs(tmp_path):
     same = compare(Run(tmp_path / "router"), Run(tmp_path / "router"))
     assert same["verdict"] == "agree" and same["paths"]["differ"] == 0
     assert all(c["ratio"] == 1 for c in same["collectives"])
+    text = crosscheck_text(report, sc.name, sc.fabric.name, "router").splitlines()
+    assert text[0] == (
+        f"crosscheck: lab-small, {len(ft):,} flows; simulator with policy linux against the "
+        "emulator's Linux routers"
+    )
+    assert text[1] == f"paths             {len(ft) - len(differ):,} of {len(ft):,} flows equal"
+    assert text[2] == f"  flow {differ[0]}: sim {' '.join(first['sim'])}"
+    assert text[-2].startswith("verdict           differ (tolerance 15%): ")
+    assert crosscheck_text(same, sc.name, sc.fabric.name, "ovs").splitlines()[1] == (
+        f"paths             {len(ft):,} of {len(ft):,} flows equal"
+    )
 
 
 def test_compare_refuses_runs_of_different_scenarios(tmp_path):
@@ -84,6 +96,25 @@ def test_compare_refuses_runs_of_different_scenarios(tmp_path):
     run_scenario("sim", other, tmp_path / "b")
     with pytest.raises(AifabricError, match="same flows"):
         compare(Run(tmp_path / "a"), Run(tmp_path / "b"))
+
+
+def test_an_earlier_crosscheck_is_replaced_only_when_forced(tmp_path):
+    out = tmp_path / "x"
+    clear_output(out)  # missing: nothing to do
+    run_scenario("sim", with_policy(_scenario(), "router"), out / "sim")
+    (out / "crosscheck.json").write_text("{}")
+    with pytest.raises(AifabricError, match="is not empty; give another -o or --force"):
+        clear_output(out)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(AifabricError, match=r"holds more than a crosscheck \(notes.txt\)"):
+        clear_output(out, force=True)
+    assert (out / "sim" / "run.json").is_file()
+    (out / "notes.txt").unlink()
+    clear_output(out, force=True)
+    assert list(out.iterdir()) == []
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(AifabricError, match="a-file is not a directory"):
+        clear_output(tmp_path / "a-file", force=True)
 
 
 @pytest.mark.root

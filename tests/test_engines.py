@@ -113,6 +113,29 @@ def test_a_new_engine_is_one_module(registered, sc, tmp_path):
     assert LineRateSession.closed == 1
 
 
+def test_aifabric_run_runs_a_new_engine_by_its_name_alone(monkeypatch, tmp_path):
+    """The command knows no engine: registering one makes `--engine` take it (also after
+    the command line has read its choices once), and the run, its status and its summary
+    go through the same code as the simulator's."""
+    spec = tmp_path / "small.toml"
+    spec.write_text(SMALL)
+    out = tmp_path / "r"
+    args = ["run", str(spec), "--engine", "line-rate", "-o", str(out)]
+    before = CliRunner().invoke(main, args)
+    assert before.exit_code == 2 and "'line-rate' is not one of 'sim', 'mininet'" in before.output
+    monkeypatch.setitem(engines.ENGINES, "line-rate", __name__)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    run = Run(out)
+    assert run.engine == "line-rate" and run.status == "complete"
+    n = len(load_scenario(spec).flows)
+    assert f"flows done        {n:,} of {n:,}" in result.stdout
+    assert f"run directory     {out}" in result.stdout
+    other = CliRunner().invoke(main, [*args[:-1], str(tmp_path / "p"), "--max-wall", "5"])
+    assert other.exit_code == 2
+    assert "--max-wall applies to --engine mininet only" in other.output
+
+
 def test_a_refused_feature_stops_the_run_before_anything_is_written(registered, sc, tmp_path):
     with pytest.raises(AifabricError) as e:
         engines.run_scenario("line-rate", sc, tmp_path / "r", options={"refuse": "faults.mid_run"})
@@ -260,6 +283,24 @@ def test_collectives_and_completion_are_computed_once_from_flow_times():
     # a partial run's completion: the span of what finished
     assert completion_ns(start, end) == 1_000
     assert completion_ns(np.array([-1, 5]), np.array([-1, -1])) is None
+
+
+def test_the_analyzer_and_the_engine_give_one_algbw_and_busbw(tmp_path):
+    """The analyzer recomputes each op's figures from its start and end in the run
+    directory: algbw and busbw equal, to the bit, what the engine recorded (one formula,
+    the factor the run recorded)."""
+    from analysis.metrics import run_metrics
+
+    sc = load_scenario("demo")
+    engines.run_scenario("sim", sc, tmp_path / "r")
+    run = Run(tmp_path / "r")
+    coll = run.collectives()
+    ops = run_metrics(run)["collectives"]["ops"]
+    assert len(ops) == len(coll["op"]) > 1
+    for i, o in enumerate(ops):
+        assert o["algbw_bps"] == coll["algbw_bps"][i] > 0
+        assert o["busbw_bps"] == coll["busbw_bps"][i]
+        assert o["busbw_factor"] == coll["busbw_factor"][i] == sc.flows.op_busbw_factor[i]
 
 
 def test_every_registered_engine_module_imports():

@@ -61,6 +61,12 @@ def test_choices_come_from_the_library_tables():
     algorithm = next(p for p in show.params if p.name == "algorithm")
     assert set(algorithm.type.choices) == {a for c in KINDS.values() for a in c.algorithms}
     assert list(choice(("a", "b")).choices) == ["a", "b"]
+    from fabric.emu.net import SWITCHES
+    from fabric.routing import EMULATOR_POLICY
+
+    for command in ("run", "crosscheck"):
+        switch = next(p for p in main.commands[command].params if p.name == "switch")
+        assert tuple(switch.type.choices) == tuple(EMULATOR_POLICY) == SWITCHES
 
 
 def test_ecmp_names_uplinks_as_the_fabric_does():

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from aifabric import warmup
 from aifabric.cli import main
-from fabric import warmup
 from fabric.rundir import LOCK, Run, RunWriter, effective_status
 
 ROOT = Path(__file__).resolve().parent.parent

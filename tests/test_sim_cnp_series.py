@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from aifabric.cli import main
 from analysis.metrics import run_metrics
-from analysis.topology import fabric_from_topology
+from fabric.export import fabric_from_topology
 from fabric.rundir import OPTIONAL_PORT_SERIES, PORT_SERIES, Run, RunWriter
 from fabric.sim.layout import SM_N
 

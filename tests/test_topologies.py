@@ -6,7 +6,7 @@ import pytest
 
 from fabric.errors import SpecError
 from fabric.model import Role
-from fabric.summary import bisection_bps, summarize, tiers
+from fabric.summary import bisection_bps, summarize_fabric, tiers
 from topologies import build, parse, preset_names
 
 
@@ -118,11 +118,11 @@ def test_bisection_equals_max_flow(get_fabric, source):
 
 
 def test_summary_reports_diameter_and_bisection(get_fabric):
-    s = summarize(get_fabric("cluster-24k"))
+    s = summarize_fabric(get_fabric("cluster-24k"))
     assert s["nodes"]["nic"] == 24576
     assert s["hop_diameter"] == 6
     assert s["bisection_bps"] == 8 * 18 * 55 * 400 * 10**9 // 2
-    assert summarize(get_fabric("lab-small"))["hop_diameter"] == 4
+    assert summarize_fabric(get_fabric("lab-small"))["hop_diameter"] == 4
 
 
 def spec_text(**overrides):

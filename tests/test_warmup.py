@@ -9,8 +9,8 @@ import time
 from click.testing import CliRunner
 from numba import njit
 
+from aifabric import warmup
 from aifabric.cli import main
-from fabric import warmup
 
 ONE_FLOW = """
 [scenario]

@@ -51,7 +51,7 @@ def op_stats(fabric: Fabric, table: FlowTable) -> list[dict]:
     return out
 
 
-def summarize(fabric: Fabric, table: FlowTable) -> dict:
+def summarize_flows(fabric: Fabric, table: FlowTable) -> dict:
     ops = op_stats(fabric, table)
     return {
         "fabric": fabric.name,
@@ -64,12 +64,12 @@ def summarize(fabric: Fabric, table: FlowTable) -> dict:
 
 
 def describe(fabric: Fabric, workload, seed: int = 0) -> dict:
-    """`summarize` of the workload's flow table; for a single collective too large for a
+    """`summarize_flows` of the workload's flow table; for a single collective too large for a
     flow table, the same figures in closed form (`closed_form` true, no dependencies)."""
     from traffic.generate import TooManyFlows, generate
 
     try:
-        return summarize(fabric, generate(fabric, workload, seed=seed))
+        return summarize_flows(fabric, generate(fabric, workload, seed=seed))
     except TooManyFlows:
         if len(workload.jobs) != 1 or workload.jobs[0].kind != "collective":
             raise

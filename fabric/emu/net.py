@@ -26,9 +26,10 @@ from fabric.emu import linux
 from fabric.emu.plan import NodeConfig, Plan, ecn_object_key, fault_lines, route_get_line
 from fabric.errors import AifabricError
 from fabric.model import Fabric, Role
+from fabric.routing import EMULATOR_POLICY
 
 TMP_PREFIX = "aifabric-emu-"
-SWITCHES = ("router", "ovs")
+SWITCHES = tuple(EMULATOR_POLICY)  # the kinds of emulated switch, each with its hash policy
 
 
 class Network:

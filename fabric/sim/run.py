@@ -223,7 +223,7 @@ def write_results(sim: Simulation, writer, ports, *, ran: bool = True) -> dict:
     coll = collective_records(sim.flows, flows["start_ns"], flows["end_ns"])
     writer.collectives(**coll)
     captured = write_captures(sim, writer, ports) if len(ports) else {}
-    summary = summarize(sim, flows, series, coll)
+    summary = run_summary(sim, flows, series, coll)
     summary["captures"] = captured
     summary["faults"] = [applied(sim.fabric, f) for f in sim.applied_faults]
     summary["transport"] = sim.transport()
@@ -253,7 +253,7 @@ def write_captures(sim: Simulation, writer, ports) -> dict[str, int]:
     return out
 
 
-def summarize(sim: Simulation, flows: dict, series: dict, coll: dict) -> dict:
+def run_summary(sim: Simulation, flows: dict, series: dict, coll: dict) -> dict:
     """The figures `aifabric run` prints: completion, bandwidth, queues, ECN, PFC, drops,
     and the simulator's speed (events and packet-hops per second of the run's wall time)."""
     c = sim.counters()
