@@ -10,8 +10,9 @@ has the summary, throughput per interface, ECN / CNP / PFC timelines, load
 per interface and flow durations.
 
 A small script records script errors and, once the page has loaded, writes
-into `#aifabric-check` how many plots exist and rendered, and every plot's
-data as Plotly holds it (the browser test reads the figures back from there).
+into `#aifabric-check` how many plots exist and rendered, every plot's data as
+Plotly holds it, and the tick labels it drew on each axis (the browser test reads
+the figures back from there).
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ window.addEventListener("load", function () {
       title: title && title.text !== undefined ? title.text : title,
       yaxis_type: p.layout && p.layout.yaxis ? p.layout.yaxis.type : null,
       xaxis_type: p.layout && p.layout.xaxis ? p.layout.xaxis.type : null,
+      axes: Object.keys(p._fullLayout || {}).filter(function (k) {
+        return /^[xy]axis[0-9]*$/.test(k);
+      }).map(function (k) {
+        var a = p._fullLayout[k];
+        return {name: k, type: a.type, ticks: (a._vals || []).map(function (v) {
+          return v.text;
+        })};
+      }),
       data: (p.data || []).map(function (t) {
         return {type: t.type, name: t.name, x: t.x, y: t.y, z: t.z, base: t.base,
                 customdata: t.customdata, text: t.text, mode: t.mode};
@@ -376,6 +385,15 @@ def _heatmap(series: dict):
     )
 
 
+def _count_ticks(fig, counts, row: int) -> None:
+    """Whole-number ticks from 0 on subplot `row`'s y axis, which plots `counts`: a step of
+    1, 2 or 5 times a power of ten, at most 5 steps to the largest count (plotly's own
+    step on a small range is 0.5 or 0.2, which a whole-number format shows as 0, 1, 1)."""
+    top = max((max(c, default=0) for c in counts), default=0)
+    step = next(m * 10**k for k in range(19) for m in (1, 2, 5) if top <= 5 * m * 10**k)
+    fig.update_yaxes(rangemode="tozero", tickformat=",d", tick0=0, dtick=step, row=row, col=1)
+
+
 def _ecn_pfc_figure(series: dict, cnp_sent):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -409,8 +427,9 @@ def _ecn_pfc_figure(series: dict, cnp_sent):
         3,
         1,
     )
-    for row in (1, 2, 3):
-        fig.update_yaxes(rangemode="tozero", tickformat=",d", row=row, col=1)
+    _count_ticks(fig, [series["ecn_marked"], series.get("cnp_sent", [])], 1)
+    _count_ticks(fig, [series["pfc_sent"]], 2)
+    _count_ticks(fig, [series["paused_ports"]], 3)
     fig.update_xaxes(title="time (us)", row=3, col=1)
     cnp = "CNPs not recorded" if cnp_sent is None else f"{cnp_sent:,} CNPs sent"
     when = "" if "cnp_sent" in series or cnp_sent is None else " (the run records their total)"
@@ -599,8 +618,8 @@ def _capture_figures(m: dict) -> list[tuple[str, list]]:
         fig.add_trace(go.Scatter(x=t, y=series["ce"], name="CE-marked packets"), 1, 1)
         fig.add_trace(go.Scatter(x=t, y=series["cnp"], name="CNPs"), 1, 1)
         fig.add_trace(go.Bar(x=t, y=series["pfc"], name="PFC frames"), 2, 1)
-        for row in (1, 2):
-            fig.update_yaxes(rangemode="tozero", tickformat=",d", row=row, col=1)
+        _count_ticks(fig, [series["ce"], series["cnp"]], 1)
+        _count_ticks(fig, [series["pfc"]], 2)
         fig.update_yaxes(title="packets per bin", row=1, col=1)
         fig.update_yaxes(title="PFC frames per bin", row=2, col=1)
         fig.update_xaxes(title="time (us)", row=2, col=1)

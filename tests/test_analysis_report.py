@@ -86,6 +86,12 @@ def test_capture_report_renders_in_headless_chromium(capture_report, tmp_path):
     # throughput, ECN/CNP/PFC, load per interface (3 interfaces), flow durations
     assert check["plots"] == check["expected"] == 4
     assert check["rendered"] == check["plots"]
+    # a few CNPs and PFC frames per bin: whole-number ticks, each label once
+    (timeline,) = [f for f in check["figures"] if f["title"].startswith("ECN marks")]
+    for axis in timeline["axes"]:
+        assert len(set(axis["ticks"])) == len(axis["ticks"]), axis
+        if axis["name"].startswith("yaxis"):
+            assert all(t.replace(",", "").isdigit() for t in axis["ticks"]), axis
 
 
 def test_truncated_capture_report_warns(tmp_path):
