@@ -4,16 +4,19 @@ Each command calls one function here and prints what it returns. A target
 that is neither is one sentence (`AifabricError`), never a wait: a FIFO with
 no writer, a device or a socket is named as such. A pipe that something
 writes to (`analyze <(cat x.pcap)`) is read to its end into a temporary file
-first, since the capture reader needs a file it can map and sniff again.
+first, since the capture reader needs a file it can map and sniff again; when
+its writer has not closed it after a few seconds, stderr says so.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import shutil
+import select
 import stat
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +25,7 @@ from pathlib import Path
 from fabric.errors import AifabricError
 
 PIPE_CHUNK = 1 << 20
+PIPE_NOTICE_S = 2.0  # a pipe still open after this long: say what the command waits for
 
 
 @dataclass
@@ -43,8 +47,10 @@ def _kind_of(mode: int) -> str | None:
     return None
 
 
-def _drain_pipe(path: Path, into: Path) -> None:
-    """Copy a FIFO's bytes to `into`; refuse at once when nothing writes to it."""
+def _drain_pipe(path: Path, into: Path, stream=None) -> None:
+    """Copy a FIFO's bytes to `into`; refuse at once when nothing writes to it, and say on
+    `stream` (stderr) what is awaited when the writer has not closed it after
+    `PIPE_NOTICE_S`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
@@ -62,7 +68,22 @@ def _drain_pipe(path: Path, into: Path) -> None:
         os.set_blocking(fd, True)
         if first:
             out.write(first)
-        shutil.copyfileobj(pipe, out, PIPE_CHUNK)
+        deadline = time.monotonic() + PIPE_NOTICE_S
+        while True:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if not select.select([fd], [], [], wait)[0]:
+                print(
+                    f"aifabric: reading {path} until its writer closes it "
+                    f"({out.tell():,} bytes so far; Ctrl-C stops)",
+                    file=stream or sys.stderr,
+                    flush=True,
+                )
+                deadline = None
+                continue
+            chunk = pipe.read(PIPE_CHUNK)
+            if not chunk:
+                return
+            out.write(chunk)
 
 
 @contextmanager
