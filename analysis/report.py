@@ -653,13 +653,16 @@ def _capture_figures(m: dict) -> list[tuple[str, list]]:
     return sections
 
 
-def build_capture_report(path) -> tuple[str, dict]:
-    """The report of one capture file as one HTML string, and the capture's metrics."""
+def build_capture_report(path, name: str | None = None) -> tuple[str, dict]:
+    """The report of one capture file as one HTML string, and the capture's metrics; `name`
+    is what the report calls it (default: the file's name)."""
     from analysis.capture import read_capture
     from analysis.metrics import capture_metrics, flow_durations
 
     cap = read_capture(path)
     m = capture_metrics(cap, series=True)
+    if name:
+        m["file"] = name
     sections = _capture_figures(m)
     fct = flow_durations(cap)
     if fct.size:

@@ -33,7 +33,14 @@ class Target:
     kind: str  # "run" or "capture"
     path: Path  # what to read (a temporary copy of a pipe's bytes)
     name: str  # what the user typed
+    pipe: bool = False  # path is a copy of a pipe's bytes
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The capture's name in an analysis: its file name, or the pipe's whole path (a
+        pipe's own name, such as the 63 of /dev/fd/63, says nothing)."""
+        return self.name if self.pipe else Path(self.name).name or self.name
 
 
 def _kind_of(mode: int) -> str | None:
@@ -114,7 +121,7 @@ def opened(target: str) -> Iterator[Target]:
                 raise AifabricError(f"{target} is a pipe that ended without a byte")
             if sniff(copy) is None:
                 raise AifabricError(f"{target} is a pipe whose bytes are not a pcap or pcapng")
-            yield Target("capture", copy, target)
+            yield Target("capture", copy, target, pipe=True)
         return
     if sniff(path) is None:
         raise AifabricError(f"{target} is neither a run directory nor a pcap or pcapng capture")
@@ -151,7 +158,7 @@ def analyze(target: str, *, rate_bps=None, top: int = 10, series: bool = False):
         m = capture_metrics(
             read_capture(t.path), rate_bps=rate_bps or DEFAULT_RATE_BPS, top=top, series=series
         )
-        m["file"] = Path(t.name).name or m["file"]
+        m["file"] = t.label
         return m, _capture_warning(m)
 
 
@@ -165,7 +172,7 @@ def report(target: str) -> tuple[str, list[str]]:
 
             run = Run(t.path)
             return build_report(run), _run_warning(run)
-        html, m = build_capture_report(t.path)
+        html, m = build_capture_report(t.path, name=t.label)
         return html, _capture_warning(m)
 
 

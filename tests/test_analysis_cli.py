@@ -49,7 +49,7 @@ def test_a_fifo_nothing_writes_to_is_named_not_waited_on(tmp_path, command):
     assert not (tmp_path / "r.html").exists()
 
 
-def test_a_pipe_is_read_to_its_end_and_analyzed_like_the_file():
+def test_a_pipe_is_read_to_its_end_and_analyzed_like_the_file(tmp_path):
     golden = DATA / "golden_roce.pcap"
     r = _aifabric(shell=f"{sys.executable} -m aifabric analyze <(cat {golden}) --json")
     assert r.returncode == 0, r.stderr
@@ -57,6 +57,14 @@ def test_a_pipe_is_read_to_its_end_and_analyzed_like_the_file():
     direct = json.loads(_aifabric("analyze", str(golden), "--json").stdout)
     for key in ("packets", "bytes", "kinds", "ecn", "cnp", "pfc", "flows"):
         assert piped[key] == direct[key], key
+    # named by the pipe's path (/dev/fd/63), not its last part
+    assert piped["file"].startswith("/dev/fd/") and direct["file"] == golden.name
+    r = _aifabric(shell=f"{sys.executable} -m aifabric analyze <(cat {golden})")
+    assert r.stdout.startswith("/dev/fd/"), r.stdout
+    out = tmp_path / "r.html"
+    r = _aifabric(shell=f"{sys.executable} -m aifabric report <(cat {golden}) -o {out}")
+    assert r.returncode == 0, r.stderr
+    assert "<title>aifabric capture /dev/fd/" in out.read_text()
     r = _aifabric(shell=f"{sys.executable} -m aifabric analyze <(echo hello)")
     _one_sentence(r, "is a pipe whose bytes are not a pcap or pcapng")
 
