@@ -63,7 +63,7 @@ window.addEventListener("load", function () {
       }),
       data: (p.data || []).map(function (t) {
         return {type: t.type, name: t.name, x: t.x, y: t.y, z: t.z, base: t.base,
-                customdata: t.customdata, text: t.text, mode: t.mode};
+                customdata: t.customdata, text: t.text, mode: t.mode, textfont: t.textfont};
       })
     });
   });
@@ -289,6 +289,8 @@ def _fabric_figure(fabric, m: dict):
                 mode="text",
                 text=[fabric.node_name[i] for i in ids],
                 textposition="bottom center",
+                # a halo in the page's colour: the label stays legible across the links
+                textfont={"shadow": "auto", "size": 13},
                 hoverinfo="skip",
                 name="nodes with hot spots",
             )

@@ -236,6 +236,7 @@ def test_demo_report_plots_what_the_run_directory_holds(demo, tmp_path):
     assert "z0-r7-rtsw--z0-r7-h0-nic0" in hot["text"]
     labels = next(t for t in drawing["data"] if t["mode"] == "text")
     assert "z0-r7-rtsw" in labels["text"]
+    assert labels["textfont"]["shadow"] == "auto"  # a halo: legible across the links drawn
     paused = next(t for t in drawing["data"] if t["name"] == "paused by PFC")
     assert set(paused["text"]) == {r["port"] for r in m["pause_spread"]}
 
