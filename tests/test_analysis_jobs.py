@@ -88,6 +88,9 @@ def test_demo_numbers_are_per_job_and_from_the_run_directory(demo):
     assert summary(m)["cnp"] == recorded["cnp_sent"]
     out = CliRunner().invoke(main, ["analyze", str(demo.path)]).output
     assert f"{recorded['cnp_sent']:,} CNPs" in out
+    out = CliRunner().invoke(main, ["compare", str(demo.path)]).output
+    (cnp_row,) = [line.split() for line in out.splitlines() if line.startswith("CNPs ")]
+    assert cnp_row == ["CNPs", f"{recorded['cnp_sent']:,}"]
     # one row per job, never an average of the two
     jobs = {j["name"]: j for j in m["jobs"]}
     assert list(jobs) == ["allreduce", "incast"]
