@@ -53,6 +53,9 @@ window.addEventListener("load", function () {
       title: title && title.text !== undefined ? title.text : title,
       yaxis_type: p.layout && p.layout.yaxis ? p.layout.yaxis.type : null,
       xaxis_type: p.layout && p.layout.xaxis ? p.layout.xaxis.type : null,
+      shapes: ((p.layout && p.layout.shapes) || []).map(function (s) {
+        return {x0: s.x0, x1: s.x1};
+      }),
       axes: Object.keys(p._fullLayout || {}).filter(function (k) {
         return /^[xy]axis[0-9]*$/.test(k);
       }).map(function (k) {
@@ -162,7 +165,7 @@ def _throughput_figures(m: dict, series: dict) -> list:
                 "<extra>%{fullData.name}</extra>",
             )
         )
-    for w in th["worst_intervals"][:3]:
+    for w in th["low_intervals"]:
         fig.add_vrect(
             x0=(w["start_ns"] - series["t_ns"][0]) / 1e3,
             x1=(w["end_ns"] - series["t_ns"][0]) / 1e3,

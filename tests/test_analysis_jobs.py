@@ -189,6 +189,13 @@ def _report_figures(run: Run, tmp_path: Path) -> dict:
         assert sum(trace["customdata"]) == wire
         assert payload <= wire <= 1.04 * payload
         assert len(trace["y"]) == len(ports["t_ns"])
+    # shaded: every interval in which a running job's receivers took under half their rate
+    t0, step = int(ports["t_ns"][0]), int(ports["interval_ns"])
+    for job, trace in zip(m["jobs"], thr["data"], strict=True):
+        for t, y in zip(ports["t_ns"].astype(int), trace["y"], strict=True):
+            if y < 50 and job["start_ns"] <= t and t + step <= job["end_ns"]:
+                x0, x1 = (t - t0) / 1e3, (t + step - t0) / 1e3
+                assert any(s["x0"] <= x0 + 1e-9 and x1 <= s["x1"] + 1e-9 for s in thr["shapes"])
 
     # the heat map's rows: the ports with the deepest queues, deepest first
     heat = next(f for f in check["figures"] if f["data"] and f["data"][0]["type"] == "heatmap")
