@@ -54,10 +54,9 @@ def _kind_of(mode: int) -> str | None:
     return None
 
 
-def _drain_pipe(path: Path, into: Path, stream=None) -> None:
+def _drain_pipe(path: Path, into: Path) -> None:
     """Copy a FIFO's bytes to `into`; refuse at once when nothing writes to it, and say on
-    `stream` (stderr) what is awaited when the writer has not closed it after
-    `PIPE_NOTICE_S`."""
+    stderr what is awaited when the writer has not closed it after `PIPE_NOTICE_S`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
@@ -82,7 +81,7 @@ def _drain_pipe(path: Path, into: Path, stream=None) -> None:
                 print(
                     f"aifabric: reading {path} until its writer closes it "
                     f"({out.tell():,} bytes so far; Ctrl-C stops)",
-                    file=stream or sys.stderr,
+                    file=sys.stderr,
                     flush=True,
                 )
                 deadline = None
