@@ -264,7 +264,8 @@ def topo_export(source, fmt, output, force):
 )
 @json_option
 def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
-    """How ECMP spreads random flows over SOURCE's uplinks, next to uniform hashing."""
+    """How ECMP spreads random flows over SOURCE's links, tier by tier (up and down), next
+    to uniform hashing."""
     from fabric.spread import random_spread
     from topologies import load_fabric
 
@@ -306,16 +307,18 @@ def _spread_text(r: dict) -> str:
         [
             t["tier"], f"{t['load']['bins']:,}", f"{t['qp_flows']:,}",
             f"{t['load']['max_mean']:.2f}", f"{t['expected']['max_mean']:.2f}",
-            f"{t['load']['cv']:.3f}", f"{t['expected']['cv']:.3f}", f"{t['load']['jain']:.3f}",
+            f"{t['load']['cv']:.3f}", f"{t['expected']['cv']:.3f}",
+            f"{t['load']['jain']:.3f}", f"{t['expected']['jain']:.3f}",
         ]
         for t in r["tiers"]
     ]  # fmt: skip
     table = render(
-        ["tier", "uplinks", "QP flows", "max/mean", "uniform max/mean", "CV", "uniform CV", "Jain"],
+        ["tier", "links", "QP flows", "max/mean", "uniform max/mean", "CV", "uniform CV", "Jain",
+         "uniform Jain"],
         rows,
-    )
+    )  # fmt: skip
     hists = [
-        f"{t['tier']:<10} uplinks carrying n QP flows  "
+        f"{t['tier']:<10} links carrying n QP flows  "
         + ", ".join(f"{k}: {v}" for k, v in t["flows_per_uplink"].items())
         for t in r["tiers"]
     ]

@@ -836,7 +836,8 @@ LOW_UTILIZATION = 0.5  # a job's receivers below half their line rate: a worst i
 def _throughput(fabric, ports: dict, flows: dict, jobs: list[dict], top: int, series: bool):
     """Receive throughput of every job (its receivers' downlinks, which carry only its
     flows: jobs share no NIC), the busiest links, and each job's stretches of intervals
-    below `LOW_UTILIZATION` of its receivers' line rate while it ran."""
+    below `LOW_UTILIZATION` of its receivers' line rate while it ran (the `top` longest;
+    with `series`, all of them in time order as well)."""
     port = ports["port"].astype(np.int64)
     col = {int(p): j for j, p in enumerate(port)}
     interval = int(ports["interval_ns"])
@@ -892,12 +893,15 @@ def _throughput(fabric, ports: dict, flows: dict, jobs: list[dict], top: int, se
             row["tx_bytes_per_interval"] = tx[:, j].tolist()
             row["utilization"] = (tx[:, j] * 8e9 / interval / rate).tolist()
         busiest.append(row)
-    return {
+    out = {
         "low_utilization": LOW_UTILIZATION,
         "worst_intervals": worst[:top],
         "jobs": out_jobs,
         "busiest": busiest,
     }
+    if series:  # every stretch, for a chart that shades them all
+        out["low_intervals"] = sorted(worst, key=lambda w: (w["start_ns"], w["job"]))
+    return out
 
 
 # --- the few numbers compare shows ---------------------------------------------------------

@@ -10,8 +10,9 @@ has the summary, throughput per interface, ECN / CNP / PFC timelines, load
 per interface and flow durations.
 
 A small script records script errors and, once the page has loaded, writes
-into `#aifabric-check` how many plots exist and rendered, and every plot's
-data as Plotly holds it (the browser test reads the figures back from there).
+into `#aifabric-check` how many plots exist and rendered, every plot's data as
+Plotly holds it, and the tick labels it drew on each axis (the browser test reads
+the figures back from there).
 """
 
 from __future__ import annotations
@@ -52,9 +53,20 @@ window.addEventListener("load", function () {
       title: title && title.text !== undefined ? title.text : title,
       yaxis_type: p.layout && p.layout.yaxis ? p.layout.yaxis.type : null,
       xaxis_type: p.layout && p.layout.xaxis ? p.layout.xaxis.type : null,
+      shapes: ((p.layout && p.layout.shapes) || []).map(function (s) {
+        return {x0: s.x0, x1: s.x1};
+      }),
+      axes: Object.keys(p._fullLayout || {}).filter(function (k) {
+        return /^[xy]axis[0-9]*$/.test(k);
+      }).map(function (k) {
+        var a = p._fullLayout[k];
+        return {name: k, type: a.type, ticks: (a._vals || []).map(function (v) {
+          return v.text;
+        })};
+      }),
       data: (p.data || []).map(function (t) {
         return {type: t.type, name: t.name, x: t.x, y: t.y, z: t.z, base: t.base,
-                customdata: t.customdata, text: t.text, mode: t.mode};
+                customdata: t.customdata, text: t.text, mode: t.mode, textfont: t.textfont};
       })
     });
   });
@@ -153,7 +165,7 @@ def _throughput_figures(m: dict, series: dict) -> list:
                 "<extra>%{fullData.name}</extra>",
             )
         )
-    for w in th["worst_intervals"][:3]:
+    for w in th["low_intervals"]:
         fig.add_vrect(
             x0=(w["start_ns"] - series["t_ns"][0]) / 1e3,
             x1=(w["end_ns"] - series["t_ns"][0]) / 1e3,
@@ -280,6 +292,8 @@ def _fabric_figure(fabric, m: dict):
                 mode="text",
                 text=[fabric.node_name[i] for i in ids],
                 textposition="bottom center",
+                # a halo in the page's colour: the label stays legible across the links
+                textfont={"shadow": "auto", "size": 13},
                 hoverinfo="skip",
                 name="nodes with hot spots",
             )
@@ -376,6 +390,15 @@ def _heatmap(series: dict):
     )
 
 
+def _count_ticks(fig, counts, row: int) -> None:
+    """Whole-number ticks from 0 on subplot `row`'s y axis, which plots `counts`: a step of
+    1, 2 or 5 times a power of ten, at most 5 steps to the largest count (plotly's own
+    step on a small range is 0.5 or 0.2, which a whole-number format shows as 0, 1, 1)."""
+    top = max((max(c, default=0) for c in counts), default=0)
+    step = next(m * 10**k for k in range(19) for m in (1, 2, 5) if top <= 5 * m * 10**k)
+    fig.update_yaxes(rangemode="tozero", tickformat=",d", tick0=0, dtick=step, row=row, col=1)
+
+
 def _ecn_pfc_figure(series: dict, cnp_sent):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
@@ -409,8 +432,9 @@ def _ecn_pfc_figure(series: dict, cnp_sent):
         3,
         1,
     )
-    for row in (1, 2, 3):
-        fig.update_yaxes(rangemode="tozero", tickformat=",d", row=row, col=1)
+    _count_ticks(fig, [series["ecn_marked"], series.get("cnp_sent", [])], 1)
+    _count_ticks(fig, [series["pfc_sent"]], 2)
+    _count_ticks(fig, [series["paused_ports"]], 3)
     fig.update_xaxes(title="time (us)", row=3, col=1)
     cnp = "CNPs not recorded" if cnp_sent is None else f"{cnp_sent:,} CNPs sent"
     when = "" if "cnp_sent" in series or cnp_sent is None else " (the run records their total)"
@@ -599,8 +623,8 @@ def _capture_figures(m: dict) -> list[tuple[str, list]]:
         fig.add_trace(go.Scatter(x=t, y=series["ce"], name="CE-marked packets"), 1, 1)
         fig.add_trace(go.Scatter(x=t, y=series["cnp"], name="CNPs"), 1, 1)
         fig.add_trace(go.Bar(x=t, y=series["pfc"], name="PFC frames"), 2, 1)
-        for row in (1, 2):
-            fig.update_yaxes(rangemode="tozero", tickformat=",d", row=row, col=1)
+        _count_ticks(fig, [series["ce"], series["cnp"]], 1)
+        _count_ticks(fig, [series["pfc"]], 2)
         fig.update_yaxes(title="packets per bin", row=1, col=1)
         fig.update_yaxes(title="PFC frames per bin", row=2, col=1)
         fig.update_xaxes(title="time (us)", row=2, col=1)
@@ -634,13 +658,16 @@ def _capture_figures(m: dict) -> list[tuple[str, list]]:
     return sections
 
 
-def build_capture_report(path) -> tuple[str, dict]:
-    """The report of one capture file as one HTML string, and the capture's metrics."""
+def build_capture_report(path, name: str | None = None) -> tuple[str, dict]:
+    """The report of one capture file as one HTML string, and the capture's metrics; `name`
+    is what the report calls it (default: the file's name)."""
     from analysis.capture import read_capture
     from analysis.metrics import capture_metrics, flow_durations
 
     cap = read_capture(path)
     m = capture_metrics(cap, series=True)
+    if name:
+        m["file"] = name
     sections = _capture_figures(m)
     fct = flow_durations(cap)
     if fct.size:

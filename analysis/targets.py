@@ -4,16 +4,19 @@ Each command calls one function here and prints what it returns. A target
 that is neither is one sentence (`AifabricError`), never a wait: a FIFO with
 no writer, a device or a socket is named as such. A pipe that something
 writes to (`analyze <(cat x.pcap)`) is read to its end into a temporary file
-first, since the capture reader needs a file it can map and sniff again.
+first, since the capture reader needs a file it can map and sniff again; when
+its writer has not closed it after a few seconds, stderr says so.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import shutil
+import select
 import stat
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +25,7 @@ from pathlib import Path
 from fabric.errors import AifabricError
 
 PIPE_CHUNK = 1 << 20
+PIPE_NOTICE_S = 2.0  # a pipe still open after this long: say what the command waits for
 
 
 @dataclass
@@ -29,7 +33,14 @@ class Target:
     kind: str  # "run" or "capture"
     path: Path  # what to read (a temporary copy of a pipe's bytes)
     name: str  # what the user typed
+    pipe: bool = False  # path is a copy of a pipe's bytes
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The capture's name in an analysis: its file name, or the pipe's whole path (a
+        pipe's own name, such as the 63 of /dev/fd/63, says nothing)."""
+        return self.name if self.pipe else Path(self.name).name or self.name
 
 
 def _kind_of(mode: int) -> str | None:
@@ -44,7 +55,8 @@ def _kind_of(mode: int) -> str | None:
 
 
 def _drain_pipe(path: Path, into: Path) -> None:
-    """Copy a FIFO's bytes to `into`; refuse at once when nothing writes to it."""
+    """Copy a FIFO's bytes to `into`; refuse at once when nothing writes to it, and say on
+    stderr what is awaited when the writer has not closed it after `PIPE_NOTICE_S`."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
@@ -62,7 +74,22 @@ def _drain_pipe(path: Path, into: Path) -> None:
         os.set_blocking(fd, True)
         if first:
             out.write(first)
-        shutil.copyfileobj(pipe, out, PIPE_CHUNK)
+        deadline = time.monotonic() + PIPE_NOTICE_S
+        while True:
+            wait = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if not select.select([fd], [], [], wait)[0]:
+                print(
+                    f"aifabric: reading {path} until its writer closes it "
+                    f"({out.tell():,} bytes so far; Ctrl-C stops)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                deadline = None
+                continue
+            chunk = pipe.read(PIPE_CHUNK)
+            if not chunk:
+                return
+            out.write(chunk)
 
 
 @contextmanager
@@ -93,7 +120,7 @@ def opened(target: str) -> Iterator[Target]:
                 raise AifabricError(f"{target} is a pipe that ended without a byte")
             if sniff(copy) is None:
                 raise AifabricError(f"{target} is a pipe whose bytes are not a pcap or pcapng")
-            yield Target("capture", copy, target)
+            yield Target("capture", copy, target, pipe=True)
         return
     if sniff(path) is None:
         raise AifabricError(f"{target} is neither a run directory nor a pcap or pcapng capture")
@@ -130,7 +157,7 @@ def analyze(target: str, *, rate_bps=None, top: int = 10, series: bool = False):
         m = capture_metrics(
             read_capture(t.path), rate_bps=rate_bps or DEFAULT_RATE_BPS, top=top, series=series
         )
-        m["file"] = Path(t.name).name or m["file"]
+        m["file"] = t.label
         return m, _capture_warning(m)
 
 
@@ -144,7 +171,7 @@ def report(target: str) -> tuple[str, list[str]]:
 
             run = Run(t.path)
             return build_report(run), _run_warning(run)
-        html, m = build_capture_report(t.path)
+        html, m = build_capture_report(t.path, name=t.label)
         return html, _capture_warning(m)
 
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ def test_a_fifo_nothing_writes_to_is_named_not_waited_on(tmp_path, command):
     assert not (tmp_path / "r.html").exists()
 
 
-def test_a_pipe_is_read_to_its_end_and_analyzed_like_the_file():
+def test_a_pipe_is_read_to_its_end_and_analyzed_like_the_file(tmp_path):
     golden = DATA / "golden_roce.pcap"
     r = _aifabric(shell=f"{sys.executable} -m aifabric analyze <(cat {golden}) --json")
     assert r.returncode == 0, r.stderr
@@ -56,8 +57,40 @@ def test_a_pipe_is_read_to_its_end_and_analyzed_like_the_file():
     direct = json.loads(_aifabric("analyze", str(golden), "--json").stdout)
     for key in ("packets", "bytes", "kinds", "ecn", "cnp", "pfc", "flows"):
         assert piped[key] == direct[key], key
+    # named by the pipe's path (/dev/fd/63), not its last part
+    assert piped["file"].startswith("/dev/fd/") and direct["file"] == golden.name
+    r = _aifabric(shell=f"{sys.executable} -m aifabric analyze <(cat {golden})")
+    assert r.stdout.startswith("/dev/fd/"), r.stdout
+    out = tmp_path / "r.html"
+    r = _aifabric(shell=f"{sys.executable} -m aifabric report <(cat {golden}) -o {out}")
+    assert r.returncode == 0, r.stderr
+    assert "<title>aifabric capture /dev/fd/" in out.read_text()
     r = _aifabric(shell=f"{sys.executable} -m aifabric analyze <(echo hello)")
     _one_sentence(r, "is a pipe whose bytes are not a pcap or pcapng")
+
+
+def test_a_pipe_whose_writer_is_slow_is_waited_on_saying_so(tmp_path):
+    """A FIFO some writer holds open: the command reads it to its end, and once it has waited
+    a few seconds says on stderr what it waits for."""
+    golden = DATA / "golden_roce.pcap"
+    fifo = tmp_path / "slow.fifo"
+    os.mkfifo(fifo)
+    writer = os.open(fifo, os.O_RDWR)  # a writer from the start, writing nothing yet
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "aifabric", "analyze", str(fifo), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        time.sleep(4)
+        os.write(writer, golden.read_bytes())
+    finally:
+        os.close(writer)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert f"aifabric: reading {fifo} until its writer closes it (0 bytes so far" in err
+    direct = json.loads(_aifabric("analyze", str(golden), "--json").stdout)
+    assert json.loads(out)["packets"] == direct["packets"] > 0
 
 
 def test_devices_and_directories_are_named_for_what_they_are(tmp_path):

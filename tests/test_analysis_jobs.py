@@ -88,6 +88,9 @@ def test_demo_numbers_are_per_job_and_from_the_run_directory(demo):
     assert summary(m)["cnp"] == recorded["cnp_sent"]
     out = CliRunner().invoke(main, ["analyze", str(demo.path)]).output
     assert f"{recorded['cnp_sent']:,} CNPs" in out
+    out = CliRunner().invoke(main, ["compare", str(demo.path)]).output
+    (cnp_row,) = [line.split() for line in out.splitlines() if line.startswith("CNPs ")]
+    assert cnp_row == ["CNPs", f"{recorded['cnp_sent']:,}"]
     # one row per job, never an average of the two
     jobs = {j["name"]: j for j in m["jobs"]}
     assert list(jobs) == ["allreduce", "incast"]
@@ -162,56 +165,80 @@ def test_demo_hot_spots_are_causes_and_the_paused_ports_their_victims(demo):
     assert worst["end_ns"] - worst["start_ns"] > 1_000_000
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
-def test_demo_report_plots_what_the_run_directory_holds(demo, tmp_path):
+def _report_figures(run: Run, tmp_path: Path) -> dict:
+    """The run's report rendered by headless Chromium, its figures read back and checked
+    against the run directory; the figures by title (up to a colon or a parenthesis)."""
     out = tmp_path / "report.html"
-    r = CliRunner().invoke(main, ["report", str(demo.path), "-o", str(out)])
+    r = CliRunner().invoke(main, ["report", str(run.path), "-o", str(out)])
     assert r.exit_code == 0, r.output
     check = render_in_chromium(out, tmp_path / "profile")
     assert check["errors"] == []
     assert check["plots"] == check["rendered"] == check["expected"] == len(check["figures"])
     figs = {f["title"].split(":")[0].split(" (")[0]: f for f in check["figures"]}
-    m = run_metrics(demo)
-    fabric = fabric_from_topology(demo.topology())
+    m = run_metrics(run)
+    fabric = fabric_from_topology(run.topology())
+    ports = run.ports()
+    jobs = [j["name"] for j in m["jobs"]]
 
     # throughput into each job's receivers: the plotted bytes are ports.npz's, and they are
     # the job's payload plus headers, acknowledgements and CNPs (a few percent)
     thr = figs["Throughput into each job's receivers"]
-    assert [t["name"].split(" (")[0] for t in thr["data"]] == ["allreduce", "incast"]
+    assert [t["name"].split(" (")[0] for t in thr["data"]] == jobs
     for job, trace in enumerate(thr["data"]):
-        wire, payload = _job_rx_bytes(demo, job)
+        wire, payload = _job_rx_bytes(run, job)
         assert sum(trace["customdata"]) == wire
         assert payload <= wire <= 1.04 * payload
-        assert len(trace["y"]) == len(demo.ports()["t_ns"])
+        assert len(trace["y"]) == len(ports["t_ns"])
+    # shaded: every interval in which a running job's receivers took under half their rate
+    t0, step = int(ports["t_ns"][0]), int(ports["interval_ns"])
+    for job, trace in zip(m["jobs"], thr["data"], strict=True):
+        for t, y in zip(ports["t_ns"].astype(int), trace["y"], strict=True):
+            if y < 50 and job["start_ns"] <= t and t + step <= job["end_ns"]:
+                x0, x1 = (t - t0) / 1e3, (t + step - t0) / 1e3
+                assert any(s["x0"] <= x0 + 1e-9 and x1 <= s["x1"] + 1e-9 for s in thr["shapes"])
 
     # the heat map's rows: the ports with the deepest queues, deepest first
     heat = next(f for f in check["figures"] if f["data"] and f["data"][0]["type"] == "heatmap")
-    q = demo.ports()["qdepth_max_bytes"]
-    peak = q.max(axis=0)
+    peak = ports["qdepth_max_bytes"].max(axis=0)
     top = [int(p) for p in np.argsort(-peak, kind="stable")[:20] if peak[p] > 0]
-    assert heat["data"][0]["y"] == [fabric.port_name(demo.ports()["port"][j]) for j in top]
-    assert heat["data"][0]["y"][0] == "z0-r7-rtsw--z0-r7-h0-nic0"
+    assert heat["data"][0]["y"] == [fabric.port_name(ports["port"][j]) for j in top]
     assert max(max(row) for row in heat["data"][0]["customdata"]) == int(peak.max())
 
     # ECN, CNPs and PFC: the CNP count is the run's
-    cnp = demo.meta["results"]["summary"]["cnp_sent"]
+    cnp = run.meta["results"]["summary"]["cnp_sent"]
     assert f"{cnp:,} CNPs sent" in figs["ECN, CNPs and PFC over time"]["title"]
     ecn = figs["ECN, CNPs and PFC over time"]["data"][0]
-    assert sum(ecn["y"]) == int(demo.ports()["ecn_marked"].sum())
+    assert sum(ecn["y"]) == int(ports["ecn_marked"].sum())
 
     # completion times: a CDF per job on a log axis
     fct = figs["Flow completion times, CDF per job"]
     assert fct["xaxis_type"] == "log"
-    assert [t["name"].split(" (")[0] for t in fct["data"]] == ["allreduce", "incast"]
+    assert [t["name"].split(" (")[0] for t in fct["data"]] == jobs
 
     # the collective timeline: a lane per job, busbw the analyzer's, the ideal time drawn
     coll = figs["Collectives"]
     actual, ideal = coll["data"]
-    assert actual["y"] == ["allreduce", "incast"]
+    assert actual["y"] == [o["job_name"] for o in m["collectives"]["ops"]]
     assert [c[3] for c in actual["customdata"]] == pytest.approx(
         [o["busbw_bps"] for o in m["collectives"]["ops"]]
     )
     assert ideal["x"] == pytest.approx([o["ideal_ns"] / 1e3 for o in m["collectives"]["ops"]])
+
+    # every linear axis: tick labels a reader can tell apart (no 0, 1, 1 on a small count)
+    for f in check["figures"]:
+        for axis in f["axes"]:
+            if axis["type"] == "linear":
+                assert len(set(axis["ticks"])) == len(axis["ticks"]), (f["title"], axis)
+    return figs
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
+def test_demo_report_plots_what_the_run_directory_holds(demo, tmp_path):
+    figs = _report_figures(demo, tmp_path)
+    m = run_metrics(demo)
+    heat = figs["Queue depth"]
+    assert heat["data"][0]["y"][0] == "z0-r7-rtsw--z0-r7-h0-nic0"
+    assert [o["job_name"] for o in m["collectives"]["ops"]] == ["allreduce", "incast"]
 
     # the fabric: the hot spot marked, its switch labelled
     drawing = figs["Fabric"]
@@ -219,6 +246,7 @@ def test_demo_report_plots_what_the_run_directory_holds(demo, tmp_path):
     assert "z0-r7-rtsw--z0-r7-h0-nic0" in hot["text"]
     labels = next(t for t in drawing["data"] if t["mode"] == "text")
     assert "z0-r7-rtsw" in labels["text"]
+    assert labels["textfont"]["shadow"] == "auto"  # a halo: legible across the links drawn
     paused = next(t for t in drawing["data"] if t["name"] == "paused by PFC")
     assert set(paused["text"]) == {r["port"] for r in m["pause_spread"]}
 
@@ -247,10 +275,9 @@ def test_two_jobs_analyze_compare_and_report(two_jobs, demo, tmp_path):
     assert [j["busbw_bps"] for j in s["jobs"]] == [j["busbw_bps"]["mean"] for j in m["jobs"]]
     if CHROMIUM is None:
         return
-    out = tmp_path / "two.html"
-    assert CliRunner().invoke(main, ["report", str(two_jobs.path), "-o", str(out)]).exit_code == 0
-    check = render_in_chromium(out, tmp_path / "profile")
-    assert check["errors"] == [] and check["rendered"] == check["expected"]
-    thr = next(f for f in check["figures"] if f["title"].startswith("Throughput into"))
-    for job, trace in enumerate(thr["data"]):
-        assert sum(trace["customdata"]) == _job_rx_bytes(two_jobs, job)[0]
+    figs = _report_figures(two_jobs, tmp_path)
+    # no ECN marks, CNPs or pauses: each count axis reads 0 and 1, not 0, 1, 1
+    timeline = figs["ECN, CNPs and PFC over time"]
+    assert "0 CNPs sent" in timeline["title"]
+    counts = [a["ticks"] for a in timeline["axes"] if a["name"].startswith("yaxis")]
+    assert counts == [["0", "1"]] * 3

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,6 +88,35 @@ def test_capture_report_renders_in_headless_chromium(capture_report, tmp_path):
     # throughput, ECN/CNP/PFC, load per interface (3 interfaces), flow durations
     assert check["plots"] == check["expected"] == 4
     assert check["rendered"] == check["plots"]
+    # a few CNPs and PFC frames per bin: whole-number ticks, each label once
+    (timeline,) = [f for f in check["figures"] if f["title"].startswith("ECN marks")]
+    for axis in timeline["axes"]:
+        assert len(set(axis["ticks"])) == len(axis["ticks"]), axis
+        if axis["name"].startswith("yaxis"):
+            assert all(t.replace(",", "").isdigit() for t in axis["ticks"]), axis
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
+def test_report_screenshot_runs_aifabric_with_the_checkouts_python(report, tmp_path):
+    """scripts/report-screenshot starts as whatever `python3` is first on PATH (here not the
+    virtual environment's) and runs aifabric with the environment's Python."""
+    script = Path(__file__).parent.parent / "scripts" / "report-screenshot"
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)
+    env = {**os.environ, "PATH": path, "AIFABRIC_VENV": sys.prefix}
+    env.pop("PYTHONPATH", None)
+    out = tmp_path / "shot.png"
+    r = subprocess.run(
+        [str(script), str(report.parent / "run"), "-o", str(out), "--height", "2000"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    r = subprocess.run(
+        [str(script), str(tmp_path / "missing"), "-o", str(tmp_path / "no.png")],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert r.returncode == 1 and r.stderr.strip() == f"Error: {tmp_path / 'missing'} does not exist"
 
 
 def test_truncated_capture_report_warns(tmp_path):

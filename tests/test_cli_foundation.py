@@ -79,7 +79,15 @@ def test_topo_export(tmp_path, fmt):
 def test_ecmp_shows_tiers_and_the_uniform_reference():
     r = run("ecmp", "lab-medium", "--flows", "300", "--seed", "1")
     assert r.exit_code == 0, r.output
-    assert "rtsw>ctsw" in r.output and "uniform" in r.output
+    lines = r.output.splitlines()
+    columns = [c.strip() for c in lines[1].split("  ") if c.strip()]
+    rows = lines[3:5]
+    assert len(set(columns)) == len(columns), columns
+    for figure in ("max/mean", "CV", "Jain"):  # each beside its uniform-hashing expectation
+        assert columns.index(f"uniform {figure}") == columns.index(figure) + 1, columns
+    # up, and down over lab-medium's parallel links from each spine to each rack
+    assert [row.split()[0] for row in rows] == ["rtsw>ctsw", "ctsw>rtsw"]
+    assert "uplinks" not in r.output
     data = json.loads(run("ecmp", "lab-medium", "--flows", "300", "--json").output)
     up = next(t for t in data["tiers"] if t["tier"] == "rtsw>ctsw")
     assert up["qp_flows"] == 300
