@@ -179,3 +179,53 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_points(tiny, tm
         now = (out / run_dir / "run.json").stat()
         assert Run(out / run_dir).meta["started_at"] == stamp
         assert (now.st_ino, now.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
+
+
+def test_compare_gives_a_sweep_one_column_per_configuration(tiny, tmp_path):
+    from experiments.stats import describe
+
+    out = tmp_path / "sweep"
+    r = invoke("sweep", tiny, "--vary", "ecmp.policy=5tuple,pinned",
+               "--vary", "workload.gpus=8,16", "--set", "workload.size=4MiB",
+               "--seeds", "1-3", "--workers", 1, "-o", out)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    table = pd.read_csv(out / "results.csv")
+    assert list(table["status"]) == ["complete"] * 12
+
+    def compare(*args):
+        r = invoke("compare", *args, "--json")
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output[r.output.index("[") :])
+
+    groups = compare(out, "--by", "ecmp.policy")
+    assert [g["name"] for g in groups] == ["policy=5tuple (6 runs)", "policy=pinned (6 runs)"]
+    for group, policy in zip(groups, ("5tuple", "pinned"), strict=True):
+        mine = table[table["ecmp.policy"] == policy]
+        runs = compare(*(out / d for d in mine["run_dir"]))  # the same runs one by one
+        (job,) = group["jobs"]
+        busbw = describe([x["jobs"][0]["busbw_bps"] for x in runs])
+        assert job["busbw_bps"] == pytest.approx(busbw["mean"])
+        assert job["spread"]["busbw_bps"] == pytest.approx(busbw["ci_high"] - busbw["mean"])
+        assert job["busbw_bps"] == pytest.approx(mine["busbw_gbps@allreduce"].mean() * 1e9)
+        p99 = describe([x["fct_p99_ns"] for x in runs])
+        assert group["fct_p99_ns"] == pytest.approx(p99["mean"])
+        assert group["spread"]["fct_p99_ns"] == pytest.approx(p99["ci_high"] - p99["mean"])
+        assert group["pfc_frames"] == pytest.approx(sum(x["pfc_frames"] for x in runs) / 6)
+        assert group["runs"] == 6
+    every = compare(out)  # by default: every varied key
+    assert [g["name"] for g in every] == [
+        "policy=5tuple, gpus=8 (3 runs)", "policy=5tuple, gpus=16 (3 runs)",
+        "policy=pinned, gpus=8 (3 runs)", "policy=pinned, gpus=16 (3 runs)",
+    ]  # fmt: skip
+    text = invoke("compare", out, "--by", "workload.gpus")
+    assert text.exit_code == 0, text.output
+    head, _, rest = text.output.partition("\n")
+    assert "gpus=8 (6 runs)" in head and "gpus=16 (6 runs)" in head
+    busbw = next(line for line in rest.splitlines() if "): busbw" in line)
+    assert busbw.count("±") == 2
+    wrong = invoke("compare", out, "--by", "workload.qps")
+    assert wrong.exit_code == 1
+    assert wrong.output.strip() == (
+        f"Error: --by workload.qps: sweep {out} does not vary it "
+        "(it varies ecmp.policy, workload.gpus)"
+    )
