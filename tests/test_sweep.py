@@ -122,7 +122,11 @@ def test_a_sweep_sent_to_an_existing_scheduler(tiny, tmp_path, dask_cluster, mon
     def no_local_cluster(*args, **kwargs):
         raise AssertionError("a sweep given --scheduler must not start a local cluster")
 
+    def no_warm_up(*args, **kwargs):
+        raise AssertionError("the client does not compile for a cluster's workers")
+
     monkeypatch.setattr(dask.distributed, "LocalCluster", no_local_cluster)
+    monkeypatch.setattr("fabric.warmup.ensure_warm", no_warm_up)
     out = tmp_path / "sweep"
     r = invoke("sweep", tiny, "--vary", "ecmp.policy=5tuple,eecmp", "--seeds", "1-2",
                "--scheduler", dask_cluster, "-o", out)  # fmt: skip
@@ -138,6 +142,25 @@ def test_a_sweep_sent_to_an_existing_scheduler(tiny, tmp_path, dask_cluster, mon
     assert len(pids) == 2 and os.getpid() not in pids
     for row in table.itertuples():
         assert Run(out / row.run_dir).status == "complete"
+
+
+def test_a_local_sweep_compiles_the_kernels_once_before_its_workers_start(
+    tiny, tmp_path, monkeypatch
+):
+    import experiments.runner
+
+    events = []
+    connect = experiments.runner.connect
+
+    def recording_connect(*args, **kwargs):
+        events.append("workers")
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr("fabric.warmup.ensure_warm", lambda *a, **k: events.append("warm-up"))
+    monkeypatch.setattr(experiments.runner, "connect", recording_connect)
+    r = invoke("sweep", tiny, "--workers", 1, "-o", tmp_path / "sweep")
+    assert r.exit_code == 0, r.output
+    assert events == ["warm-up", "workers"]
 
 
 def test_an_interrupted_sweep_resumes_without_rerunning_finished_points(tiny, tmp_path):
