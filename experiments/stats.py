@@ -56,7 +56,11 @@ def describe(values) -> dict[str, Any]:
     if not n:
         return out
     out.update(mean=float(x.mean()), min=float(x.min()), max=float(x.max()))
-    if n > 1:
+    if out["min"] == out["max"]:  # x.mean() of equal values can miss them by a rounding
+        out["mean"] = out["min"]
+        if n > 1:
+            out.update(std=0.0, ci_low=out["min"], ci_high=out["min"])
+    elif n > 1:
         std = float(x.std(ddof=1))
         half = t_quantile(n - 1) * std / math.sqrt(n)
         out.update(std=std, ci_low=out["mean"] - half, ci_high=out["mean"] + half)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from aifabric.cli import main
 from experiments.spec import parse_seeds, split_values, sweep_from_dict, sweep_from_flags
-from experiments.stats import t_cdf_two_sided, t_quantile
+from experiments.stats import describe, t_cdf_two_sided, t_quantile
 from fabric.errors import SpecError
 
 # Student's t, two-sided 95%: the printed tables' values
@@ -21,6 +21,16 @@ T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 29: 2.04
 def test_t_quantile_matches_the_tables(dof, t):
     assert t_quantile(dof) == pytest.approx(t, abs=6e-4)
     assert t_cdf_two_sided(t_quantile(dof), dof) == pytest.approx(0.95, abs=1e-9)
+
+
+def test_equal_values_have_no_spread():
+    # numpy's mean of three 3445.9876543 is one rounding off, and its std 5.6e-13
+    stats = describe([3445.9876543] * 3)
+    assert stats["mean"] == stats["min"] == stats["max"] == 3445.9876543
+    assert stats["std"] == 0.0 and stats["ci_low"] == stats["ci_high"] == 3445.9876543
+    assert describe([7.5])["std"] is None
+    spread = describe([1.0, 2.0, 3.0])
+    assert spread["std"] == 1.0 and spread["ci_high"] - 2.0 == pytest.approx(4.303 / 3**0.5, 1e-3)
 
 
 def test_seeds_and_values():
