@@ -252,3 +252,23 @@ def test_compare_gives_a_sweep_one_column_per_configuration(tiny, tmp_path):
         f"Error: --by workload.qps: sweep {out} does not vary it "
         "(it varies ecmp.policy, workload.gpus)"
     )
+
+
+def test_a_point_whose_scenario_changed_is_run_again(tiny, tmp_path):
+    out = tmp_path / "sweep"
+
+    def sweep():
+        r = invoke("sweep", tiny, "--vary", "ecmp.policy=5tuple,eecmp", "--workers", 1,
+                   "-o", out, "--json")  # fmt: skip
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output[r.output.index("{") :])
+
+    assert (sweep()["ran"], sweep()["reused"]) == (2, 2)
+    first = pd.read_csv(out / "results.csv")
+    tiny.write_text(tiny.read_text().replace('size = "1MiB"', 'size = "2MiB"'))
+    outcome = sweep()
+    assert (outcome["ran"], outcome["reused"]) == (2, 0)
+    again = pd.read_csv(out / "results.csv")
+    assert (again["scenario_hash"] != first["scenario_hash"]).all()
+    for row in again.itertuples():
+        assert Run(out / row.run_dir).meta["scenario"]["workload"]["size"] == "2MiB"
