@@ -211,6 +211,27 @@ def test_report_states_finding_effect_and_published_figure(results, tmp_path):
     assert page.count("Plotly.newPlot") == 4  # busbw and job time: error bars, every seed
 
 
+def test_without_a_published_figure_the_verdict_says_what_was_measured(results):
+    from experiments.report import finding_lines
+    from experiments.results import open_sweep
+
+    spec = json.loads((results / "sweep.json").read_text())
+    del spec["report"]["published_effect"], spec["report"]["contrasts"][0]["published_effect"]
+    (results / "sweep.json").write_text(json.dumps(spec))
+    verdicts = [line for line in finding_lines(open_sweep(results)) if line.startswith("verdict")]
+    assert verdicts == [
+        "verdict:   no published figure; better in every interval",  # +50% on both seeds
+        "verdict:   reverse: no published figure; worse in every interval",
+    ]
+    # eecmp's third seed as slow as 5tuple's: +50% and -16.7%, an interval across zero
+    table = results / "results.csv"
+    table.write_text(
+        table.read_text().replace("5,eecmp,3,complete,,180", "5,eecmp,3,complete,,100")
+    )
+    verdicts = [line for line in finding_lines(open_sweep(results)) if line.startswith("verdict")]
+    assert verdicts[0] == "verdict:   no published figure; inconclusive (every interval spans zero)"
+
+
 def test_the_plots_show_the_aggregates_and_every_seed(results):
     from experiments.report import _metric_figures
     from experiments.results import open_sweep
