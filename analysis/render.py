@@ -16,7 +16,8 @@ def fmt(value, kind: str) -> str:
     if value is None:
         return "-"
     if kind == "rate":
-        return format_rate(int(value)) + "bps"
+        text = format_rate(int(value))  # '400G', but '0bps' below a kilobit
+        return text if text.endswith("bps") else text + "bps"
     if kind == "time":
         return format_time(int(round(value)))
     if kind == "size":
