@@ -589,7 +589,6 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
     out["jobs"] = _jobs(out["collectives"]["ops"], flows if has_flows else None, names)
     if has_ports and has_flows:
         senders_paused(fabric, ports, flows, out["jobs"])
-    if has_ports and has_flows:
         out["throughput"] = _throughput(fabric, ports, flows, out["jobs"], top, series)
     else:
         out["throughput"] = {

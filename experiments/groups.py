@@ -25,7 +25,7 @@ def sweep_groups(target: str, by: list[str] | None = None) -> list[tuple[str, li
     """(label, run directories) per configuration of the sweep at `target`, in the order the
     sweep ran them; `by` pools the runs over the varied keys it leaves out."""
     from experiments.results import open_sweep
-    from experiments.stats import configurations
+    from experiments.stats import configurations, select_rows
 
     res = open_sweep(target)
     keys = res.keys
@@ -37,14 +37,11 @@ def sweep_groups(target: str, by: list[str] | None = None) -> list[tuple[str, li
     frame = res.frame[res.frame["status"] == "complete"]
     out = []
     for config in configurations(frame, wanted):
-        mask = [
-            all(str(row[k]) == str(v) for k, v in zip(wanted, config, strict=True))
-            for _, row in frame.iterrows()
-        ]
         label = ", ".join(
             f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(wanted, config, strict=True)
         )
-        out.append((label or "all runs", [res.path / d for d in frame[mask]["run_dir"]]))
+        runs = select_rows(frame, wanted, config)["run_dir"]
+        out.append((label or "all runs", [res.path / d for d in runs]))
     if not out:
         raise AifabricError(f"sweep {target} has no complete run to compare")
     return out
