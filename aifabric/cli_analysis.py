@@ -85,16 +85,41 @@ def report(run, output):
 
 @main.command("compare")
 @click.argument("targets", nargs=-1, required=True)
+@click.option(
+    "--by",
+    "by",
+    multiple=True,
+    metavar="KEY",
+    help="A sweep's runs grouped by these of its varied keys [default: all of them].",
+)
 @rate_option
 @json_option
-def compare(targets, rate, as_json):
+def compare(targets, by, rate, as_json):
     """Runs (or captures) side by side: per job busbw, time and efficiency; ECMP against
-    uniform hashing; ECN, CNPs, pauses, completion."""
+    uniform hashing; ECN, CNPs, pauses, completion. A sweep directory is one column per
+    configuration: the mean over its seeds, with the 95% interval's half-width."""
     from analysis import render
     from analysis import targets as lib
+    from experiments.groups import group_summary, is_sweep_dir, sweep_groups
 
     notice_compiles()
-    rows, warnings = lib.compare(targets, rate_bps=rate)
+    sweeps = [t for t in targets if is_sweep_dir(t)]
+    if by and not sweeps:
+        raise click.UsageError("--by groups a sweep's runs; give a sweep directory")
+    rows, warnings = [], []
+    for target in targets:
+        if target not in sweeps:
+            more, w = lib.compare([target], rate_bps=rate)
+            rows += more
+            warnings += w
+            continue
+        for label, runs in sweep_groups(target, list(by)):
+            summaries, w = lib.compare([str(r) for r in runs], rate_bps=rate)
+            warnings += w
+            name = f"{label} ({len(runs)} run{'s' if len(runs) > 1 else ''})"
+            if len(targets) > 1:
+                name = f"{target.rstrip('/').rsplit('/', 1)[-1]}: {name}"
+            rows.append(group_summary(name, summaries))
     _warn(warnings)
     if as_json:
         emit_json(rows)

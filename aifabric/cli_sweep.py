@@ -104,10 +104,19 @@ def _run(spec, output, workers, scheduler, as_json) -> dict:
         raise click.UsageError(
             "--workers sizes a local cluster; with --scheduler the cluster has its own"
         )
+    from aifabric.warmup import ensure_warm
     from experiments.runner import run_sweep, stderr_progress
 
     previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
+        if scheduler is None:
+            # an empty kernel cache (a new version) is compiled once, here, and said so;
+            # else every local worker compiles all of it at once, silently, on its first point
+            try:
+                ensure_warm()
+            except KeyboardInterrupt:
+                click.echo("interrupted while compiling, before any point ran", err=True)
+                raise SystemExit(130) from None
         outcome = run_sweep(
             spec, output, workers=workers, scheduler=scheduler, echo=stderr_progress()
         )

@@ -300,7 +300,7 @@ def compile_notice(stream: TextIO | None = None, *, announce: bool = True):
 
 
 def main() -> None:
-    """`python -m fabric.warmup`: what `aifabric warmup` does."""
+    """`python -m aifabric.warmup`: what `aifabric warmup` does."""
     run()
 
 

@@ -459,6 +459,18 @@ def _chains(rows: list[dict]) -> None:
             row["hops_from_root"], row["root"] = hops, root
 
 
+def senders_paused(fabric, ports: dict, flows: dict, jobs: list[dict]) -> None:
+    """Each job's `senders_paused_ns`: PFC pause time on the ports of the NICs it sends
+    from, summed over them. A job's NICs are its own (jobs share none), so a bystander's
+    above zero means pauses that began elsewhere reached it."""
+    col = {int(p): j for j, p in enumerate(ports["port"].astype(np.int64))}
+    total = ports["paused_ns"].sum(axis=0)
+    for job in jobs:
+        src = np.unique(flows["src"][flows["job"] == job["job"]])
+        cols = [col[int(fabric.nic_port[s])] for s in src if int(fabric.nic_port[s]) in col]
+        job["senders_paused_ns"] = int(total[cols].sum()) if cols else None
+
+
 def recorded(run, key: str):
     """A figure the engine recorded in run.json's results (its summary or counters)."""
     results = run.meta.get("results") or {}
@@ -577,6 +589,7 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
     out["collectives"] = _collectives(col, flows if has_flows else None, fabric, names, scale)
     out["jobs"] = _jobs(out["collectives"]["ops"], flows if has_flows else None, names)
     if has_ports and has_flows:
+        senders_paused(fabric, ports, flows, out["jobs"])
         out["throughput"] = _throughput(fabric, ports, flows, out["jobs"], top, series)
     else:
         out["throughput"] = {

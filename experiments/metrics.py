@@ -69,6 +69,8 @@ def point_metrics(path, scenario, groups) -> dict[str, Any]:
             row[f"time_ns@{name}"] = job["time_ns"]
             row[f"ideal_ns@{name}"] = job["ideal_ns"] or None
             row[f"efficiency@{name}"] = job["efficiency"]
+        if "pfc" in groups:
+            row[f"senders_paused_ns@{name}"] = job.get("senders_paused_ns")
         if "busbw" in groups:
             ops = [o for o in m["collectives"]["ops"] if o["job"] == j]
             done = [o for o in ops if o["busbw_bps"] is not None and o["algorithm"] != "-"]

@@ -97,9 +97,9 @@ def _verdict(res: SweepResults, contrast: dict) -> str:
     """Agreement in direction with the published effect (a relative change of the metric),
     judged on the headline effects' intervals."""
     published = contrast.get("published_effect")
-    if published is None:
-        return ""
     heads = [e for e in headline_effects(res, contrast) if e["change_low"] is not None]
+    if published is None:
+        return _measured_only(heads, bool(res.report.get("higher_is_better", True)))
     if not heads:
         return "too few seeds for an interval; no verdict"
     sign = 1 if published > 0 else -1
@@ -117,6 +117,24 @@ def _verdict(res: SweepResults, contrast: dict) -> str:
         f"agrees in {len(agree)} of {n}; the rest are inconclusive (an interval spans zero) "
         f"against the published {percent(published)}"
     )
+
+
+def _measured_only(heads: list[dict], better: bool) -> str:
+    """Without a published figure: whether the headline effects are better, worse or
+    inconclusive, so that a finding the simulator does not reproduce is said so."""
+    if not heads:
+        return ""
+    n = len(heads)
+    sign = 1 if better else -1
+    up = sum(1 for e in heads if sign * e["change_low"] > 0 and sign * e["change_high"] > 0)
+    down = sum(1 for e in heads if sign * e["change_low"] < 0 and sign * e["change_high"] < 0)
+    if up == n or down == n:
+        return f"no published figure; {'better' if up else 'worse'} in every interval"
+    if not up and not down:
+        return "no published figure; inconclusive (every interval spans zero)"
+    parts = [f"{k} {word}" for k, word in ((up, "better"), (down, "worse")) if k]
+    parts.append(f"{n - up - down} inconclusive (the interval spans zero)")
+    return f"no published figure; of {n}: " + ", ".join(parts)
 
 
 def format_value(value, column: str = "") -> str:

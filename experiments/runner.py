@@ -16,13 +16,16 @@ hash), and runs the rest.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,15 +172,32 @@ def connect(workers: int | None = None, scheduler: str | None = None):
             return Client(scheduler, timeout="10s"), None
         except (OSError, TimeoutError) as e:
             raise AifabricError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
-    cluster = LocalCluster(
-        n_workers=workers or default_workers(),
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=None,
-        memory_limit=0,
-        silence_logs=logging.ERROR,
-    )
+    with _workers_ignore_ctrl_c():
+        cluster = LocalCluster(
+            n_workers=workers or default_workers(),
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+            memory_limit=0,
+            silence_logs=logging.ERROR,
+        )
     return Client(cluster), cluster
+
+
+@contextlib.contextmanager
+def _workers_ignore_ctrl_c():
+    """SIGINT ignored while the local workers start, so they inherit that (an ignored signal
+    stays ignored in a spawned process): Ctrl-C at a terminal reaches the whole process group,
+    and the client alone should handle it, cancelling the points and closing the cluster;
+    each worker would otherwise die with a traceback of its own."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_sweep(

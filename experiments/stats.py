@@ -56,7 +56,11 @@ def describe(values) -> dict[str, Any]:
     if not n:
         return out
     out.update(mean=float(x.mean()), min=float(x.min()), max=float(x.max()))
-    if n > 1:
+    if out["min"] == out["max"]:  # x.mean() of equal values can miss them by a rounding
+        out["mean"] = out["min"]
+        if n > 1:
+            out.update(std=0.0, ci_low=out["min"], ci_high=out["min"])
+    elif n > 1:
         std = float(x.std(ddof=1))
         half = t_quantile(n - 1) * std / math.sqrt(n)
         out.update(std=std, ci_low=out["mean"] - half, ci_high=out["mean"] + half)
@@ -89,7 +93,8 @@ def configurations(frame, keys: list[str]) -> list[tuple]:
     return list(seen)
 
 
-def _select(frame, keys: list[str], config: tuple):
+def select_rows(frame, keys: list[str], config: tuple):
+    """The rows of `frame` whose `keys` hold the values of `config` (compared as text)."""
     mask = np.ones(len(frame), dtype=bool)
     for k, v in zip(keys, config, strict=True):
         mask &= frame[k].astype(str).to_numpy() == str(v)
@@ -102,7 +107,7 @@ def aggregate(frame, keys: list[str], metrics: list[str] | None = None) -> list[
     cols = metrics or metric_columns(frame, keys)
     out = []
     for config in configurations(frame, keys):
-        rows = _select(done, keys, config)
+        rows = select_rows(done, keys, config)
         for col in cols:
             if col not in rows:
                 continue
@@ -143,8 +148,8 @@ def effects(frame, keys: list[str], column: str, baseline: dict[str, Any]) -> li
         if all(str(values[k]) == str(v) for k, v in baseline.items()):
             continue
         base_config = tuple(baseline.get(k, values[k]) for k in keys)
-        mine = _select(done, keys, config).set_index("seed")[column].dropna()
-        base = _select(done, keys, base_config).set_index("seed")[column].dropna()
+        mine = select_rows(done, keys, config).set_index("seed")[column].dropna()
+        base = select_rows(done, keys, base_config).set_index("seed")[column].dropna()
         seeds = sorted(set(mine.index) & set(base.index))
         change = [(mine[s] - base[s]) / base[s] for s in seeds if base[s]]
         stats = describe(change)

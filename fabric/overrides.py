@@ -65,7 +65,7 @@ def _known() -> dict[str, tuple[str, ...]]:
         "queue": tuple(SCHEMA["queue"]),
         "congestion_control": ("kind", *CC_DEFAULTS),
         "faults": FAULT_KEYS,
-        "workload": (*job_keys, *WORKLOAD_KEYS, "preset"),
+        "workload": tuple(dict.fromkeys((*job_keys, *WORKLOAD_KEYS, "preset"))),
     }
 
 

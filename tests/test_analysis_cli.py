@@ -138,3 +138,14 @@ def test_pcap_show_json_has_scapy_layers_and_fields():
     layers = [x["layer"] for x in p["layers"]]
     assert layers[:3] == ["Ethernet", "IP", "UDP"]
     assert p["layers"][2]["fields"]["dport"] == 4791
+
+
+def test_figures_read_with_one_unit_and_a_group_with_its_spread():
+    from analysis.render import _cell, fmt
+
+    assert fmt(400 * 10**9, "rate") == "400Gbps"
+    assert fmt(0, "rate") == "0bps" and fmt(500, "rate") == "500bps"  # not 0bpsbps
+    assert fmt(2.7, "int") == "3" and fmt(1234.0, "int") == "1,234"  # a mean over runs
+    assert _cell(96.43e9, "rate", 17.17e6) == "96.43Gbps ±17.17Mbps"
+    assert _cell(96.42e9, "rate", 0.0) == "96.42Gbps ±0bps"
+    assert _cell(5_220_000, "time", None) == "5.22ms" and _cell(None, "time", 5) == "-"

@@ -281,3 +281,31 @@ def test_two_jobs_analyze_compare_and_report(two_jobs, demo, tmp_path):
     assert "0 CNPs sent" in timeline["title"]
     counts = [a["ticks"] for a in timeline["axes"] if a["name"].startswith("yaxis")]
     assert counts == [["0", "1"]] * 3
+
+
+def test_pauses_that_reach_a_bystander_are_counted_on_its_senders(tmp_path):
+    """An incast beside an AllReduce on PFC alone (the congestion-control experiment's mixed
+    workload): the pauses spread from the incast's receiver to the AllReduce's NICs."""
+    from experiments.metrics import point_metrics
+    from fabric.scenarios import load_scenario
+
+    scenario = Path(__file__).resolve().parent.parent / "experiments/specs/scenarios"
+    scenario = str(scenario / "congestion-control.toml")
+    run = _run([scenario, "--set", "congestion_control.kind=none"], tmp_path / "run")
+    m = run_metrics(run)
+    fabric = fabric_from_topology(run.topology())
+    flows = run.flows()
+    paused = {r["port"]: r["paused_ns"] for r in m["pause_spread"]}  # every paused port
+    for job in m["jobs"]:
+        nics = {fabric.node_name[s] for s in flows["src"][flows["job"] == job["job"]]}
+        # a NIC's port is named nic--rtsw: the pause time of the ports the job sends from
+        mine = sum(t for port, t in paused.items() if port.split("--")[0] in nics)
+        assert job["senders_paused_ns"] == mine > 0, job["name"]
+    incast, allreduce = m["jobs"]
+    assert incast["senders_paused_ns"] > allreduce["senders_paused_ns"]
+    total = sum(j["senders_paused_ns"] for j in m["jobs"])
+    assert total < m["congestion"]["paused_ns"]  # switch ports were paused too
+    sc = load_scenario(scenario, overrides={"congestion_control.kind": "none"})
+    row = point_metrics(run.path, sc, ("pfc",))
+    assert row["senders_paused_ns@allreduce"] == allreduce["senders_paused_ns"]
+    assert row["senders_paused_ns@incast"] == incast["senders_paused_ns"]

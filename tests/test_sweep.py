@@ -122,7 +122,11 @@ def test_a_sweep_sent_to_an_existing_scheduler(tiny, tmp_path, dask_cluster, mon
     def no_local_cluster(*args, **kwargs):
         raise AssertionError("a sweep given --scheduler must not start a local cluster")
 
+    def no_warm_up(*args, **kwargs):
+        raise AssertionError("the client does not compile for a cluster's workers")
+
     monkeypatch.setattr(dask.distributed, "LocalCluster", no_local_cluster)
+    monkeypatch.setattr("aifabric.warmup.ensure_warm", no_warm_up)
     out = tmp_path / "sweep"
     r = invoke("sweep", tiny, "--vary", "ecmp.policy=5tuple,eecmp", "--seeds", "1-2",
                "--scheduler", dask_cluster, "-o", out)  # fmt: skip
@@ -140,11 +144,30 @@ def test_a_sweep_sent_to_an_existing_scheduler(tiny, tmp_path, dask_cluster, mon
         assert Run(out / row.run_dir).status == "complete"
 
 
+def test_a_local_sweep_compiles_the_kernels_once_before_its_workers_start(
+    tiny, tmp_path, monkeypatch
+):
+    import experiments.runner
+
+    events = []
+    connect = experiments.runner.connect
+
+    def recording_connect(*args, **kwargs):
+        events.append("workers")
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr("aifabric.warmup.ensure_warm", lambda *a, **k: events.append("warm-up"))
+    monkeypatch.setattr(experiments.runner, "connect", recording_connect)
+    r = invoke("sweep", tiny, "--workers", 1, "-o", tmp_path / "sweep")
+    assert r.exit_code == 0, r.output
+    assert events == ["warm-up", "workers"]
+
+
 def test_an_interrupted_sweep_resumes_without_rerunning_finished_points(tiny, tmp_path):
     out = tmp_path / "sweep"
     args = [sys.executable, "-m", "aifabric", "sweep", str(tiny), "--set", "workload.size=32MiB",
             "--set", "workload.gpus=16", "--vary", "ecmp.policy=5tuple,eecmp,pinned,spray",
-            "--workers", "1", "-o", str(out)]  # fmt: skip
+            "--seeds", "1-3", "--workers", "2", "-o", str(out)]  # fmt: skip
     proc = subprocess.Popen(args, env=_env(), start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     table = out / "results.csv"
@@ -157,9 +180,11 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_points(tiny, tm
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "run the same command again to resume" in err
+    # the workers, in the same process group, got the Ctrl-C too: the client stops them quietly
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     first = pd.read_csv(table)
     finished = first[first["status"] == "complete"]
-    assert 1 <= len(finished) < 4, "the interrupt came too late to test anything"
+    assert 1 <= len(finished) < 12, "the interrupt came too late to test anything"
     # the table agrees with the run directories: every row's run is complete
     started = {}
     for row in finished.itertuples():
@@ -170,10 +195,80 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_points(tiny, tm
                            capture_output=True, text=True, timeout=300)  # fmt: skip
     assert again.returncode == 0, again.stderr
     outcome = json.loads(again.stdout)
-    assert outcome["reused"] == len(finished) and outcome["ran"] == 4 - len(finished)
+    assert outcome["reused"] == len(finished) and outcome["ran"] == 12 - len(finished)
     final = pd.read_csv(table)
-    assert list(final["status"]) == ["complete"] * 4
+    assert list(final["status"]) == ["complete"] * 12
     for run_dir, (stamp, stat) in started.items():
         now = (out / run_dir / "run.json").stat()
         assert Run(out / run_dir).meta["started_at"] == stamp
         assert (now.st_ino, now.st_mtime_ns) == (stat.st_ino, stat.st_mtime_ns)
+
+
+def test_compare_gives_a_sweep_one_column_per_configuration(tiny, tmp_path):
+    from experiments.stats import describe
+
+    out = tmp_path / "sweep"
+    r = invoke("sweep", tiny, "--vary", "ecmp.policy=5tuple,pinned",
+               "--vary", "workload.gpus=8,16", "--set", "workload.size=4MiB",
+               "--seeds", "1-3", "--workers", 1, "-o", out)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    table = pd.read_csv(out / "results.csv")
+    assert list(table["status"]) == ["complete"] * 12
+
+    def compare(*args):
+        r = invoke("compare", *args, "--json")
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output[r.output.index("[") :])
+
+    groups = compare(out, "--by", "ecmp.policy")
+    assert [g["name"] for g in groups] == ["policy=5tuple (6 runs)", "policy=pinned (6 runs)"]
+    for group, policy in zip(groups, ("5tuple", "pinned"), strict=True):
+        mine = table[table["ecmp.policy"] == policy]
+        runs = compare(*(out / d for d in mine["run_dir"]))  # the same runs one by one
+        (job,) = group["jobs"]
+        busbw = describe([x["jobs"][0]["busbw_bps"] for x in runs])
+        assert job["busbw_bps"] == pytest.approx(busbw["mean"])
+        assert job["spread"]["busbw_bps"] == pytest.approx(busbw["ci_high"] - busbw["mean"])
+        assert job["busbw_bps"] == pytest.approx(mine["busbw_gbps@allreduce"].mean() * 1e9)
+        p99 = describe([x["fct_p99_ns"] for x in runs])
+        assert group["fct_p99_ns"] == pytest.approx(p99["mean"])
+        assert group["spread"]["fct_p99_ns"] == pytest.approx(p99["ci_high"] - p99["mean"])
+        assert group["pfc_frames"] == pytest.approx(sum(x["pfc_frames"] for x in runs) / 6)
+        assert group["runs"] == 6
+    every = compare(out)  # by default: every varied key
+    assert [g["name"] for g in every] == [
+        "policy=5tuple, gpus=8 (3 runs)", "policy=5tuple, gpus=16 (3 runs)",
+        "policy=pinned, gpus=8 (3 runs)", "policy=pinned, gpus=16 (3 runs)",
+    ]  # fmt: skip
+    text = invoke("compare", out, "--by", "workload.gpus")
+    assert text.exit_code == 0, text.output
+    head, _, rest = text.output.partition("\n")
+    assert "gpus=8 (6 runs)" in head and "gpus=16 (6 runs)" in head
+    busbw = next(line for line in rest.splitlines() if "): busbw" in line)
+    assert busbw.count("±") == 2
+    wrong = invoke("compare", out, "--by", "workload.qps")
+    assert wrong.exit_code == 1
+    assert wrong.output.strip() == (
+        f"Error: --by workload.qps: sweep {out} does not vary it "
+        "(it varies ecmp.policy, workload.gpus)"
+    )
+
+
+def test_a_point_whose_scenario_changed_is_run_again(tiny, tmp_path):
+    out = tmp_path / "sweep"
+
+    def sweep():
+        r = invoke("sweep", tiny, "--vary", "ecmp.policy=5tuple,eecmp", "--workers", 1,
+                   "-o", out, "--json")  # fmt: skip
+        assert r.exit_code == 0, r.output
+        return json.loads(r.output[r.output.index("{") :])
+
+    assert (sweep()["ran"], sweep()["reused"]) == (2, 2)
+    first = pd.read_csv(out / "results.csv")
+    tiny.write_text(tiny.read_text().replace('size = "1MiB"', 'size = "2MiB"'))
+    outcome = sweep()
+    assert (outcome["ran"], outcome["reused"]) == (2, 0)
+    again = pd.read_csv(out / "results.csv")
+    assert (again["scenario_hash"] != first["scenario_hash"]).all()
+    for row in again.itertuples():
+        assert Run(out / row.run_dir).meta["scenario"]["workload"]["size"] == "2MiB"

@@ -80,6 +80,8 @@ def test_unknown_keys_are_refused_in_one_sentence(key, says):
         apply_overrides({"scenario": {}}, {key: 1})
     assert str(e.value).startswith(says)
     assert "\n" not in str(e.value)
+    named = str(e.value).partition(" takes ")[2].split(", ")
+    assert len(named) == len(set(named)), "each key the table takes is named once"
 
 
 def test_loader_applies_overrides(tmp_path):

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from aifabric.cli import main
 from experiments.spec import parse_seeds, split_values, sweep_from_dict, sweep_from_flags
-from experiments.stats import t_cdf_two_sided, t_quantile
+from experiments.stats import describe, t_cdf_two_sided, t_quantile
 from fabric.errors import SpecError
 
 # Student's t, two-sided 95%: the printed tables' values
@@ -21,6 +21,16 @@ T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 29: 2.04
 def test_t_quantile_matches_the_tables(dof, t):
     assert t_quantile(dof) == pytest.approx(t, abs=6e-4)
     assert t_cdf_two_sided(t_quantile(dof), dof) == pytest.approx(0.95, abs=1e-9)
+
+
+def test_equal_values_have_no_spread():
+    # numpy's mean of three 3445.9876543 is one rounding off, and its std 5.6e-13
+    stats = describe([3445.9876543] * 3)
+    assert stats["mean"] == stats["min"] == stats["max"] == 3445.9876543
+    assert stats["std"] == 0.0 and stats["ci_low"] == stats["ci_high"] == 3445.9876543
+    assert describe([7.5])["std"] is None
+    spread = describe([1.0, 2.0, 3.0])
+    assert spread["std"] == 1.0 and spread["ci_high"] - 2.0 == pytest.approx(4.303 / 3**0.5, 1e-3)
 
 
 def test_seeds_and_values():
@@ -201,6 +211,27 @@ def test_report_states_finding_effect_and_published_figure(results, tmp_path):
     assert page.count("Plotly.newPlot") == 4  # busbw and job time: error bars, every seed
 
 
+def test_without_a_published_figure_the_verdict_says_what_was_measured(results):
+    from experiments.report import finding_lines
+    from experiments.results import open_sweep
+
+    spec = json.loads((results / "sweep.json").read_text())
+    del spec["report"]["published_effect"], spec["report"]["contrasts"][0]["published_effect"]
+    (results / "sweep.json").write_text(json.dumps(spec))
+    verdicts = [line for line in finding_lines(open_sweep(results)) if line.startswith("verdict")]
+    assert verdicts == [
+        "verdict:   no published figure; better in every interval",  # +50% on both seeds
+        "verdict:   reverse: no published figure; worse in every interval",
+    ]
+    # eecmp's third seed as slow as 5tuple's: +50% and -16.7%, an interval across zero
+    table = results / "results.csv"
+    table.write_text(
+        table.read_text().replace("5,eecmp,3,complete,,180", "5,eecmp,3,complete,,100")
+    )
+    verdicts = [line for line in finding_lines(open_sweep(results)) if line.startswith("verdict")]
+    assert verdicts[0] == "verdict:   no published figure; inconclusive (every interval spans zero)"
+
+
 def test_the_plots_show_the_aggregates_and_every_seed(results):
     from experiments.report import _metric_figures
     from experiments.results import open_sweep
@@ -292,3 +323,18 @@ def test_sweep_misuse_is_refused_before_anything_runs(tmp_path):
     assert typo.exit_code == 1
     assert typo.output == "Error: unknown key ecmp.polcy: [ecmp] takes policy, same_seed\n"
     assert not out.exists()
+
+
+def test_the_progress_line_counts_points_failures_and_time_left():
+    import time
+
+    from experiments.runner import Progress
+
+    # 2 points from before, 2 run in 10 s (one failed): 4 left at 5 s each
+    line = Progress(total=8, reused=2, done=2, failed=1, started=time.monotonic() - 10).line()
+    assert line.startswith("  [" + "#" * 12 + "." * 12 + "] 4/8 points done  1 failed")
+    assert line.endswith("0m10s elapsed  about 0m20s left")
+    fresh = Progress(total=8, reused=2, started=time.monotonic()).line()
+    assert "2/8 points done  0 failed" in fresh and "left" not in fresh  # nothing run: no guess
+    done = Progress(total=2, reused=0, done=2, started=time.monotonic() - 5).line()
+    assert "[" + "#" * 24 + "] 2/2" in done and "left" not in done

@@ -1,0 +1,83 @@
+"""`aifabric compare` over groups of runs: a sweep's runs pooled per configuration.
+
+A sweep directory given to `compare` is one column per configuration (or per
+value of the keys `--by` names), not one per run: each figure of
+`analysis.metrics.summary` is the mean over the group's complete runs, with
+the half-width of its 95% interval over them (`spread`) where there are two
+or more.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fabric.errors import AifabricError
+
+JOB_FIGURES = ("busbw_bps", "time_ns", "ideal_ns", "efficiency", "fct_p99_ns")
+
+
+def is_sweep_dir(target: str) -> bool:
+    path = Path(target)
+    return (path / "sweep.json").is_file() and (path / "results.csv").is_file()
+
+
+def sweep_groups(target: str, by: list[str] | None = None) -> list[tuple[str, list[Path]]]:
+    """(label, run directories) per configuration of the sweep at `target`, in the order the
+    sweep ran them; `by` pools the runs over the varied keys it leaves out."""
+    from experiments.results import open_sweep
+    from experiments.stats import configurations, select_rows
+
+    res = open_sweep(target)
+    keys = res.keys
+    wanted = list(by or keys)
+    for key in wanted:
+        if key not in keys:
+            varies = ", ".join(keys) if keys else "nothing"
+            raise AifabricError(f"--by {key}: sweep {target} does not vary it (it varies {varies})")
+    frame = res.frame[res.frame["status"] == "complete"]
+    out = []
+    for config in configurations(frame, wanted):
+        label = ", ".join(
+            f"{k.rsplit('.', 1)[-1]}={v}" for k, v in zip(wanted, config, strict=True)
+        )
+        runs = select_rows(frame, wanted, config)["run_dir"]
+        out.append((label or "all runs", [res.path / d for d in runs]))
+    if not out:
+        raise AifabricError(f"sweep {target} has no complete run to compare")
+    return out
+
+
+def _pool(dicts: list[dict], keys) -> tuple[dict, dict]:
+    """Per key: the mean of the values present, and the half-width of its 95% interval."""
+    from experiments.stats import describe
+
+    means, spread = {}, {}
+    for key in keys:
+        stats = describe([d[key] for d in dicts if d.get(key) is not None])
+        means[key] = stats["mean"]
+        spread[key] = None if stats["ci_high"] is None else stats["ci_high"] - stats["mean"]
+    return means, spread
+
+
+def group_summary(name: str, summaries: list[dict]) -> dict:
+    """One summary (as `analysis.metrics.summary` makes) for a group of runs' summaries:
+    means, `spread` (95% half-intervals), `runs`; jobs matched by name."""
+    figures = [k for k, v in summaries[0].items() if k not in ("name", "jobs", "ecmp_tier", "runs")]
+    out, spread = _pool(summaries, figures)
+    tiers = {s["ecmp_tier"] for s in summaries}
+    jobs = []
+    for job_name in dict.fromkeys(j["name"] for s in summaries for j in s["jobs"]):
+        mine = [j for s in summaries for j in s["jobs"] if j["name"] == job_name]
+        means, job_spread = _pool(mine, JOB_FIGURES)
+        jobs.append(
+            {"job": mine[0]["job"], "name": job_name, "kind": mine[0]["kind"], **means,
+             "runs": len(mine), "spread": job_spread}
+        )  # fmt: skip
+    return {
+        **out,
+        "name": name,
+        "runs": len(summaries),
+        "jobs": jobs,
+        "ecmp_tier": tiers.pop() if len(tiers) == 1 else "several",
+        "spread": spread,
+    }
