@@ -179,7 +179,10 @@ def connect(workers: int | None = None, scheduler: str | None = None):
             processes=True,
             dashboard_address=None,
             memory_limit=0,
-            silence_logs=logging.ERROR,
+            # CRITICAL: a point's failure reaches the table through its future; what the
+            # workers log themselves is noise, e.g. a heartbeat that finds the scheduler
+            # already closed while the cluster shuts down after Ctrl-C (a traceback at ERROR)
+            silence_logs=logging.CRITICAL,
         )
     return Client(cluster), cluster
 

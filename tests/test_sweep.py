@@ -163,6 +163,34 @@ def test_a_local_sweep_compiles_the_kernels_once_before_its_workers_start(
     assert events == ["warm-up", "workers"]
 
 
+WORKER_LOGS = """
+import logging
+from experiments.runner import connect
+
+def shout():
+    logging.getLogger("distributed.worker").error("Failed to communicate with scheduler")
+    return 1
+
+client, cluster = connect(workers=1)
+try:
+    print(client.submit(shout, pure=False).result())
+finally:
+    client.close()
+    cluster.close()
+"""
+
+
+def test_what_local_workers_log_stays_off_the_terminal():
+    """The shutdown after Ctrl-C can find a worker's heartbeat talking to a scheduler that is
+    already closed; the worker logs that at ERROR with a traceback. Failures reach the table
+    through the futures, so the local workers' own log lines are not shown."""
+    r = subprocess.run([sys.executable, "-c", WORKER_LOGS], env=_env(), capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "1"
+    assert "Failed to communicate" not in r.stderr, r.stderr
+
+
 def test_an_interrupted_sweep_resumes_without_rerunning_finished_points(tiny, tmp_path):
     out = tmp_path / "sweep"
     args = [sys.executable, "-m", "aifabric", "sweep", str(tiny), "--set", "workload.size=32MiB",
