@@ -319,7 +319,7 @@ def _spread_text(r: dict) -> str:
     )  # fmt: skip
     hists = [
         f"{t['tier']:<10} links carrying n QP flows  "
-        + ", ".join(f"{k}: {v}" for k, v in t["flows_per_uplink"].items())
+        + ", ".join(f"{k}: {v}" for k, v in t["flows_per_link"].items())
         for t in r["tiers"]
     ]
     lost = [f"{r['unreachable']} QP flows found no path"] if r["unreachable"] else []

@@ -307,7 +307,7 @@ def _spread_table(m: dict, top: int) -> list[str]:
 def _worst_table(m: dict) -> str:
     th = m["throughput"]
     return render(
-        ["job", "from", "to", "receivers' utilization", "received"],
+        ["job", "from", "to", "receivers' utilization", "received, all receivers"],
         [
             [
                 w["name"],

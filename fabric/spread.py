@@ -133,8 +133,8 @@ def ecmp_spread(
                     key: float(np.mean([r[key] for r in ref])) if ref else None
                     for key in ("max_mean", "cv", "jain")
                 },
-                "flows_per_uplink": {str(i): int(c) for i, c in enumerate(hist) if c},
-                "uplinks": {fabric.port_names[p]: int(c) for p, c in zip(bins, count, strict=True)},
+                "flows_per_link": {str(i): int(c) for i, c in enumerate(hist) if c},
+                "links": {fabric.port_names[p]: int(c) for p, c in zip(bins, count, strict=True)},
             }
         )
     return {

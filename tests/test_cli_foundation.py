@@ -91,8 +91,10 @@ def test_ecmp_shows_tiers_and_the_uniform_reference():
     data = json.loads(run("ecmp", "lab-medium", "--flows", "300", "--json").output)
     up = next(t for t in data["tiers"] if t["tier"] == "rtsw>ctsw")
     assert up["qp_flows"] == 300
-    assert sum(up["uplinks"].values()) == 300
+    assert sum(up["links"].values()) == 300
     assert up["expected"]["cv"] > 0
+    # the down tier's keys say links too: they are not uplinks
+    assert all("uplinks" not in t and "flows_per_uplink" not in t for t in data["tiers"])
 
 
 def test_ecmp_same_seed_shows_polarization():
@@ -101,7 +103,7 @@ def test_ecmp_same_seed_shows_polarization():
         return next(t for t in json.loads(out)["tiers"] if t["tier"] == "ctsw>atsw")
 
     polarized, spread = second_tier("--same-seed"), second_tier()
-    assert polarized["flows_per_uplink"]["0"] > 64  # 3 of 4 core uplinks idle
+    assert polarized["flows_per_link"]["0"] > 64  # 3 of 4 core uplinks idle
     assert polarized["load"]["max_mean"] > 2 * spread["load"]["max_mean"]
 
 

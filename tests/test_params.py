@@ -77,5 +77,5 @@ def test_ecmp_names_uplinks_as_the_fabric_does():
     from topologies import load_fabric
 
     names = set(load_fabric("lab-small").port_names)
-    uplinks = [u for t in json.loads(r.output)["tiers"] for u in t["uplinks"]]
+    uplinks = [u for t in json.loads(r.output)["tiers"] for u in t["links"]]
     assert uplinks and set(uplinks) <= names
