@@ -440,7 +440,9 @@ def last_ack(S, i):
 
 @njit(cache=True)
 def send_control(S, f, kind, arg, now):
-    """The receiver of flow f (or, for REQ, its sender) sends a control packet."""
+    """The receiver of flow f (or, for REQ, its sender) sends a control packet. Callers
+    pass int64 for every argument (`np.int64(K_CTS)`, not `K_CTS`): numba compiles a called
+    kernel once per argument type, and a constant is a type of its own (a literal)."""
     control_packet(S, f, kind, arg, now)
 
 
@@ -601,6 +603,13 @@ def nic_pick(S, p, now):
 def kick(S, p, now):
     """Port p starts its next frame if it is free (`start_frame`)."""
     start_frame(S, p, now)
+
+
+@njit(cache=True, inline="always")
+def kick_sender(S, f, now):
+    """`kick` the NIC port of flow f's sender, as an int64 like every port `kick` is given:
+    numba compiles a called kernel once per argument type, and this one is large."""
+    kick(S, np.int64(S.net.nic_port[S.fl[f, FL_SRC]]), now)
 
 
 @njit(cache=True, inline="always")
@@ -809,7 +818,7 @@ def grant(S, f, now):
         n = congestion.next_grant(S, f)
         if n <= 0:
             return
-        send_control(S, f, K_CTS, n, now)
+        send_control(S, f, np.int64(K_CTS), n, now)
 
 
 @njit(cache=True)
@@ -869,7 +878,7 @@ def repace(S, f, now):
     gap = np.int64(np.ceil(fl[f, FL_LAST_WIRE_BYTES] * PS_PER_S_BITS / fr[f, FR_RC_BPS]))
     fl[f, FL_NEXT_SEND_PS] = fl[f, FL_LAST_TX_PS] + gap
     if fl[f, FL_SLOT] >= 0:
-        kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+        kick_sender(S, f, now)
 
 
 @njit(cache=True, inline="always")
@@ -877,7 +886,7 @@ def deliver(S, i, now):
     """Packet i reached the NIC at the end of its route. Inlined into the loop (see
     `start_frame`), with the ACK it may send (`ack`)."""
     g, fl, pk = S.g, S.fl, S.pk
-    f = pk[i, PK_FLOW]
+    f = np.int64(pk[i, PK_FLOW])  # the loop's type for a flow: one compile of what it calls
     kind = pk[i, PK_KIND]
     # go-back-N: data out of order (possible only after a loss, a new route or under
     # spray; the check reads one more row) is dropped, and the first gap NAKed once
@@ -890,7 +899,7 @@ def deliver(S, i, now):
         gap = S.pc[i, PC_OFFSET_BYTES] > fl[f, FL_DELIV_BYTES]
         if gap and fl[f, FL_NAKED] == 0 and fl[f, FL_STATE] != ST_DONE:
             fl[f, FL_NAKED] = 1
-            send_control(S, f, K_ACK, fl[f, FL_DELIV_BYTES] + 1, now)
+            send_control(S, f, np.int64(K_ACK), fl[f, FL_DELIV_BYTES] + 1, now)
     elif kind == K_DATA:
         fl[f, FL_NAKED] = 0
         fl[f, FL_DELIV_BYTES] += pk[i, PK_BYTES]
@@ -901,7 +910,7 @@ def deliver(S, i, now):
         if todo & DO_CNP:
             g[G_CNP] += 1
             S.pt[S.net.nic_port[fl[f, FL_DST]], PT_S_CNP] += 1
-            send_control(S, f, K_CNP, 0, now)
+            send_control(S, f, np.int64(K_CNP), np.int64(0), now)
         if todo & DO_GRANT:
             grant(S, f, now)
         every = S.prm[P_ACK_EVERY]
@@ -921,7 +930,7 @@ def deliver(S, i, now):
             repace(S, f, now)
     elif kind == K_CTS:
         if congestion.on_grant(S, f, S.pc[i, PC_ARG]) & DO_KICK and fl[f, FL_SLOT] >= 0:
-            kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+            kick_sender(S, f, now)
     elif kind == K_REQ and congestion.on_grant_request(S, f) & DO_GRANT:
         grant(S, f, now)
     release_packet(S, i)
@@ -950,9 +959,9 @@ def start_flow(S, f, now):
     list_add(S, f)
     todo = congestion.on_flow_start(S, f)
     if todo & DO_REQUEST:
-        send_control(S, f, K_REQ, 0, now)
+        send_control(S, f, np.int64(K_REQ), np.int64(0), now)
     if todo & DO_KICK:
-        kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+        kick_sender(S, f, now)
 
 
 @njit(cache=True)
@@ -963,12 +972,12 @@ def retransmit(S, f, nbytes, now):
     if fl[f, FL_STATE] == ST_NOPATH:
         return
     if nbytes == 0:
-        send_control(S, f, K_REQ, 0, now)
+        send_control(S, f, np.int64(K_REQ), np.int64(0), now)
         return
     if nbytes < 0:
         congestion.on_grant(S, f, -nbytes)
         if fl[f, FL_SLOT] >= 0:
-            kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+            kick_sender(S, f, now)
     else:
         resend(S, f, nbytes, now)
 
@@ -985,7 +994,7 @@ def resend(S, f, nbytes, now):
         if fl[f, FL_NEXT_SEND_PS] < now:
             fl[f, FL_NEXT_SEND_PS] = now
         list_add(S, f)
-    kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+    kick_sender(S, f, now)
 
 
 @njit(cache=True)
