@@ -615,9 +615,10 @@ def kick_sender(S, f, now):
 @njit(cache=True, inline="always")
 def start_frame(S, p, now):
     """Port p starts its next frame if it is free: PFC first, then control, then data.
-    Inlined where a hop calls it (the loop, `arrive_at_switch`), with what a NIC calls
-    to send data (`nic_pick`, `send_data`): a call passes every array of the state one
-    field at a time, a large part of a hop's cost."""
+    Inlined where a hop calls it (the loop, once: after an EV_TX and after a packet is
+    queued by `arrive_at_switch`), with what a NIC calls to send data (`nic_pick`,
+    `send_data`): a call passes every array of the state one field at a time, a large
+    part of a hop's cost."""
     g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
     if start_control(S, p, now):
         return
@@ -755,36 +756,38 @@ def adapt_route(S, i, j):
 
 @njit(cache=True, inline="always")
 def arrive_at_switch(S, i, p_in, q, now):
-    """Packet i came over port p_in into a switch and goes out of its port q. Inlined into
-    the loop, as are `arrive_shared` and `start_frame`: a call would pass every array of
-    the state one field at a time."""
+    """Packet i came over port p_in into a switch and goes out of its port q: True if it is
+    queued there (the loop then starts port q's next frame: `start_frame`, written once in
+    the loop for this and EV_TX, as it is the largest part of the loop to compile). Inlined
+    into the loop, as is `arrive_shared`: a call would pass every array of the state one
+    field at a time."""
     pt, pk = S.pt, S.pk
     if not pt[q, PT_ALIVE]:
         drop(S, i, q, now)
-        return
+        return False
     wire = pk[i, PK_WIRE_BYTES]
     if pt[q, PT_SHARED]:
         if not arrive_shared(S, i, p_in ^ 1, q, wire, now):
-            return
+            return False
     elif pk[i, PK_KIND] == K_DATA:
         k = p_in ^ 1
         if pt[k, PT_PFC_ON]:
             verdict = pfc.admit(pt, k, wire)
             if verdict == pfc.DROP:
                 drop(S, i, q, now)
-                return
+                return False
             if verdict == pfc.ADMIT_XOFF:
                 send_pfc(S, k, pt[k, PT_QUANTA], now)
         elif pt[q, PT_Q1_BYTES] + wire > pt[q, PT_BUF_BYTES]:
             drop(S, i, q, now)
-            return
+            return False
         enqueue(pt, pk, q, 1, i, now)
     else:
         if pt[q, PT_Q0_BYTES] + wire > pt[q, PT_BUF_BYTES]:
             drop(S, i, q, now)
-            return
+            return False
         enqueue(pt, pk, q, 0, i, now)
-    start_frame(S, q, now)
+    return True
 
 
 @njit(cache=True, inline="always")
@@ -1163,6 +1166,7 @@ def run(S_counted, t_stop, max_events):
         g[G_NOW_PS] = now
         g[G_EVENTS] += 1
         done_events += 1
+        port = -1  # a port to start its next frame (`start_frame`) after the event
         if kind == EV_ARRIVE:
             h = pk[a, PK_HOP]
             p = pk[a, PK_ROUTE + h]
@@ -1174,11 +1178,13 @@ def run(S_counted, t_stop, max_events):
                 pk[a, PK_HOP] = h + 1
                 if S.prm[P_ADAPTIVE] and pk[a, PK_KIND] == K_DATA:
                     adapt_route(S, a, h + 1)
-                arrive_at_switch(S, a, p, pk[a, PK_ROUTE + h + 1], now)
+                q = pk[a, PK_ROUTE + h + 1]
+                if arrive_at_switch(S, a, p, q, now):
+                    port = q
         elif kind == EV_TX:
             if pt[a, PT_TXEV_PS] == now:
                 pt[a, PT_TXEV_PS] = -1
-            start_frame(S, a, now)
+            port = a
         elif kind == EV_FLOW_START:
             start_flow(S, a, now)
         elif kind == EV_PFC:
@@ -1215,3 +1221,5 @@ def run(S_counted, t_stop, max_events):
                     if idle:  # what is left waits on flows that found no path
                         return R_DONE
                 schedule(ev, g, now + prm[P_SAMPLE_PS], EV_SAMPLE, 0, 0)
+        if port >= 0:
+            start_frame(S, port, now)
