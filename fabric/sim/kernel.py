@@ -283,7 +283,18 @@ def serialization_ps(wire_bytes, rate_bps):
 def want_tx(S, p, t):
     """Make sure port p looks for work again at time t. Every hop asks this of the port it
     left, so the event is pushed inline (`push`), not by a call (`schedule`)."""
-    pt, ev, g = S.pt, S.ev, S.g
+    tx_event(S.pt, S.ev, S.g, p, t)
+
+
+@njit(cache=True)
+def wait_tx(pt, ev, g, p, t):
+    """`want_tx` by a call, where a port waits (a pause, a PFC frame sent, a flow without a
+    path): rare on a hop's path, and each of `start_frame`'s copies has less to compile."""
+    tx_event(pt, ev, g, p, t)
+
+
+@njit(cache=True, inline="always")
+def tx_event(pt, ev, g, p, t):
     if pt[p, PT_TXEV_PS] != t:
         pt[p, PT_TXEV_PS] = t
         push(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
@@ -627,12 +638,12 @@ def start_frame(S, p, now):
         if S.nd[pt[p, PT_NODE], ND_CNT] == 0:
             return
         if paused:
-            want_tx(S, p, pt[p, PT_PAUSE_UNTIL_PS])
+            wait_tx(pt, S.ev, g, p, pt[p, PT_PAUSE_UNTIL_PS])
             return
         f = nic_pick(S, p, now)
         if f >= 0 and S.path_ptr[f + 1] == S.path_ptr[f]:
             lose_path(S, f)
-            want_tx(S, p, now)  # another flow of this NIC may send
+            wait_tx(pt, S.ev, g, p, now)  # another flow of this NIC may send
         elif f >= 0:
             send_data(S, f, p, now)
             want_tx(S, p, pt[p, PT_FREE_AT_PS])
@@ -640,7 +651,7 @@ def start_frame(S, p, now):
     if pt[p, PT_HEAD1] < 0:
         return
     if paused:
-        want_tx(S, p, pt[p, PT_PAUSE_UNTIL_PS])
+        wait_tx(pt, S.ev, g, p, pt[p, PT_PAUSE_UNTIL_PS])
         return
     i = dequeue(pt, pk, p, 1, now)
     if pt[p, PT_ECN_ON] and pk[i, PK_CE] == 0:
@@ -671,7 +682,7 @@ def start_control(S, p, now):
     if pt[p, PT_PFC_PENDING] >= 0:
         put_pfc_on_wire(S, p, pt[p, PT_PFC_PENDING], now)
         pt[p, PT_PFC_PENDING] = -1
-        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+        wait_tx(pt, S.ev, S.g, p, pt[p, PT_FREE_AT_PS])
         return True
     if pt[p, PT_HEAD0] >= 0:
         i = dequeue(pt, pk, p, 0, now)
