@@ -837,8 +837,10 @@ def grant(S, f, now):
 
 @njit(cache=True)
 def send_ack(S, f, now):
-    """The receiver of flow f acknowledges every byte it has (one ACK: cumulative)."""
-    ack(S, f, now)
+    """The receiver of flow f acknowledges every byte it has (one ACK: cumulative). Once a
+    flow or after a lost ACK: `send_control` by a call (`ack` inlines what it does)."""
+    S.fl[f, FL_UNACKED] = 0
+    send_control(S, f, np.int64(K_ACK), np.int64(0), now)
 
 
 @njit(cache=True, inline="always")
