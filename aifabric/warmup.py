@@ -2,7 +2,7 @@
 
 numba compiles a kernel the first time it is called and keeps the machine code
 in the cache directory (`fabric._numba_cache`); compiling all of them costs
-about a minute of CPU. `warm_up()` does that once, at install time
+about a minute and a half of CPU. `warm_up()` does that once, at install time
 (`aifabric warmup`, run by scripts/install), by running tiny scenarios through
 the public entry points: every congestion-control kind of `fabric.cc.KINDS`,
 every ECMP policy, a link failure and a drained switch, a lossy queue, a
@@ -34,7 +34,7 @@ from fabric import _numba_cache
 
 MARKER = "aifabric-warm.json"
 ESTIMATE_FILE = "compile-seconds"
-DEFAULT_ESTIMATE_S = 300  # CPU seconds on a 2-core machine, numba 0.68 (304-305 measured)
+DEFAULT_ESTIMATE_S = 90  # CPU seconds on a 2-core machine, numba 0.68 (91-92 measured, load 1)
 TOPOLOGY = "lab-small"
 
 

@@ -15,7 +15,7 @@ The children may write bytecode (__pycache__), as an installed aifabric does,
 whatever PYTHONDONTWRITEBYTECODE says here: without it every module of the
 project is compiled from source on each start (about 0.1 s of CPU).
 
-`--cold` (slow: about a minute of CPU) adds, once each, in a fresh empty numba
+`--cold` (slow: about a minute and a half of CPU) adds, once each, in a fresh empty numba
 cache directory deleted afterwards:
 
   cold run  `aifabric run` of the one-flow scenario: the time until it says it

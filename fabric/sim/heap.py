@@ -131,11 +131,13 @@ def push(ev, g, t, kind, a, b):
     seq = g[G_SEQ]
     g[G_SEQ] = seq + 1
     far = g[G_FAR]
-    if t < g[G_SPLIT_PS]:
-        _lift(ev, NEAR, n - far, t, seq, kind, a, b)
-    else:
+    h = NEAR
+    i = n - far
+    if t >= g[G_SPLIT_PS]:
         g[G_FAR] = far + 1
-        _lift(ev, FAR, far, t, seq, kind, a, b)
+        h = FAR
+        i = far
+    _lift(ev, h, i, t, seq, kind, a, b)  # one copy for either heap: push is inlined often
 
 
 @njit(cache=True, inline="always")

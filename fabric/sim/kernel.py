@@ -283,7 +283,18 @@ def serialization_ps(wire_bytes, rate_bps):
 def want_tx(S, p, t):
     """Make sure port p looks for work again at time t. Every hop asks this of the port it
     left, so the event is pushed inline (`push`), not by a call (`schedule`)."""
-    pt, ev, g = S.pt, S.ev, S.g
+    tx_event(S.pt, S.ev, S.g, p, t)
+
+
+@njit(cache=True)
+def wait_tx(pt, ev, g, p, t):
+    """`want_tx` by a call, where a port waits (a pause, a PFC frame sent, a flow without a
+    path): rare on a hop's path, and each of `start_frame`'s copies has less to compile."""
+    tx_event(pt, ev, g, p, t)
+
+
+@njit(cache=True, inline="always")
+def tx_event(pt, ev, g, p, t):
     if pt[p, PT_TXEV_PS] != t:
         pt[p, PT_TXEV_PS] = t
         push(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
@@ -440,7 +451,9 @@ def last_ack(S, i):
 
 @njit(cache=True)
 def send_control(S, f, kind, arg, now):
-    """The receiver of flow f (or, for REQ, its sender) sends a control packet."""
+    """The receiver of flow f (or, for REQ, its sender) sends a control packet. Callers
+    pass int64 for every argument (`np.int64(K_CTS)`, not `K_CTS`): numba compiles a called
+    kernel once per argument type, and a constant is a type of its own (a literal)."""
     control_packet(S, f, kind, arg, now)
 
 
@@ -604,11 +617,19 @@ def kick(S, p, now):
 
 
 @njit(cache=True, inline="always")
+def kick_sender(S, f, now):
+    """`kick` the NIC port of flow f's sender, as an int64 like every port `kick` is given:
+    numba compiles a called kernel once per argument type, and this one is large."""
+    kick(S, np.int64(S.net.nic_port[S.fl[f, FL_SRC]]), now)
+
+
+@njit(cache=True, inline="always")
 def start_frame(S, p, now):
     """Port p starts its next frame if it is free: PFC first, then control, then data.
-    Inlined where a hop calls it (the loop, `arrive_at_switch`), with what a NIC calls
-    to send data (`nic_pick`, `send_data`): a call passes every array of the state one
-    field at a time, a large part of a hop's cost."""
+    Inlined where a hop calls it (the loop, once: after an EV_TX and after a packet is
+    queued by `arrive_at_switch`), with what a NIC calls to send data (`nic_pick`,
+    `send_data`): a call passes every array of the state one field at a time, a large
+    part of a hop's cost."""
     g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
     if start_control(S, p, now):
         return
@@ -617,12 +638,12 @@ def start_frame(S, p, now):
         if S.nd[pt[p, PT_NODE], ND_CNT] == 0:
             return
         if paused:
-            want_tx(S, p, pt[p, PT_PAUSE_UNTIL_PS])
+            wait_tx(pt, S.ev, g, p, pt[p, PT_PAUSE_UNTIL_PS])
             return
         f = nic_pick(S, p, now)
         if f >= 0 and S.path_ptr[f + 1] == S.path_ptr[f]:
             lose_path(S, f)
-            want_tx(S, p, now)  # another flow of this NIC may send
+            wait_tx(pt, S.ev, g, p, now)  # another flow of this NIC may send
         elif f >= 0:
             send_data(S, f, p, now)
             want_tx(S, p, pt[p, PT_FREE_AT_PS])
@@ -630,7 +651,7 @@ def start_frame(S, p, now):
     if pt[p, PT_HEAD1] < 0:
         return
     if paused:
-        want_tx(S, p, pt[p, PT_PAUSE_UNTIL_PS])
+        wait_tx(pt, S.ev, g, p, pt[p, PT_PAUSE_UNTIL_PS])
         return
     i = dequeue(pt, pk, p, 1, now)
     if pt[p, PT_ECN_ON] and pk[i, PK_CE] == 0:
@@ -661,7 +682,7 @@ def start_control(S, p, now):
     if pt[p, PT_PFC_PENDING] >= 0:
         put_pfc_on_wire(S, p, pt[p, PT_PFC_PENDING], now)
         pt[p, PT_PFC_PENDING] = -1
-        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+        wait_tx(pt, S.ev, S.g, p, pt[p, PT_FREE_AT_PS])
         return True
     if pt[p, PT_HEAD0] >= 0:
         i = dequeue(pt, pk, p, 0, now)
@@ -746,36 +767,38 @@ def adapt_route(S, i, j):
 
 @njit(cache=True, inline="always")
 def arrive_at_switch(S, i, p_in, q, now):
-    """Packet i came over port p_in into a switch and goes out of its port q. Inlined into
-    the loop, as are `arrive_shared` and `start_frame`: a call would pass every array of
-    the state one field at a time."""
+    """Packet i came over port p_in into a switch and goes out of its port q: True if it is
+    queued there (the loop then starts port q's next frame: `start_frame`, written once in
+    the loop for this and EV_TX, as it is the largest part of the loop to compile). Inlined
+    into the loop, as is `arrive_shared`: a call would pass every array of the state one
+    field at a time."""
     pt, pk = S.pt, S.pk
     if not pt[q, PT_ALIVE]:
         drop(S, i, q, now)
-        return
+        return False
     wire = pk[i, PK_WIRE_BYTES]
     if pt[q, PT_SHARED]:
         if not arrive_shared(S, i, p_in ^ 1, q, wire, now):
-            return
+            return False
     elif pk[i, PK_KIND] == K_DATA:
         k = p_in ^ 1
         if pt[k, PT_PFC_ON]:
             verdict = pfc.admit(pt, k, wire)
             if verdict == pfc.DROP:
                 drop(S, i, q, now)
-                return
+                return False
             if verdict == pfc.ADMIT_XOFF:
                 send_pfc(S, k, pt[k, PT_QUANTA], now)
         elif pt[q, PT_Q1_BYTES] + wire > pt[q, PT_BUF_BYTES]:
             drop(S, i, q, now)
-            return
+            return False
         enqueue(pt, pk, q, 1, i, now)
     else:
         if pt[q, PT_Q0_BYTES] + wire > pt[q, PT_BUF_BYTES]:
             drop(S, i, q, now)
-            return
+            return False
         enqueue(pt, pk, q, 0, i, now)
-    start_frame(S, q, now)
+    return True
 
 
 @njit(cache=True, inline="always")
@@ -809,13 +832,15 @@ def grant(S, f, now):
         n = congestion.next_grant(S, f)
         if n <= 0:
             return
-        send_control(S, f, K_CTS, n, now)
+        send_control(S, f, np.int64(K_CTS), n, now)
 
 
 @njit(cache=True)
 def send_ack(S, f, now):
-    """The receiver of flow f acknowledges every byte it has (one ACK: cumulative)."""
-    ack(S, f, now)
+    """The receiver of flow f acknowledges every byte it has (one ACK: cumulative). Once a
+    flow or after a lost ACK: `send_control` by a call (`ack` inlines what it does)."""
+    S.fl[f, FL_UNACKED] = 0
+    send_control(S, f, np.int64(K_ACK), np.int64(0), now)
 
 
 @njit(cache=True, inline="always")
@@ -869,7 +894,7 @@ def repace(S, f, now):
     gap = np.int64(np.ceil(fl[f, FL_LAST_WIRE_BYTES] * PS_PER_S_BITS / fr[f, FR_RC_BPS]))
     fl[f, FL_NEXT_SEND_PS] = fl[f, FL_LAST_TX_PS] + gap
     if fl[f, FL_SLOT] >= 0:
-        kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+        kick_sender(S, f, now)
 
 
 @njit(cache=True, inline="always")
@@ -877,7 +902,7 @@ def deliver(S, i, now):
     """Packet i reached the NIC at the end of its route. Inlined into the loop (see
     `start_frame`), with the ACK it may send (`ack`)."""
     g, fl, pk = S.g, S.fl, S.pk
-    f = pk[i, PK_FLOW]
+    f = np.int64(pk[i, PK_FLOW])  # the loop's type for a flow: one compile of what it calls
     kind = pk[i, PK_KIND]
     # go-back-N: data out of order (possible only after a loss, a new route or under
     # spray; the check reads one more row) is dropped, and the first gap NAKed once
@@ -890,7 +915,7 @@ def deliver(S, i, now):
         gap = S.pc[i, PC_OFFSET_BYTES] > fl[f, FL_DELIV_BYTES]
         if gap and fl[f, FL_NAKED] == 0 and fl[f, FL_STATE] != ST_DONE:
             fl[f, FL_NAKED] = 1
-            send_control(S, f, K_ACK, fl[f, FL_DELIV_BYTES] + 1, now)
+            send_control(S, f, np.int64(K_ACK), fl[f, FL_DELIV_BYTES] + 1, now)
     elif kind == K_DATA:
         fl[f, FL_NAKED] = 0
         fl[f, FL_DELIV_BYTES] += pk[i, PK_BYTES]
@@ -901,7 +926,7 @@ def deliver(S, i, now):
         if todo & DO_CNP:
             g[G_CNP] += 1
             S.pt[S.net.nic_port[fl[f, FL_DST]], PT_S_CNP] += 1
-            send_control(S, f, K_CNP, 0, now)
+            send_control(S, f, np.int64(K_CNP), np.int64(0), now)
         if todo & DO_GRANT:
             grant(S, f, now)
         every = S.prm[P_ACK_EVERY]
@@ -921,7 +946,7 @@ def deliver(S, i, now):
             repace(S, f, now)
     elif kind == K_CTS:
         if congestion.on_grant(S, f, S.pc[i, PC_ARG]) & DO_KICK and fl[f, FL_SLOT] >= 0:
-            kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+            kick_sender(S, f, now)
     elif kind == K_REQ and congestion.on_grant_request(S, f) & DO_GRANT:
         grant(S, f, now)
     release_packet(S, i)
@@ -950,9 +975,9 @@ def start_flow(S, f, now):
     list_add(S, f)
     todo = congestion.on_flow_start(S, f)
     if todo & DO_REQUEST:
-        send_control(S, f, K_REQ, 0, now)
+        send_control(S, f, np.int64(K_REQ), np.int64(0), now)
     if todo & DO_KICK:
-        kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+        kick_sender(S, f, now)
 
 
 @njit(cache=True)
@@ -963,12 +988,12 @@ def retransmit(S, f, nbytes, now):
     if fl[f, FL_STATE] == ST_NOPATH:
         return
     if nbytes == 0:
-        send_control(S, f, K_REQ, 0, now)
+        send_control(S, f, np.int64(K_REQ), np.int64(0), now)
         return
     if nbytes < 0:
         congestion.on_grant(S, f, -nbytes)
         if fl[f, FL_SLOT] >= 0:
-            kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+            kick_sender(S, f, now)
     else:
         resend(S, f, nbytes, now)
 
@@ -985,7 +1010,7 @@ def resend(S, f, nbytes, now):
         if fl[f, FL_NEXT_SEND_PS] < now:
             fl[f, FL_NEXT_SEND_PS] = now
         list_add(S, f)
-    kick(S, S.net.nic_port[fl[f, FL_SRC]], now)
+    kick_sender(S, f, now)
 
 
 @njit(cache=True)
@@ -1154,6 +1179,7 @@ def run(S_counted, t_stop, max_events):
         g[G_NOW_PS] = now
         g[G_EVENTS] += 1
         done_events += 1
+        port = -1  # a port to start its next frame (`start_frame`) after the event
         if kind == EV_ARRIVE:
             h = pk[a, PK_HOP]
             p = pk[a, PK_ROUTE + h]
@@ -1165,11 +1191,13 @@ def run(S_counted, t_stop, max_events):
                 pk[a, PK_HOP] = h + 1
                 if S.prm[P_ADAPTIVE] and pk[a, PK_KIND] == K_DATA:
                     adapt_route(S, a, h + 1)
-                arrive_at_switch(S, a, p, pk[a, PK_ROUTE + h + 1], now)
+                q = pk[a, PK_ROUTE + h + 1]
+                if arrive_at_switch(S, a, p, q, now):
+                    port = q
         elif kind == EV_TX:
             if pt[a, PT_TXEV_PS] == now:
                 pt[a, PT_TXEV_PS] = -1
-            start_frame(S, a, now)
+            port = a
         elif kind == EV_FLOW_START:
             start_flow(S, a, now)
         elif kind == EV_PFC:
@@ -1206,3 +1234,5 @@ def run(S_counted, t_stop, max_events):
                     if idle:  # what is left waits on flows that found no path
                         return R_DONE
                 schedule(ev, g, now + prm[P_SAMPLE_PS], EV_SAMPLE, 0, 0)
+        if port >= 0:
+            start_frame(S, port, now)
