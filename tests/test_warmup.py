@@ -177,3 +177,31 @@ def test_only_a_full_compile_sets_the_estimate_a_warm_up_announces(tmp_path, mon
     (tmp_path / "cache" / "kernel.nbi").write_bytes(b"")
     warmup.run(io.StringIO())  # unmarked, but some kernels come from the cache
     assert estimate.read_text() == "80.0\n"
+
+
+# Small kernels that are called with more than one set of argument types; each copy costs
+# well under a second to compile.
+SMALL = {
+    "heap.schedule", "kernel.record", "kernel.drop", "kernel.send_pfc", "kernel.wait_tx",
+    "queue.dequeue", "queue.enqueue", "queue.settle", "pfc.pause_ps", "buffer.release_egress",
+}  # fmt: skip
+
+
+def test_every_large_kernel_compiles_once():
+    """numba compiles a called kernel once per set of argument types, and a constant or an
+    int32 argument is a type of its own: one `send_control(S, f, K_CNP, 0, now)` among
+    int64 calls compiles `send_control`, and all it inlines, a second time. The warm-up
+    reaches every kernel; the cache then holds one file per compiled copy of each."""
+    import re
+    from collections import Counter
+
+    warmup.warm_up()  # a moment on a warm cache; what is missing compiles
+    copies = Counter()
+    for f in warmup.cache_dir().glob("sim_*/*.nbc"):
+        m = re.fullmatch(r"(\w+\.\w+)-\d+\.py\d+\.\d+\.nbc", f.name)
+        assert m, f.name
+        copies[m.group(1)] += 1
+    for name in ("kernel.run", "kernel.kick", "kernel.send_control", "kernel.send_ack"):
+        assert copies[name] == 1, name
+    more = {name: n for name, n in copies.items() if n > 1 and name not in SMALL}
+    assert not more, f"compiled more than once: {more}"
