@@ -180,10 +180,13 @@ def test_only_a_full_compile_sets_the_estimate_a_warm_up_announces(tmp_path, mon
 
 
 # Small kernels that are called with more than one set of argument types; each copy costs
-# well under a second to compile.
+# well under a second to compile. The last four: the kernel passes them the packet table's
+# int32 wire bytes, and tests/test_sim_kernels.py and test_sim_shared_buffer.py call them
+# from Python, whose ints are int64 (the same cache holds both copies once those have run).
 SMALL = {
     "heap.schedule", "kernel.record", "kernel.drop", "kernel.send_pfc", "kernel.wait_tx",
     "queue.dequeue", "queue.enqueue", "queue.settle", "pfc.pause_ps", "buffer.release_egress",
+    "pfc.admit", "pfc.release", "buffer.admit_lossless", "buffer.admit_egress",
 }  # fmt: skip
 
 
