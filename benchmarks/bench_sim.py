@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from fabric.model import Role  # noqa: E402
 from fabric.sim import Simulation  # noqa: E402
 from fabric.sim import layout as L  # noqa: E402
+from fabric.sim.heap import HEAPS  # noqa: E402
 from fabric.units import format_size  # noqa: E402
 from topologies import load_fabric  # noqa: E402
 from traffic.flows import FlowTable  # noqa: E402
@@ -185,8 +186,9 @@ def memory_layout(fabric, table, mean_route: float, rows: dict) -> str:
     route = mean_route * 8
     return (
         f"memory: {packet} bytes per in-flight packet (pk {rows['pk']} + pc {rows['pc']}), "
-        f"{event} per pending event ({2 * event} of room: the near and the far heap each "
-        f"have room for all); per flow {state} of state (fl {rows['fl']}, "
+        f"{event} per pending event ({HEAPS * event} of room: the near heap, the far heap "
+        f"and the wheel's chunks each have room for all, and a plane of the wheel's links); "
+        f"per flow {state} of state (fl {rows['fl']}, "
         f"fr {rows['fr']}, act + path_ptr + dep_ptr {lists}) + {route:.0f} of route "
         f"({mean_route:.1f} ports) + {deps:.0f} of dependencies + {columns / n:.0f} of "
         f"flow-table columns = {state + route + deps + columns / n:.0f} bytes; "

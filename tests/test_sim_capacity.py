@@ -19,7 +19,7 @@ from fabric.scenarios import load_scenario
 from fabric.sim import Simulation
 from fabric.sim import layout as L
 from fabric.sim.engine import Stalled
-from fabric.sim.heap import schedule
+from fabric.sim.heap import clear, schedule
 from tests.conftest import fabric as preset
 from tests.simhelp import flows
 
@@ -118,7 +118,7 @@ def test_flows_underway_with_nothing_but_sampling_left_is_a_stall_naming_where_p
     sim.run(until_ns=20_000)
     in_use = np.flatnonzero(sim.pk[:-1, L.PK_KIND] >= 0)
     assert len(in_use) > 0
-    sim.g[L.G_HEAP] = sim.g[L.G_FAR] = 0  # every packet event lost: only sampling goes on
+    clear(sim.ev, sim.g)  # every packet event lost: only sampling goes on
     schedule(sim.ev, sim.g, int(sim.g[L.G_NOW_PS]) + 1, L.EV_SAMPLE, 0, 0)
     with pytest.raises(Stalled, match=r"flow 0 .*packets: \d+ at "):
         sim.run()

@@ -20,7 +20,16 @@ from fabric.model import EcnProfile
 from fabric.sim import Simulation, congestion, dcqcn, ecn, kernel, pfc
 from fabric.sim import layout as L
 from fabric.sim.engine import CACHE_LINE, zeros_aligned
-from fabric.sim.heap import HEAPS, NEAR_WINDOW_PS, earliest_ps, pending, pop, schedule
+from fabric.sim.heap import (
+    BUCKETS,
+    HEAPS,
+    NEAR_WINDOW_PS,
+    SHIFT,
+    earliest_ps,
+    pending,
+    pop,
+    schedule,
+)
 from fabric.sim.kernel import prefetch
 from fabric.sim.queue import dequeue, enqueue, fifo_check
 from tests import buffer_reference
@@ -58,20 +67,23 @@ def test_event_list_pops_in_time_then_schedule_order_like_heapq():
     assert both > 1000
 
 
-# times that fall on both sides of the split (the earliest time + NEAR_WINDOW_PS)
-# and on it, with ties everywhere
+# times that fall on both sides of the wheel's reach (NEAR_WINDOW_PS past the present
+# bucket) and on it, on the edges of the wheel's buckets, with ties everywhere
 TIMES = st.one_of(
     st.integers(0, 6),
+    st.integers(1, 6).map(lambda k: (k << SHIFT) - 1),
+    st.integers(1, 6).map(lambda k: k << SHIFT),
     st.integers(NEAR_WINDOW_PS - 3, NEAR_WINDOW_PS + 3),
     st.integers(0, 6).map(lambda k: (k + 2) * NEAR_WINDOW_PS),
     st.integers(0, 2**62),  # any time the engine schedules
 )
 
 
+@pytest.mark.parametrize("rows", [512, BUCKETS])  # too few rows for the wheel; the wheel
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.none(), TIMES), max_size=400))  # None: a pop
-def test_event_list_pops_every_sequence_of_times_in_time_then_schedule_order(ops):
-    ev, g = event_list(512)
+def test_event_list_pops_every_sequence_of_times_in_time_then_schedule_order(rows, ops):
+    ev, g = event_list(rows)
     out = np.zeros(L.E_N, dtype=np.int64)
     ref = []
     for seq, t in enumerate(ops):
@@ -88,7 +100,7 @@ def test_event_list_pops_every_sequence_of_times_in_time_then_schedule_order(ops
         pop(ev, g, out)
         t, seq = heapq.heappop(ref)
         assert list(out[[L.E_TIME_PS, L.E_KIND, L.E_A, L.E_B]]) == [t, L.EV_TX, seq, -seq]
-    assert g[L.G_HEAP] == g[L.G_FAR] == 0
+    assert g[L.G_HEAP] == g[L.G_FAR] == g[L.G_WHEEL] == 0
 
 
 def test_event_list_pops_descending_and_equal_times_in_order():

@@ -1,22 +1,32 @@
-"""The event list: two binary heaps of (time, sequence) in one flat int64 array.
+"""The event list: a near heap, a timing wheel and a far heap of (time, sequence).
 
-Every event is a row of `ev[heap]`: time_ps, seq, kind, a, b. The sequence number
-makes ties deterministic (first scheduled, first served), as in SimPy.
-`g[G_HEAP]` holds the number of pending events, `g[G_FAR]` how many of them the
-far heap holds, and `g[G_SEQ]` the next sequence number.
+Every event is a row of time_ps, seq, kind, a, b. The sequence number makes ties
+deterministic (first scheduled, first served), as in SimPy. `g[G_HEAP]` holds the
+number of pending events, `g[G_FAR]` how many of them the far heap holds,
+`g[G_WHEEL]` how many the wheel holds, and `g[G_SEQ]` the next sequence number.
+The order of pops is that of one heap of (time, sequence).
 
-The near heap `ev[NEAR]` holds the events before a split time `g[G_SPLIT_PS]`,
-the far heap `ev[FAR]` those at or after it, so the near heap's root is the
-earliest event whenever the near heap is not empty. Before each pop the split
-moves to NEAR_WINDOW_PS past the earliest event's time, and the far events it
-passes move into the near heap. Most events a hop schedules (its frame's
-arrival, its port's next transmit) fall within the window and go to the small,
-cache-resident near heap; those far ahead (a paused port's resume at the end of
-its pause, timers, samples: on a large fabric most of what is pending) wait in
-the far heap and cost the near heap's pops nothing. The order of pops is that of
-one heap of (time, sequence).
+`ev` has four planes of rows. The near heap `ev[NEAR]` (a binary heap) holds the
+events of the present bucket: before the split time `g[G_SPLIT_PS]`, which is a
+multiple of the bucket width 2**SHIFT ps (256 ps). The timing wheel holds the
+events of the next BUCKETS - 1 buckets (to NEAR_WINDOW_PS, about 1 us, past the
+split: a hop's frame arrival and its port's next transmit), each bucket an
+unsorted list of rows in chunks of CHUNK rows of `ev[POOL]`, linked through
+`ev[META]` (there too each bucket's first and last chunk and its count of
+events; free chunks are a list from `g[G_FREE_CHUNK]`). The far heap `ev[FAR]`
+(a binary heap) holds the rest (a paused port's resume at the end of its pause,
+timers, samples), and any event no chunk was free for. A push is a row
+appended to its bucket; when the near heap runs empty, the next bucket with
+events becomes the present one (its rows lifted into the near heap) and the far
+events the wheel now reaches move into it. So the near heap holds a bucket's
+few events rather than everything within reach, and its pops stay short and in
+cache. A pop takes the near heap's root, or the far heap's when that is earlier
+(an event no chunk was free for), and then, were the near heap empty, moves the
+next bucket in at once so that the loop's prefetch finds the next event there.
+Without BUCKETS rows (a tiny list in the tests) there is no wheel: the near heap
+holds the present bucket and the far heap the rest.
 
-Both operations move a hole rather than swapping rows: a push lifts the hole
+Both heaps move a hole rather than swapping rows: a push lifts the hole
 from the end while the parent is later (a new event's sequence number is the
 largest yet, so an equal time never moves it above its parent); a pop sinks the
 hole from the root along the earlier child down to a leaf, then lifts the last
@@ -36,22 +46,47 @@ from fabric.sim.layout import (
     E_N,
     E_SEQ,
     E_TIME_PS,
+    G_CHUNKS,
     G_FAR,
+    G_FREE_CHUNK,
     G_HEAP,
     G_OVERFLOW,
     G_SEQ,
     G_SPLIT_PS,
+    G_WHEEL,
 )
 
-NEAR, FAR = 0, 1  # ev[NEAR]: events before the split time; ev[FAR]: the rest
-HEAPS = 2
-NEAR_WINDOW_PS = 4_000_000  # how far past the earliest event the near heap reaches
+NEAR, FAR, POOL, META = 0, 1, 2, 3  # planes of ev: see the module's docstring
+HEAPS = 4  # planes of ev (the name the engine allocates by)
+SHIFT = 8  # a wheel bucket spans 2**SHIFT ps
+BUCKETS = 4096  # the wheel's buckets (a power of 2; ev needs at least this many rows)
+CHUNK = 16  # rows of a bucket's chunk in ev[POOL] (a power of 2)
+NEAR_WINDOW_PS = (BUCKETS - 1) << SHIFT  # how far past the present bucket the wheel reaches
+# ev[META, k, M_NEXT]: the chunk after chunk k; ev[META, b, M_HEAD:]: bucket b's
+M_NEXT, M_HEAD, M_TAIL, M_COUNT = 0, 1, 2, 3
 
 
 def pending(ev: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """Every pending event's row (near heap, then far heap; each in heap order)."""
+    """Every pending event's row (near heap, wheel, then far heap)."""
     far = int(g[G_FAR])
-    return np.concatenate([ev[NEAR, : int(g[G_HEAP]) - far], ev[FAR, :far]])
+    wheel = int(g[G_WHEEL])
+    rows = [ev[NEAR, : int(g[G_HEAP]) - far - wheel]]
+    if wheel:
+        for b in range(BUCKETS):
+            c = int(ev[META, b, M_COUNT])
+            k = int(ev[META, b, M_HEAD])
+            while c > 0:
+                rows.append(ev[POOL, k * CHUNK : k * CHUNK + min(c, CHUNK)])
+                c -= CHUNK
+                k = int(ev[META, k, M_NEXT])
+    rows.append(ev[FAR, :far])
+    return np.concatenate(rows)
+
+
+def clear(ev: np.ndarray, g: np.ndarray) -> None:
+    """Drop every pending event."""
+    g[G_HEAP] = g[G_FAR] = g[G_WHEEL] = g[G_CHUNKS] = g[G_FREE_CHUNK] = 0
+    ev[META, :, M_COUNT] = 0
 
 
 @njit(cache=True, inline="always")
@@ -121,6 +156,39 @@ def schedule(ev, g, t, kind, a, b):
 
 
 @njit(cache=True, inline="always")
+def _put(ev, g, t, seq, kind, a, b):
+    """Append the row to its wheel bucket's last chunk; False: no chunk free (or no wheel)."""
+    if ev.shape[1] < BUCKETS:  # too few rows for the buckets' heads: no wheel
+        return False
+    bk = (t >> SHIFT) & (BUCKETS - 1)
+    c = ev[META, bk, M_COUNT]
+    slot = c & (CHUNK - 1)
+    if slot == 0:  # a new chunk: from the free list, or one never used
+        k = g[G_FREE_CHUNK] - 1
+        if k >= 0:
+            g[G_FREE_CHUNK] = ev[META, k, M_NEXT] + 1
+        else:
+            k = g[G_CHUNKS]
+            if (k + 1) * CHUNK > ev.shape[1]:
+                return False
+            g[G_CHUNKS] = k + 1
+        if c == 0:
+            ev[META, bk, M_HEAD] = k
+        else:
+            ev[META, ev[META, bk, M_TAIL], M_NEXT] = k
+        ev[META, bk, M_TAIL] = k
+    r = ev[META, bk, M_TAIL] * CHUNK + slot
+    ev[POOL, r, E_TIME_PS] = t
+    ev[POOL, r, E_SEQ] = seq
+    ev[POOL, r, E_KIND] = kind
+    ev[POOL, r, E_A] = a
+    ev[POOL, r, E_B] = b
+    ev[META, bk, M_COUNT] = c + 1
+    g[G_WHEEL] += 1
+    return True
+
+
+@njit(cache=True, inline="always")
 def push(ev, g, t, kind, a, b):
     """`schedule`, inlined where every hop schedules (kernel.put_on_wire, kernel.want_tx)."""
     n = g[G_HEAP]
@@ -130,43 +198,109 @@ def push(ev, g, t, kind, a, b):
     g[G_HEAP] = n + 1
     seq = g[G_SEQ]
     g[G_SEQ] = seq + 1
+    split = g[G_SPLIT_PS]
     far = g[G_FAR]
     h = NEAR
-    i = n - far
-    if t >= g[G_SPLIT_PS]:
+    i = n - far - g[G_WHEEL]
+    if t >= split:
+        if t < split + NEAR_WINDOW_PS and _put(ev, g, t, seq, kind, a, b):
+            return
         g[G_FAR] = far + 1
         h = FAR
         i = far
     _lift(ev, h, i, t, seq, kind, a, b)  # one copy for either heap: push is inlined often
 
 
+@njit(cache=True)
+def advance(ev, g):
+    """The near heap is empty: make the wheel's next bucket with events the present one
+    (its rows into the near heap), then move the far events the wheel now reaches into
+    it. With the wheel empty, the far heap's earliest event's bucket becomes the present."""
+    split = g[G_SPLIT_PS]
+    if g[G_WHEEL] > 0:
+        b = split >> SHIFT
+        while ev[META, b & (BUCKETS - 1), M_COUNT] == 0:
+            b += 1
+    else:
+        t = ev[FAR, 0, E_TIME_PS]
+        if t < split:  # a far event in the present bucket (no chunk was free): pop takes it
+            return
+        b = t >> SHIFT
+    split = (b + 1) << SHIFT
+    g[G_SPLIT_PS] = split
+    near = 0
+    if g[G_WHEEL] > 0:  # bucket b's rows into the near heap, its chunks onto the free list
+        bk = b & (BUCKETS - 1)
+        c = ev[META, bk, M_COUNT]
+        k = ev[META, bk, M_HEAD]
+        j = 0
+        while j < c:
+            r = k * CHUNK
+            for i in range(r, r + min(CHUNK, c - j)):
+                _lift(ev, NEAR, near, ev[POOL, i, E_TIME_PS], ev[POOL, i, E_SEQ],
+                      ev[POOL, i, E_KIND], ev[POOL, i, E_A], ev[POOL, i, E_B])  # fmt: skip
+                near += 1
+            j += CHUNK
+            nxt = ev[META, k, M_NEXT]
+            ev[META, k, M_NEXT] = g[G_FREE_CHUNK] - 1
+            g[G_FREE_CHUNK] = k + 1
+            k = nxt
+        ev[META, bk, M_COUNT] = 0
+        g[G_WHEEL] -= c
+    horizon = split + NEAR_WINDOW_PS
+    far = g[G_FAR]
+    while far > 0 and ev[FAR, 0, E_TIME_PS] < horizon:
+        t = ev[FAR, 0, E_TIME_PS]
+        seq = ev[FAR, 0, E_SEQ]
+        kind = ev[FAR, 0, E_KIND]
+        a = ev[FAR, 0, E_A]
+        bb = ev[FAR, 0, E_B]
+        if t < split:
+            _lift(ev, NEAR, near, t, seq, kind, a, bb)
+            near += 1
+        elif not _put(ev, g, t, seq, kind, a, bb):
+            break
+        far -= 1
+        g[G_FAR] = far
+        _sink(ev, FAR, far)
+
+
 @njit(cache=True, inline="always")
 def earliest_ps(ev, g):
     """The earliest pending event's time (the event list is not empty)."""
-    if g[G_HEAP] > g[G_FAR]:
-        return ev[NEAR, 0, E_TIME_PS]
-    return ev[FAR, 0, E_TIME_PS]
+    if g[G_HEAP] == g[G_FAR] + g[G_WHEEL]:
+        advance(ev, g)
+        if g[G_HEAP] == g[G_FAR] + g[G_WHEEL]:
+            return ev[FAR, 0, E_TIME_PS]
+    t = ev[NEAR, 0, E_TIME_PS]
+    if g[G_FAR] > 0 and ev[FAR, 0, E_TIME_PS] < t:
+        return ev[FAR, 0, E_TIME_PS]
+    return t
 
 
 @njit(cache=True, inline="always")
 def pop(ev, g, out):
     """Remove the earliest event into out[0:E_N] (inlined into the loop); the event
     list is not empty."""
-    split = earliest_ps(ev, g) + NEAR_WINDOW_PS
-    if split > g[G_SPLIT_PS]:
-        g[G_SPLIT_PS] = split
+    far = g[G_FAR]
+    near = g[G_HEAP] - far - g[G_WHEEL]
+    if near == 0:
+        advance(ev, g)
         far = g[G_FAR]
-        near = g[G_HEAP] - far
-        while far > 0 and ev[FAR, 0, E_TIME_PS] < split:  # into the near heap
-            for c in range(E_N):
-                out[c] = ev[FAR, 0, c]
-            far -= 1
-            _sink(ev, FAR, far)
-            _lift(ev, NEAR, near, out[E_TIME_PS], out[E_SEQ], out[E_KIND], out[E_A], out[E_B])
-            near += 1
-        g[G_FAR] = far
+        near = g[G_HEAP] - far - g[G_WHEEL]
+    h = NEAR
+    n = near - 1
+    if far > 0:
+        ft = ev[FAR, 0, E_TIME_PS]
+        nt = ev[NEAR, 0, E_TIME_PS]
+        if near == 0 or ft < nt or (ft == nt and ev[FAR, 0, E_SEQ] < ev[NEAR, 0, E_SEQ]):
+            h = FAR
+            n = far - 1
+            g[G_FAR] = n
     for c in range(E_N):
-        out[c] = ev[NEAR, 0, c]
-    n = g[G_HEAP] - 1
-    g[G_HEAP] = n
-    _sink(ev, NEAR, n - g[G_FAR])
+        out[c] = ev[h, 0, c]
+    left = g[G_HEAP] - 1
+    g[G_HEAP] = left
+    _sink(ev, h, n)
+    if left > 0 and left == g[G_FAR] + g[G_WHEEL]:  # the next event into the near heap now,
+        advance(ev, g)  # where the loop's prefetch finds it

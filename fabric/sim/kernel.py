@@ -101,6 +101,7 @@ from fabric.sim.layout import (
     G_SAMPLE_T_PS,
     G_SAMPLES,
     G_STUCK,
+    G_WHEEL,
     K_ACK,
     K_CNP,
     K_CTS,
@@ -1170,7 +1171,7 @@ def run(S_counted, t_stop, max_events):
         if done_events >= max_events:
             return R_LIMIT
         pop(ev, g, e)
-        if g[G_HEAP] > g[G_FAR]:
+        if g[G_HEAP] > g[G_FAR] + g[G_WHEEL]:  # the near heap is not empty
             prefetch_next(S, ev)
         now = e[E_TIME_PS]
         kind = e[E_KIND]

@@ -22,7 +22,8 @@ State = namedtuple(
     fl fr                flows: counters and times (FL_*); rates in bit/s (FR_*)
     nd act               NICs (ND_*): each NIC's flows with data to send, act[off:off + cnt]
     pk pc                packets: what a hop reads, the route included (PK_*); the rest (PC_*)
-    ev                   the event list: a near and a far heap of event rows (E_*)
+    ev                   the event list: a near heap, a timing wheel and a far heap of event
+                         rows (E_*; fabric.sim.heap)
     path_ptr path_port   each flow's route (CSR of ports)
     dep_ptr dep          the flows waiting on each flow (CSR of flows)
     smp cap              sample rows of the port series (SM_*); capture records (CP_*)
@@ -70,9 +71,12 @@ EV_ACK_RTO = 9  # a = flow whose last ACK was lost (finish at the sender): its r
     G_PURGING,  # ports with a purge to finish (PT_PURGE) before the next event
     G_PROGRESS_T_PS,  # when data was last delivered or a flow last started
     G_FAR,  # pending events in the far heap (fabric.sim.heap)
-    G_SPLIT_PS,  # the near heap's events are before this time, the far heap's not
+    G_SPLIT_PS,  # the near heap's events are before this time: the wheel's present bucket's end
+    G_WHEEL,  # pending events in the timing wheel's buckets (fabric.sim.heap)
+    G_CHUNKS,  # the wheel's chunks of rows ever taken (the rest of ev[POOL] is unused)
+    G_FREE_CHUNK,  # 1 + the first chunk of the wheel's free list (0: none)
     G_NG,
-) = range(24)
+) = range(27)
 
 # parameters (prm[...], int64; rates bit/s, times ps)
 (
