@@ -214,6 +214,7 @@ def _per_s(rate: float) -> str:
 
 def _print_summary(sc, s: dict) -> None:
     from fabric.units import format_rate, format_size, format_time
+    from traffic.spec import PATTERNS
 
     status = s.get("status", "complete")
     click.echo(f"{sc.name}: {sc.fabric.name}, {s.get('flows', 0):,} flows, {sc.cc}, {sc.ecmp} ECMP")
@@ -228,8 +229,12 @@ def _print_summary(sc, s: dict) -> None:
         if op["time_ns"] is None:
             continue
         label = op["kind"] if op["algorithm"] in ("", "-") else f"{op['kind']} {op['algorithm']}"
+        # a collective's bytes are each rank's message; a pattern's, all its flows' together
+        size = f"{format_size(op['bytes'])} x {op['ranks']} ranks"
+        if op["kind"] in PATTERNS:
+            size = f"{format_size(op['bytes'])} in all, {op['ranks']} ranks"
         click.echo(
-            f"{label:<17} {format_size(op['bytes'])} x {op['ranks']} ranks"
+            f"{label:<17} {size}"
             f"  {format_time(op['time_ns'])}  busbw {format_rate(int(op['busbw_bps']))}bps"
         )
     if "max_queue_bytes" in s:

@@ -152,7 +152,8 @@ def format_time(ns: int | float) -> str:
 
 
 def format_size(nbytes: int) -> str:
-    """33554432 -> '32MiB'; sizes that are not a binary multiple print in decimal units."""
+    """33554432 -> '32MiB'; sizes that are not a binary multiple under 1024 of a binary
+    unit print in decimal units (2,048,000,000 is '2.05GB', not '2000000KiB')."""
     nbytes = int(nbytes)
     for scale, suffix in (
         (2**50, "PiB"),
@@ -161,6 +162,6 @@ def format_size(nbytes: int) -> str:
         (2**20, "MiB"),
         (2**10, "KiB"),
     ):
-        if nbytes >= scale and nbytes % scale == 0:
+        if nbytes >= scale and nbytes % scale == 0 and (nbytes < 1024 * scale or scale == 2**50):
             return f"{nbytes // scale}{suffix}"
     return _format(nbytes, [(10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "KB")], "B")

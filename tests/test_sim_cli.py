@@ -90,6 +90,21 @@ def test_run_writes_the_run_directory(small, tmp_path):
     assert [p.name for p in r.captures()] == ["z0-r0-h0-nic0--z0-r0-rtsw.pcap"]
 
 
+def test_the_summary_gives_a_patterns_bytes_in_all_and_a_collectives_per_rank(tmp_path):
+    # a permutation's op bytes are all its flows' (1,024 x 2 MB printed '2000000KiB x 1024 ranks')
+    perm = invoke("run", "ecmp-permutation", "--set", "scenario.topology=lab-small",
+                  "--set", "workload.size=2MB", "-o", tmp_path / "p")  # fmt: skip
+    assert perm.exit_code == 0, perm.output
+    (op,) = Run(tmp_path / "p").meta["results"]["summary"]["collectives"]
+    assert op["kind"] == "permutation" and op["bytes"] == 2_000_000 * op["ranks"]
+    line = next(x for x in perm.output.splitlines() if x.startswith("permutation"))
+    assert f" {op['bytes'] // 10**6}MB in all, {op['ranks']} ranks " in line, line
+    ring = invoke("run", "demo", "-o", tmp_path / "d")
+    assert ring.exit_code == 0, ring.output
+    line = next(x for x in ring.output.splitlines() if x.startswith("allreduce ring"))
+    assert " 32MiB x 112 ranks " in line, line
+
+
 def test_run_prints_a_summary_and_the_same_seed_reproduces(small, tmp_path):
     a = invoke("run", small, "-o", tmp_path / "a", "--seed", "9")
     b = invoke("run", small, "-o", tmp_path / "b", "--seed", "9")

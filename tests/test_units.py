@@ -61,6 +61,21 @@ def test_size_round_trip(nbytes):
 
 
 @pytest.mark.parametrize(
+    ("nbytes", "text"),
+    [
+        (64 * 2**20, "64MiB"),
+        (2_000_000, "2MB"),
+        (2_048_000_000, "2.05GB"),
+        (3000 * 2**20, "3.15GB"),
+        (2**60, "1024PiB"),
+    ],
+)
+def test_size_takes_a_binary_unit_only_below_1024_of_it(nbytes, text):
+    # 2,048,000,000 bytes (a 1,024-rank permutation of 2 MB flows) printed '2000000KiB'
+    assert format_size(nbytes) == text
+
+
+@pytest.mark.parametrize(
     ("parse", "text", "fragment"),
     [
         (parse_rate, "400X", "is not a rate"),
