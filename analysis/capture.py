@@ -26,7 +26,10 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from fabric._numba_cache import lean_loads
 from fabric.errors import AifabricError
+
+lean_loads()  # cached kernels load without numba's typing and lowering tables
 
 # What a packet is, from the deepest layer the kernel decoded completely.
 KIND_OTHER = 0  # unknown ethertype or link type

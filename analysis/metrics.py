@@ -28,9 +28,12 @@ from numba import njit
 
 from analysis import capture as C
 from analysis.ecmp import expected_collisions
+from fabric._numba_cache import lean_loads
 from fabric.errors import AifabricError
 from fabric.imbalance import imbalance
 from fabric.results import algbw_bps
+
+lean_loads()  # cached kernels load without numba's typing and lowering tables
 
 ROCE_OVERHEAD_BYTES = 58  # Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4
 QUANTUM_BITS = 512

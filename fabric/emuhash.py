@@ -30,6 +30,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from fabric._numba_cache import lean_loads
+
+lean_loads()  # cached kernels load without numba's typing and lowering tables
+
 _U32 = np.uint64(0xFFFFFFFF)
 
 

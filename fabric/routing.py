@@ -51,10 +51,13 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from fabric._numba_cache import lean_loads
 from fabric.addressing import ROCE_UDP_PORT, nic_ipv4
 from fabric.emuhash import linux_hash, linux_pick, ovs_basis, ovs_pick
 from fabric.errors import AifabricError
 from fabric.model import Fabric, Role
+
+lean_loads()  # cached kernels load without numba's typing and lowering tables
 
 POLICIES = ("5tuple", "eecmp", "pinned", "spray", "adaptive", "linux", "ovs")
 _MODE = {name: i for i, name in enumerate(POLICIES)}

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from fabric._numba_cache import lean_loads
 from fabric.errors import AifabricError
+
+lean_loads()  # cached kernels load without numba's typing and lowering tables
 
 FIRST = 1  # flag: first packet of a message
 LAST = 2  # flag: last packet of a message

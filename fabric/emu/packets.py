@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit
 
 from fabric import frames as fr
+from fabric._numba_cache import lean_loads
 from fabric.frames import (
     AETH_NAK_PSN_SEQUENCE,
     BTH_BYTES,
@@ -35,6 +36,8 @@ from fabric.frames import (
 )
 from fabric.frames import RC_ACKNOWLEDGE as OP_ACK
 from fabric.frames import RC_RDMA_WRITE_ONLY as OP_WRITE_ONLY
+
+lean_loads()  # cached kernels load without numba's typing and lowering tables
 
 HEADER_BYTES = BTH_BYTES + RETH_BYTES  # before the payload
 OVERHEAD_BYTES = HEADER_BYTES + ICRC_BYTES
