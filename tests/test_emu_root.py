@@ -267,10 +267,13 @@ def test_sigterm_mid_run_cleans_up_and_marks_partial(tmp_path, after_s):
     """Also the race of issue 15: a SIGTERM right after the emulation settings are noted,
     before the replay starts, ends partial with flows.npz and no traceback. One while the
     network is built (after_s None) stops the build at once and leaves nothing behind."""
+    # while the network is built: lab-medium, whose build takes seconds (lab-small's 0.6 s
+    # could end before the signal on a loaded machine: CI once saw a complete build there)
+    topology = "lab-medium" if after_s is None else "lab-small"
     code = f"""
 from fabric.scenarios import scenario_from_dict
 from fabric.engines import run_scenario
-raw = {{"scenario": {{"topology": "lab-small"}},
+raw = {{"scenario": {{"topology": "{topology}"}},
         "workload": {{"collective": "allreduce", "algorithm": "ring", "size": "64MiB", "gpus": 16}},
         "congestion_control": {{"kind": "none"}}}}
 sc = scenario_from_dict(raw, "term")

@@ -261,15 +261,19 @@ class EmuSession:
         t0 = time.perf_counter()
         pl = plan(sc, ecn=self.ecn, delay=self.delay, scale=self.scale)
         self.net = net = make_network(sc, pl, self.switch)
+        # between the steps too: a signal's Interrupted raised inside a finalizer is lost
+        net.check = stop.check
         net.build()
         if self.ecn == "ebpf":
             net.plan = pl = plan(
                 sc, ecn=self.ecn, delay=self.delay, scale=pl.scale,
                 ecn_objects=net.compile_markers(),
             )  # fmt: skip
+        stop.check()
         net.apply()
         self.monitor = Monitor(net, sc.sample_interval_ns, pfc=self.pfc)
         self.monitor.open()
+        stop.check()
         stop.enter("build")  # from here on, what is built can be written: stop between steps
         self.timings["build_s"] = time.perf_counter() - t0
         writer.note(

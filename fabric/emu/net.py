@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -42,6 +43,10 @@ class Network:
         self.pid: dict[int, int] = {}  # node id -> pid of its shell (its namespace)
         self.processes: list[subprocess.Popen] = []
         self.timings: dict[str, float] = {}
+        # raises if the run was asked to stop (the engine's Stop.check). A signal's
+        # Interrupted can be lost, raised in a finalizer that runs at that moment, so
+        # the build asks between its steps as well
+        self.check: Callable[[], None] = lambda: None
 
     # build ---------------------------------------------------------------------------
     def build(self) -> None:
@@ -68,8 +73,10 @@ class Network:
         self.net = net
         f, p = self.fabric, self.plan
         for v in range(f.n_nodes):
+            self.check()
             net.addHost(p.node_short[v], ip=None, inNamespace=self.in_namespace(v))
         for link in range(f.n_links):
+            self.check()
             a, b = 2 * link, 2 * link + 1
             net.addLink(
                 p.node_short[int(f.link_a[link])],
@@ -130,6 +137,7 @@ class Network:
 
         with ThreadPoolExecutor(max_workers=8) as pool:
             for cfg, r in pool.map(run, scripts):
+                self.check()
                 if r.returncode != 0:
                     err = (r.stderr.strip().splitlines() or ["failed"])[-1]
                     raise AifabricError(f"configuring {cfg.fabric_name} ({cfg.name}) failed: {err}")

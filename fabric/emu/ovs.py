@@ -399,8 +399,10 @@ class OvsNetwork(Network):
         )
         if r.returncode != 0:
             raise AifabricError(f"bringing up the switch ports failed: {_last(r)}")
+        self.check()
         self.daemons.start(self.workdir / "ovs")
         self.datapath = probe_datapath(self.daemons)
+        self.check()
         self.bridges = [p.node_short[s] for s in switches]
         r = self.daemons.vsctl(*bridge_args(p, f, self.datapath), timeout=60)
         if r.returncode != 0:
@@ -419,8 +421,10 @@ class OvsNetwork(Network):
                     return f"{f.node_name[s]} ({br}): {_last(r)}"
             return None
 
+        self.check()
         with ThreadPoolExecutor(max_workers=8) as pool:
             errors = [e for e in pool.map(install, switches) if e]
+        self.check()
         if errors:
             raise AifabricError(f"installing the OpenFlow rules failed on {errors[0]}")
         if self.datapath == "netdev":
