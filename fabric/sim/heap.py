@@ -213,9 +213,17 @@ def push(ev, g, t, kind, a, b):
 
 @njit(cache=True)
 def advance(ev, g):
+    """`_advance` by a call, where it is rare (`peek`: only at the start of a run)."""
+    _advance(ev, g)
+
+
+@njit(cache=True, inline="always")
+def _advance(ev, g):
     """The near heap is empty: make the wheel's next bucket with events the present one
     (its rows into the near heap), then move the far events the wheel now reaches into
-    it. With the wheel empty, the far heap's earliest event's bucket becomes the present."""
+    it. With the wheel empty, the far heap's earliest event's bucket becomes the present.
+    Inlined into `take`: most pops leave the near heap empty (a bucket holds a few
+    events), and a call passed both arrays one field at a time."""
     split = g[G_SPLIT_PS]
     if g[G_WHEEL] > 0:
         b = split >> SHIFT
@@ -309,7 +317,7 @@ def take(ev, g, h):
     g[G_HEAP] = left
     _sink(ev, h, n)
     if left > 0 and left == g[G_FAR] + g[G_WHEEL]:
-        advance(ev, g)
+        _advance(ev, g)
     return kind, a, b
 
 
