@@ -89,10 +89,11 @@ def release_egress(pt, nd, q, cls, wire):
     nd[pt[q, PT_NODE], ND_SB_USED] -= shared_part(count + wire, r) - shared_part(count, r)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def admit_lossless(pt, nd, k, wire):
     """A lossless frame arrives over ingress port k's link: ADMIT, ADMIT_XOFF (pause the
-    peer) or DROP (over the threshold and the headroom is full)."""
+    peer) or DROP (over the threshold and the headroom is full). Inlined: a shared switch
+    admits every data frame of a hop so."""
     s = pt[k, PT_NODE]
     r = pt[k, PT_RESERVED_BYTES]
     count = pt[k, PT_ING_BYTES]

@@ -213,9 +213,17 @@ def push(ev, g, t, kind, a, b):
 
 @njit(cache=True)
 def advance(ev, g):
+    """`_advance` by a call, where it is rare (`peek`: only at the start of a run)."""
+    _advance(ev, g)
+
+
+@njit(cache=True, inline="always")
+def _advance(ev, g):
     """The near heap is empty: make the wheel's next bucket with events the present one
     (its rows into the near heap), then move the far events the wheel now reaches into
-    it. With the wheel empty, the far heap's earliest event's bucket becomes the present."""
+    it. With the wheel empty, the far heap's earliest event's bucket becomes the present.
+    Inlined into `take`: most pops leave the near heap empty (a bucket holds a few
+    events), and a call passed both arrays one field at a time."""
     split = g[G_SPLIT_PS]
     if g[G_WHEEL] > 0:
         b = split >> SHIFT
@@ -268,39 +276,55 @@ def advance(ev, g):
 @njit(cache=True, inline="always")
 def earliest_ps(ev, g):
     """The earliest pending event's time (the event list is not empty)."""
-    if g[G_HEAP] == g[G_FAR] + g[G_WHEEL]:
+    return peek(ev, g)[1]
+
+
+@njit(cache=True, inline="always")
+def peek(ev, g):
+    """The heap that holds the earliest pending event (NEAR or FAR) and its time; the
+    event list is not empty. Were the near heap empty, the next bucket moves in first."""
+    far = g[G_FAR]
+    if g[G_HEAP] == far + g[G_WHEEL]:
         advance(ev, g)
-        if g[G_HEAP] == g[G_FAR] + g[G_WHEEL]:
-            return ev[FAR, 0, E_TIME_PS]
+        far = g[G_FAR]
+        if g[G_HEAP] == far + g[G_WHEEL]:
+            return FAR, ev[FAR, 0, E_TIME_PS]
     t = ev[NEAR, 0, E_TIME_PS]
-    if g[G_FAR] > 0 and ev[FAR, 0, E_TIME_PS] < t:
-        return ev[FAR, 0, E_TIME_PS]
-    return t
+    if far > 0:
+        ft = ev[FAR, 0, E_TIME_PS]
+        if ft < t or (ft == t and ev[FAR, 0, E_SEQ] < ev[NEAR, 0, E_SEQ]):
+            return FAR, ft
+    return NEAR, t
+
+
+@njit(cache=True, inline="always")
+def take(ev, g, h):
+    """Remove the root of heap h, which `peek` found the earliest: its (kind, a, b). As
+    a tuple, not an array's row, so that the loop holds no counted array (each pop would
+    take and drop a reference, an atomic add each way and a call that spills registers).
+    Were the near heap left empty, the next bucket moves in at once, where the loop's
+    prefetch finds the next event."""
+    kind = ev[h, 0, E_KIND]
+    a = ev[h, 0, E_A]
+    b = ev[h, 0, E_B]
+    far = g[G_FAR]
+    if h == FAR:
+        n = far - 1
+        g[G_FAR] = n
+    else:
+        n = g[G_HEAP] - far - g[G_WHEEL] - 1
+    left = g[G_HEAP] - 1
+    g[G_HEAP] = left
+    _sink(ev, h, n)
+    if left > 0 and left == g[G_FAR] + g[G_WHEEL]:
+        _advance(ev, g)
+    return kind, a, b
 
 
 @njit(cache=True, inline="always")
 def pop(ev, g, out):
-    """Remove the earliest event into out[0:E_N] (inlined into the loop); the event
-    list is not empty."""
-    far = g[G_FAR]
-    near = g[G_HEAP] - far - g[G_WHEEL]
-    if near == 0:
-        advance(ev, g)
-        far = g[G_FAR]
-        near = g[G_HEAP] - far - g[G_WHEEL]
-    h = NEAR
-    n = near - 1
-    if far > 0:
-        ft = ev[FAR, 0, E_TIME_PS]
-        nt = ev[NEAR, 0, E_TIME_PS]
-        if near == 0 or ft < nt or (ft == nt and ev[FAR, 0, E_SEQ] < ev[NEAR, 0, E_SEQ]):
-            h = FAR
-            n = far - 1
-            g[G_FAR] = n
-    for c in range(E_N):
-        out[c] = ev[h, 0, c]
-    left = g[G_HEAP] - 1
-    g[G_HEAP] = left
-    _sink(ev, h, n)
-    if left > 0 and left == g[G_FAR] + g[G_WHEEL]:  # the next event into the near heap now,
-        advance(ev, g)  # where the loop's prefetch finds it
+    """Remove the earliest event into out[0:E_N]; the event list is not empty."""
+    h, t = peek(ev, g)
+    out[E_TIME_PS] = t
+    out[E_SEQ] = ev[h, 0, E_SEQ]
+    out[E_KIND], out[E_A], out[E_B] = take(ev, g, h)

@@ -20,7 +20,7 @@ from numba.extending import intrinsic
 from fabric.addressing import ROCE_UDP_PORT
 from fabric.routing import MODE_SPRAY, Live, Net, flow_hash, is_next_hop, route_packet
 from fabric.sim import buffer, congestion, ecn, pfc
-from fabric.sim.heap import NEAR, earliest_ps, pop, push, schedule
+from fabric.sim.heap import NEAR, peek, push, schedule, take
 from fabric.sim.layout import (
     ACK_EXTRA_BYTES,
     CC_NONE,
@@ -43,8 +43,6 @@ from fabric.sim.layout import (
     E_A,
     E_B,
     E_KIND,
-    E_N,
-    E_TIME_PS,
     EV_ACK_RTO,
     EV_ARRIVE,
     EV_CC_TIMER,
@@ -1146,7 +1144,6 @@ def run(S_counted, t_stop, max_events):
     S = borrowed(S_counted)
     g, prm, pt, fl, pk, ev, smp, cap = S.g, S.prm, S.pt, S.fl, S.pk, S.ev, S.smp, S.cap
     n_flows = fl.shape[0]
-    e = np.empty(E_N, dtype=np.int64)
     done_events = 0
     event_rows = ev.shape[1] - prm[P_EVENT_RESERVE]  # the event list may hold this many
     packet_reserve = prm[P_PACKET_RESERVE]
@@ -1166,17 +1163,14 @@ def run(S_counted, t_stop, max_events):
             return R_DRAIN_CAPTURE
         if g[G_SAMPLES] >= smp.shape[1]:
             return R_DRAIN_SAMPLES
-        if earliest_ps(ev, g) > t_stop:
+        h, now = peek(ev, g)
+        if now > t_stop:
             return R_STOP
         if done_events >= max_events:
             return R_LIMIT
-        pop(ev, g, e)
+        kind, a, b = take(ev, g, h)
         if g[G_HEAP] > g[G_FAR] + g[G_WHEEL]:  # the near heap is not empty
             prefetch_next(S, ev)
-        now = e[E_TIME_PS]
-        kind = e[E_KIND]
-        a = e[E_A]
-        b = e[E_B]
         g[G_NOW_PS] = now
         g[G_EVENTS] += 1
         done_events += 1

@@ -31,9 +31,10 @@ def settle(pt, p, now):
     pt[p, PT_S_QT_PS] = now
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def enqueue(pt, pk, p, cls, i, now):
-    """Append packet i to class `cls` of port p."""
+    """Append packet i to class `cls` of port p. Inlined: every hop queues a packet, and a
+    call passes each array one field at a time."""
     settle(pt, p, now)
     head = PT_HEAD0 + 2 * cls
     tail = PT_TAIL0 + 2 * cls
