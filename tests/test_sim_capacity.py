@@ -37,9 +37,10 @@ def queued_packets(sim, p):
 def test_a_receiver_link_failing_under_a_100_to_1_incast_cuts_every_flow_off_cleanly():
     # issue 11: lab-medium, 16 MiB per sender, no congestion control, the receiver's link
     # down at 200 us, when more packets wait on it than the event list has free rows
-    # (rack switches with a Tomahawk 3's 64 MiB pool: a queue that deep)
+    # (rack switches with a 512 MiB pool, eight times a Tomahawk 3's: a queue deeper than
+    # the event list's first 65,536 rows, one chunk of the timing wheel's pool per bucket)
     base = preset("lab-medium")
-    rtsw = replace(base.queue(Role.RTSW), buffer_bytes=64 * 2**20)
+    rtsw = replace(base.queue(Role.RTSW), buffer_bytes=512 * 2**20)
     fab = replace(base, queues={**base.queues, Role.RTSW: rtsw})
     nics = fab.nic_ids
     recv = int(nics[0])

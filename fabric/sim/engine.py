@@ -32,7 +32,7 @@ from fabric.scenario import Fault
 from fabric.sim import kernel
 from fabric.sim import layout as L
 from fabric.sim.ecn import rng_state
-from fabric.sim.heap import HEAPS
+from fabric.sim.heap import BUCKETS, CHUNK, HEAPS
 from traffic.flows import FlowTable
 
 PS = L.PS_PER_NS
@@ -274,7 +274,9 @@ class Simulation:
         n_pk = 4096
         pk = packet_rows(n_pk)
         pc = np.zeros((n_pk + 1, L.PC_N), dtype=np.int64)
-        ev = zeros_aligned((HEAPS, max(4096, 4 * n + 64), L.E_N), np.int64)
+        # a chunk of the wheel's pool for every bucket (BUCKETS * CHUNK rows): fewer, and
+        # events that find no chunk go through the far heap
+        ev = zeros_aligned((HEAPS, max(BUCKETS * CHUNK, 4 * n + 64), L.E_N), np.int64)
         g = np.zeros(L.G_NG, dtype=np.int64)
         g[L.G_FREE] = 0
         g[L.G_NFREE] = n_pk
