@@ -230,9 +230,8 @@ def _print_summary(sc, s: dict) -> None:
             continue
         label = op["kind"] if op["algorithm"] in ("", "-") else f"{op['kind']} {op['algorithm']}"
         # a collective's bytes are each rank's message; a pattern's, all its flows' together
-        size = f"{format_size(op['bytes'])} x {op['ranks']} ranks"
-        if op["kind"] in PATTERNS:
-            size = f"{format_size(op['bytes'])} in all, {op['ranks']} ranks"
+        how = "in all," if op["kind"] in PATTERNS else "x"
+        size = f"{format_size(op['bytes'])} {how} {op['ranks']} ranks"
         click.echo(
             f"{label:<17} {size}"
             f"  {format_time(op['time_ns'])}  busbw {format_rate(int(op['busbw_bps']))}bps"
