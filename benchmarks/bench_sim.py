@@ -143,7 +143,15 @@ def once(fabric, table, progress=None) -> dict:
     )  # fmt: skip
     t1 = time.perf_counter()
     c1 = time.process_time()
-    done = sim.run(progress=progress)
+    peak = {"packets": 0, "events": 0}
+
+    def sample(p) -> None:  # after each slice of the kernel's events: what is in flight
+        peak["packets"] = max(peak["packets"], len(sim.pk) - 1 - int(sim.g[L.G_NFREE]))
+        peak["events"] = max(peak["events"], int(sim.g[L.G_HEAP]))
+        if progress is not None:
+            progress(p)
+
+    done = sim.run(progress=sample)
     t2 = time.perf_counter()
     c2 = time.process_time()
     c = sim.counters()
@@ -160,7 +168,26 @@ def once(fabric, table, progress=None) -> dict:
         "hops": c["packet_hops"],
         "done": done and c["flows_done"] == len(table),
         "simulated_ns": c["simulated_ns"],
+        "peak": peak,
+        "fixed_bytes": sim.pt.nbytes + sim.pmax.nbytes + sim.fl.nbytes + sim.fr.nbytes,
     }
+
+
+def working_set(r: dict) -> tuple[float, str]:
+    """The state a run's hops touch at its busiest, in MiB: every port's and flow's rows,
+    and the rows of the packets and events in flight at the most (sampled at the end of
+    each slice of the kernel's events). Beside the cache sizes and the memory latencies
+    of benchmarks/bench_memory.py, it tells why a larger fabric's hop costs more."""
+    rows = r["row_bytes"]
+    packets = r["peak"]["packets"] * (rows["pk"] + rows["pc"])
+    events = r["peak"]["events"] * rows["ev"]
+    mib = (r["fixed_bytes"] + packets + events) / 2**20
+    return mib, (
+        f"working set: {mib:,.1f} MiB at the busiest: ports and flows "
+        f"{r['fixed_bytes'] / 2**20:,.1f}, {r['peak']['packets']:,} packets in flight "
+        f"{packets / 2**20:,.1f}, {r['peak']['events']:,} pending events {events / 2**20:,.1f} "
+        f"(sampled every slice of the kernel's events)"
+    )
 
 
 ROWS = ("pk", "pc", "ev", "fl", "fr", "act", "path_ptr", "dep_ptr")  # state arrays, by row
@@ -221,7 +248,7 @@ def main() -> None:
         ap.error(f"no case {', '.join(unknown)}; the cases are {' '.join(CASES)}")
     if args.big:
         cases += [c for c in sorted(BIG) if c not in cases]
-    per_hop = {}
+    per_hop, mib = {}, {}
     if LONG & set(cases):
         warm()
     for case in cases:
@@ -255,8 +282,14 @@ def main() -> None:
             flush=True,
         )
         print(f"    {memory_layout(fabric, table, r['mean_route'], r['row_bytes'])}", flush=True)
+        mib[case], line = working_set(r)
+        print(f"    {line}", flush=True)
     if "a" in per_hop and "c" in per_hop:
-        print(f"cost per packet-hop (c)/(a): {per_hop['c'] / per_hop['a']:.2f} (goal: <= 1.5)")
+        print(
+            f"cost per packet-hop (c)/(a): {per_hop['c'] / per_hop['a']:.2f} (goal: <= 1.5), "
+            f"working sets {mib['c']:,.0f} and {mib['a']:,.1f} MiB "
+            f"(memory latency at such sizes: benchmarks/bench_memory.py)"
+        )
 
 
 if __name__ == "__main__":
