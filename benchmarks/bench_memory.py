@@ -27,7 +27,7 @@ LINE = 64  # bytes per cache line
 STEP = LINE // 8  # int64 slots per line
 
 
-@njit(cache=False)
+@njit
 def chase(nxt, n):
     i = 0
     for _ in range(n):
