@@ -288,7 +288,8 @@ def main() -> None:
         print(
             f"cost per packet-hop (c)/(a): {per_hop['c'] / per_hop['a']:.2f} (goal: <= 1.5), "
             f"working sets {mib['c']:,.0f} and {mib['a']:,.1f} MiB "
-            f"(memory latency at such sizes: benchmarks/bench_memory.py)"
+            f"(memory latency at such sizes: benchmarks/bench_memory.py; what the cost "
+            f"grows with: benchmarks/bench_scaling.py)"
         )
 
 
