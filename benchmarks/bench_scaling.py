@@ -51,16 +51,7 @@ def subset_permutation(fabric, senders: int, seed: int) -> FlowTable:
         perm = rng.permutation(senders)
         if not (perm == np.arange(senders)).any():
             break
-    idx = np.arange(senders)
-    cols = {
-        "src": nics,
-        "dst": nics[perm],
-        "bytes": np.full(senders, SIZE),
-        "sqpn": idx + 1,
-        "dqpn": perm + 1,
-        "sport": 0xC000 | ((idx + 1) ^ (perm + 1)) & 0x3FFF,
-    }
-    return FlowTable.build(cols, ([0] * (senders + 1), []), {})
+    return B.permutation_table(nics, perm, SIZE)
 
 
 def frame_ps(fabric) -> float:

@@ -66,13 +66,20 @@ def permutation(fabric, size: int, seed: int) -> FlowTable:
         perm = rng.permutation(n)
         if not (perm == np.arange(n)).any():
             break
+    return permutation_table(nics, perm, size)
+
+
+def permutation_table(nics, perm, size: int) -> FlowTable:
+    """Flows of `size` bytes from each of `nics` to nics[perm], one queue pair each."""
+    n = len(nics)
+    idx = np.arange(n)
     cols = {
         "src": nics,
         "dst": nics[perm],
         "bytes": np.full(n, size),
-        "sqpn": np.arange(n) + 1,
+        "sqpn": idx + 1,
         "dqpn": perm + 1,
-        "sport": 0xC000 | ((np.arange(n) + 1) ^ (perm + 1)) & 0x3FFF,
+        "sport": 0xC000 | ((idx + 1) ^ (perm + 1)) & 0x3FFF,
     }
     return FlowTable.build(cols, ([0] * (n + 1), []), {})
 
