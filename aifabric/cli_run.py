@@ -214,7 +214,7 @@ def _per_s(rate: float) -> str:
 
 def _print_summary(sc, s: dict) -> None:
     from fabric.units import format_rate, format_size, format_time
-    from traffic.spec import PATTERNS
+    from traffic.spec import SIZE_IN_ALL
 
     status = s.get("status", "complete")
     click.echo(f"{sc.name}: {sc.fabric.name}, {s.get('flows', 0):,} flows, {sc.cc}, {sc.ecmp} ECMP")
@@ -229,8 +229,7 @@ def _print_summary(sc, s: dict) -> None:
         if op["time_ns"] is None:
             continue
         label = op["kind"] if op["algorithm"] in ("", "-") else f"{op['kind']} {op['algorithm']}"
-        # a collective's bytes are each rank's message; a pattern's, all its flows' together
-        how = "in all," if op["kind"] in PATTERNS else "x"
+        how = "in all," if op["kind"] in SIZE_IN_ALL else "x"
         size = f"{format_size(op['bytes'])} {how} {op['ranks']} ranks"
         click.echo(
             f"{label:<17} {size}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from analysis.table import render
 from fabric.units import format_rate, format_size, format_time
+from traffic.spec import SIZE_IN_ALL
 
 
 def fmt(value, kind: str) -> str:
@@ -153,6 +154,10 @@ def capture_text(m: dict) -> str:
     return "\n".join(out)
 
 
+# what an op's bytes are, for the jobs' and the ops' tables (algbw is bytes / time)
+BYTES_ARE = "a collective's bytes are its message per rank, a pattern's or matrix's all its flows'"
+
+
 def _jobs_table(m: dict, scale: float) -> str:
     emulated = scale > 1
     return render(
@@ -175,7 +180,7 @@ def _jobs_table(m: dict, scale: float) -> str:
             for j in m["jobs"]
         ],
         title="jobs (ideal: the busiest NIC's bytes at line rate; efficiency ideal / time; "
-        "nccl-tests algbw and busbw, mean over the job's ops)",
+        f"nccl-tests algbw and busbw, mean over the job's ops; {BYTES_ARE})",
     )
 
 
@@ -190,7 +195,7 @@ def _ops_table(m: dict, scale: float) -> str:
                 o["job_name"],
                 o["kind"],
                 o["ranks"],
-                f"{o['bytes']:,}",
+                f"{o['bytes']:,} {'in all' if o['kind'] in SIZE_IN_ALL else 'per rank'}",
                 fmt(o["time_ns"], "time"),
                 fmt(o["ideal_ns"], "time"),
                 fmt(o["efficiency"], "pct"),
@@ -200,7 +205,7 @@ def _ops_table(m: dict, scale: float) -> str:
             + ([fmt(o["busbw_emulated_bps"], "rate")] if emulated else [])
             for o in m["collectives"]["ops"]
         ],
-        title="collectives, per op (nccl-tests algbw and busbw)",
+        title=f"collectives, per op (nccl-tests algbw and busbw; {BYTES_ARE})",
     )
 
 

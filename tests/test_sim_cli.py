@@ -319,3 +319,27 @@ def test_a_fault_after_the_run_ended_is_said(small, tmp_path):
         result.output
     )
     assert Run(tmp_path / "r").meta["results"]["faults_not_reached"][0]["at_ns"] == 10**10
+
+
+def test_a_matrix_ops_bytes_are_in_all_in_the_summary_and_the_ops_table(tmp_path):
+    # a matrix op's bytes are all its flows' (the summary printed '128KiB x 3 ranks'), and
+    # `analyze` said neither which its bytes column held
+    (tmp_path / "m.csv").write_text("src,dst,bytes\n0,9,64KiB\n3,9,64KiB\n")
+    (tmp_path / "s.toml").write_text(
+        '[scenario]\ntopology = "lab-small"\nseed = 1\n\n[[workload.jobs]]\nmatrix = "./m.csv"\n\n'
+        '[[workload.jobs]]\ncollective = "allreduce"\ngpus = 8\nsize = "1MiB"\niterations = 2\n'
+    )
+    r = invoke("run", tmp_path / "s.toml", "-o", tmp_path / "r")
+    assert r.exit_code == 0, r.output
+    ops = {op["kind"]: op for op in Run(tmp_path / "r").meta["results"]["summary"]["collectives"]}
+    assert ops["matrix"]["bytes"] == 2 * 64 * 2**10 and ops["matrix"]["ranks"] == 3
+    line = next(x for x in r.output.splitlines() if x.startswith("matrix"))
+    assert " 128KiB in all, 3 ranks " in line, line
+    line = next(x for x in r.output.splitlines() if x.startswith("allreduce"))
+    assert " 1MiB x 8 ranks " in line, line
+    a = invoke("analyze", tmp_path / "r")
+    assert a.exit_code == 0, a.output
+    ops = a.output.split("collectives, per op")[1].split("\n\n")[0].splitlines()
+    assert "a pattern's or matrix's all its flows'" in ops[0], ops[0]
+    kinds = {x.split()[3]: x for x in ops[3:]}  # op, job (two words), kind
+    assert "131,072 in all" in kinds["matrix"] and "1,048,576 per rank" in kinds["allreduce"], ops

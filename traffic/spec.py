@@ -35,6 +35,8 @@ from traffic.collectives import KINDS
 
 COLLECTIVES = {name: c.algorithms for name, c in KINDS.items()}  # name -> its algorithms
 PATTERNS = ("permutation", "incast", "uniform")
+# kinds of op whose size is all its flows' bytes together (a collective's: each rank's message)
+SIZE_IN_ALL = (*PATTERNS, "matrix")
 PLACEMENTS = ("packed", "fragmented", "rail-aligned")
 QP_MODES = ("split", "round-robin")
 DISTRIBUTIONS = ("fixed", "exponential", "pareto")
@@ -364,7 +366,7 @@ def _job(name: str, where: str, body: dict, folder: Path | None = None) -> Job:
         )
     if kind == "matrix":
         path = Path(values["matrix"])
-        if folder is not None and not path.is_absolute():
+        if folder is not None and not path.is_absolute() and (folder / path).is_file():
             path = folder / path
         if not path.is_file():
             raise SpecError(f"workload {name}: {where}matrix = {values['matrix']!r}: no such file")

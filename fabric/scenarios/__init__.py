@@ -107,7 +107,7 @@ def scenario_from_dict(
     if "workload" in head:
         workload = traffic.load_workload(relative_to(str(head["workload"]), folder))
     else:
-        workload = traffic.workload_from_dict(raw["workload"], name)
+        workload = traffic.workload_from_dict(raw["workload"], name, folder)
 
     run_seed = _seed(name, "seed", head.get("seed", 0) if seed is None else seed)
     seeds = {key: _seed(name, key, head[key]) for key in SEED_KEYS if key in head}
