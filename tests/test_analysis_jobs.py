@@ -16,6 +16,7 @@ from analysis.ecmp import expected_collisions
 from analysis.metrics import run_metrics, summary
 from fabric.export import fabric_from_topology
 from fabric.rundir import Run
+from fabric.units import format_size
 from tests.test_analysis_report import CHROMIUM, render_in_chromium
 from traffic.collectives import KINDS, Shape
 
@@ -222,6 +223,10 @@ def _report_figures(run: Run, tmp_path: Path) -> dict:
     assert [c[3] for c in actual["customdata"]] == pytest.approx(
         [o["busbw_bps"] for o in m["collectives"]["ops"]]
     )
+    for c, o in zip(actual["customdata"], m["collectives"]["ops"], strict=True):  # what bytes
+        assert (
+            c[2] == f"{format_size(o['bytes'])} {'in all' if o['kind'] == 'incast' else 'per rank'}"
+        )
     assert ideal["x"] == pytest.approx([o["ideal_ns"] / 1e3 for o in m["collectives"]["ops"]])
 
     # every linear axis: tick labels a reader can tell apart (no 0, 1, 1 on a small count)
