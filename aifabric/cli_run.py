@@ -213,8 +213,8 @@ def _per_s(rate: float) -> str:
 
 
 def _print_summary(sc, s: dict) -> None:
+    from fabric.rundir import SIZE_IN_ALL
     from fabric.units import format_rate, format_size, format_time
-    from traffic.spec import SIZE_IN_ALL
 
     status = s.get("status", "complete")
     click.echo(f"{sc.name}: {sc.fabric.name}, {s.get('flows', 0):,} flows, {sc.cc}, {sc.ecmp} ECMP")

@@ -9,8 +9,8 @@ report's summary uses it too).
 from __future__ import annotations
 
 from analysis.table import render
+from fabric.rundir import SIZE_IN_ALL
 from fabric.units import format_rate, format_size, format_time
-from traffic.spec import SIZE_IN_ALL
 
 
 def fmt(value, kind: str) -> str:

@@ -73,6 +73,9 @@ COLLECTIVE_FIELDS = (
     "op", "job", "kind", "algorithm", "bytes", "ranks", "start_ns", "end_ns",
     "algbw_bps", "busbw_bps",
 )  # fmt: skip
+# the kinds of op whose `bytes` are all its flows' together (traffic.spec.PATTERNS and a
+# traffic matrix); a collective's are each rank's message, as in nccl-tests
+SIZE_IN_ALL = ("permutation", "incast", "uniform", "matrix")
 
 
 def write_json(path: Path, data: Any) -> None:

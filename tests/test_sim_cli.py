@@ -343,3 +343,10 @@ def test_a_matrix_ops_bytes_are_in_all_in_the_summary_and_the_ops_table(tmp_path
     assert "a pattern's or matrix's all its flows'" in ops[0], ops[0]
     kinds = {x.split()[3]: x for x in ops[3:]}  # op, job (two words), kind
     assert "131,072 in all" in kinds["matrix"] and "1,048,576 per rank" in kinds["allreduce"], ops
+
+
+def test_the_kinds_sized_in_all_are_the_patterns_and_a_matrix():
+    from fabric.rundir import SIZE_IN_ALL
+    from traffic.spec import PATTERNS
+
+    assert sorted(SIZE_IN_ALL) == sorted([*PATTERNS, "matrix"])

@@ -35,8 +35,6 @@ from traffic.collectives import KINDS
 
 COLLECTIVES = {name: c.algorithms for name, c in KINDS.items()}  # name -> its algorithms
 PATTERNS = ("permutation", "incast", "uniform")
-# kinds of op whose size is all its flows' bytes together (a collective's: each rank's message)
-SIZE_IN_ALL = (*PATTERNS, "matrix")
 PLACEMENTS = ("packed", "fragmented", "rail-aligned")
 QP_MODES = ("split", "round-robin")
 DISTRIBUTIONS = ("fixed", "exponential", "pareto")
