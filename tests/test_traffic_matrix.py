@@ -167,6 +167,18 @@ def test_matrix_job_keys_and_relative_paths(tmp_path, small):
         traffic.load_workload("nowhere.npz")
 
 
+def test_a_matrix_not_beside_its_workload_is_found_from_the_working_directory(
+    tmp_path, small, monkeypatch
+):
+    write(tmp_path, "m.csv", "0,1,100\n")
+    (tmp_path / "jobs").mkdir()
+    toml = write(tmp_path / "jobs", "w.toml", 'matrix = "m.csv"\n')
+    with pytest.raises(SpecError, match="no such file"):
+        traffic.load_workload(toml)  # neither beside w.toml nor in the working directory
+    monkeypatch.chdir(tmp_path)
+    assert traffic.generate(small, traffic.load_workload(toml)).bytes.tolist() == [100]
+
+
 def test_two_matrix_jobs_may_not_share_a_nic(tmp_path, small):
     a = write(tmp_path, "a.csv", "0,1,100\n")
     b = write(tmp_path, "b.csv", "1,2,100\n")
