@@ -61,12 +61,15 @@ def with_model(fabric):
 def permutation(fabric, size: int, seed: int) -> FlowTable:
     rng = np.random.default_rng(seed)
     nics = fabric.nic_ids
-    n = len(nics)
+    return permutation_table(nics, derangement(rng, len(nics)), size)
+
+
+def derangement(rng, n: int) -> np.ndarray:
+    """A random permutation of range(n) that moves every index (no NIC sends to itself)."""
     while True:
         perm = rng.permutation(n)
         if not (perm == np.arange(n)).any():
-            break
-    return permutation_table(nics, perm, size)
+            return perm
 
 
 def permutation_table(nics, perm, size: int) -> FlowTable:
