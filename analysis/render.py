@@ -158,11 +158,9 @@ def capture_text(m: dict) -> str:
 BYTES_ARE = "a collective's bytes are its message per rank, a pattern's or matrix's all its flows'"
 
 
-def size_of(op: dict, number: str | None = None) -> str:
-    """An op's bytes (`number`, else as a size) and whether they are each rank's or all its
-    flows' (BYTES_ARE)."""
-    number = format_size(op["bytes"]) if number is None else number
-    return f"{number} {'in all' if op['kind'] in SIZE_IN_ALL else 'per rank'}"
+def bytes_are(op: dict) -> str:
+    """Whether an op's bytes are all its flows' or each rank's (BYTES_ARE)."""
+    return "in all" if op["kind"] in SIZE_IN_ALL else "per rank"
 
 
 def _jobs_table(m: dict, scale: float) -> str:
@@ -202,7 +200,7 @@ def _ops_table(m: dict, scale: float) -> str:
                 o["job_name"],
                 o["kind"],
                 o["ranks"],
-                size_of(o, f"{o['bytes']:,}"),
+                f"{o['bytes']:,} {bytes_are(o)}",
                 fmt(o["time_ns"], "time"),
                 fmt(o["ideal_ns"], "time"),
                 fmt(o["efficiency"], "pct"),

@@ -23,7 +23,7 @@ import json
 import numpy as np
 
 from analysis.metrics import run_metrics, summary
-from analysis.render import SUMMARY_ROWS, fmt, size_of
+from analysis.render import SUMMARY_ROWS, bytes_are, fmt
 from fabric.model import Role
 from fabric.units import format_rate, format_size, format_time
 
@@ -485,7 +485,14 @@ def _collective_figure(coll: dict):
                 name="actual",
                 width=0.6,
                 customdata=[
-                    [o["op"], o["kind"], size_of(o), o["busbw_bps"], o["efficiency"]] for o in ops
+                    [
+                        o["op"],
+                        o["kind"],
+                        f"{format_size(o['bytes'])} {bytes_are(o)}",
+                        o["busbw_bps"],
+                        o["efficiency"],
+                    ]
+                    for o in ops
                 ],
                 hovertemplate="%{y}, op %{customdata[0]} %{customdata[1]}: %{x:.1f} us, "
                 "%{customdata[2]}, busbw %{customdata[3]:.4s}bps, efficiency "
