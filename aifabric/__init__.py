@@ -6,12 +6,21 @@ import os
 import signal
 import sys
 
+# In a checkout the layers are the repository's top-level folders (fabric/, traffic/, ...:
+# `aifabric.fabric.checkout`); a wheel has them inside this package. Either way they import
+# as `aifabric.fabric`, `aifabric.traffic`, ...
+_checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isfile(os.path.join(_checkout, "pyproject.toml")) and os.path.isfile(
+    os.path.join(_checkout, "fabric", "checkout.py")
+):
+    __path__.append(_checkout)
+
 
 def _interrupted(signum, frame) -> None:
     """SIGINT before a command installs its own handling: KeyboardInterrupt, as Python's own
     handler, except inside an import, where the exception could be swallowed or turned into
-    another (`fabric.interrupts`): there, nothing is written yet, and the process ends."""
-    interrupts = sys.modules.get("fabric.interrupts")
+    another (`aifabric.fabric.interrupts`): there, nothing is written yet, and the process ends."""
+    interrupts = sys.modules.get("aifabric.fabric.interrupts")
     if interrupts is None or interrupts.importing(frame):
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.write("\naifabric: interrupted\n")
@@ -32,7 +41,7 @@ def main() -> None:
     # loading makes lives until the process ends, and collecting it as it comes costs
     # about 0.04 s of CPU. Each command turns it back on (`aifabric.cli.loaded`).
     gc.disable()
-    import fabric.interrupts  # noqa: F401  (what the handler asks once it is loaded)
+    import aifabric.fabric.interrupts  # noqa: F401  (what the handler asks once it is loaded)
     from aifabric.cli import main as command
 
     try:
@@ -46,7 +55,7 @@ def main() -> None:
 
 def __getattr__(name: str):
     if name == "__version__":
-        from fabric import __version__
+        from aifabric.fabric import __version__
 
         return __version__
     raise AttributeError(f"module 'aifabric' has no attribute {name!r}")

@@ -13,10 +13,10 @@ import sys
 
 import click
 
+from aifabric.analysis.table import render
+from aifabric.fabric import __version__
+from aifabric.fabric.errors import AifabricError
 from aifabric.params import choice
-from aifabric.table import render
-from fabric import __version__
-from fabric.errors import AifabricError
 
 # The library is imported by the commands that use it: `aifabric --version` and
 # `--help` stay free of numpy and numba, and a command pays only for its own.
@@ -28,20 +28,20 @@ atexit.register(gc.freeze)
 
 
 def _export_formats():
-    from fabric.export import FORMATS
+    from aifabric.fabric.export import FORMATS
 
     return FORMATS
 
 
 def _policies():
-    from fabric.routing import POLICIES
+    from aifabric.fabric.routing import POLICIES
 
     return POLICIES
 
 
 def emulated_switches():
     """The emulator's kinds of switch (`--switch`), each with the policy that hashes as it does."""
-    from fabric.routing import EMULATOR_POLICY
+    from aifabric.fabric.routing import EMULATOR_POLICY
 
     return EMULATOR_POLICY
 
@@ -68,7 +68,7 @@ class Group(click.Group):
     command_class = Command
 
     def invoke(self, ctx):
-        from fabric.errors import AifabricError
+        from aifabric.fabric.errors import AifabricError
 
         try:
             return super().invoke(ctx)
@@ -129,7 +129,7 @@ def topo():
 @json_option
 def topo_presets(as_json):
     """List the topology presets."""
-    from topologies import load, preset_names
+    from aifabric.topologies import load, preset_names
 
     rows = []
     for name in preset_names():
@@ -146,9 +146,9 @@ def topo_presets(as_json):
 @json_option
 def topo_show(source, as_json):
     """Summarize a topology: SOURCE is a preset name or a TOML file."""
-    from fabric.summary import summarize_fabric
-    from fabric.units import format_rate
-    from topologies import load_fabric
+    from aifabric.fabric.summary import summarize_fabric
+    from aifabric.fabric.units import format_rate
+    from aifabric.topologies import load_fabric
 
     s = summarize_fabric(load_fabric(source))
     if as_json:
@@ -205,8 +205,8 @@ def topo_show(source, as_json):
 @force_option
 def topo_export(source, fmt, output, force):
     """Export a topology as JSON (the run directory's topology.json), GraphML or DOT."""
-    from fabric.export import to_dot, to_graphml, topology_dict
-    from topologies import load_fabric
+    from aifabric.fabric.export import to_dot, to_graphml, topology_dict
+    from aifabric.topologies import load_fabric
 
     if output:
         output_file(output, force)
@@ -218,7 +218,7 @@ def topo_export(source, fmt, output, force):
     else:
         text = to_dot(fabric)
     if output:
-        from fabric.files import write_atomic
+        from aifabric.fabric.files import write_atomic
 
         try:
             write_atomic(output, text)
@@ -266,8 +266,8 @@ def topo_export(source, fmt, output, force):
 def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
     """How ECMP spreads random flows over SOURCE's links, tier by tier (up and down), next
     to uniform hashing."""
-    from fabric.spread import random_spread
-    from topologies import load_fabric
+    from aifabric.fabric.spread import random_spread
+    from aifabric.topologies import load_fabric
 
     if flows * qps > MAX_QP_FLOWS:
         raise AifabricError(

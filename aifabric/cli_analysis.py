@@ -1,7 +1,7 @@
 """`aifabric analyze | report | compare | pcap ...` (registered on import by aifabric.cli).
 
-Each command parses, calls one function of `analysis.targets` and prints what
-`analysis.render` makes of it.
+Each command parses, calls one function of `aifabric.analysis.targets` and prints what
+`aifabric.analysis.render` makes of it.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 import click
 
 from aifabric.cli import Group, emit_json, json_option, main, notice_compiles
-from fabric.errors import AifabricError
+from aifabric.fabric.errors import AifabricError
 
 
 def _rate(ctx, param, value):
-    from fabric.units import parse_rate
+    from aifabric.fabric.units import parse_rate
 
     if value is None:
         return None
@@ -50,7 +50,7 @@ def _warn(warnings: list[str]) -> None:
 def analyze(target, rate, top, series, as_json):
     """Congestion, ECMP imbalance and completion times of a run directory or a capture."""
     notice_compiles()
-    from analysis import render, targets
+    from aifabric.analysis import render, targets
 
     m, warnings = targets.analyze(target, rate_bps=rate, top=top, series=series and as_json)
     _warn(warnings)
@@ -73,8 +73,8 @@ def analyze(target, rate, top, series, as_json):
 )
 def report(run, output):
     """Write RUN's report (a run directory or a capture): one self-contained HTML file."""
-    from analysis import targets
-    from fabric.files import write_atomic
+    from aifabric.analysis import targets
+    from aifabric.fabric.files import write_atomic
 
     notice_compiles()
     html, warnings = targets.report(run)
@@ -98,9 +98,9 @@ def compare(targets, by, rate, as_json):
     """Runs (or captures) side by side: per job busbw, time and efficiency; ECMP against
     uniform hashing; ECN, CNPs, pauses, completion. A sweep directory is one column per
     configuration: the mean over its seeds, with the 95% interval's half-width."""
-    from analysis import render
-    from analysis import targets as lib
-    from experiments.groups import group_summary, is_sweep_dir, sweep_groups
+    from aifabric.analysis import render
+    from aifabric.analysis import targets as lib
+    from aifabric.experiments.groups import group_summary, is_sweep_dir, sweep_groups
 
     notice_compiles()
     sweeps = [t for t in targets if is_sweep_dir(t)]
@@ -139,7 +139,7 @@ def pcap():
 @json_option
 def pcap_show(file, index, count, as_json):
     """Dissect packets of FILE with scapy (RoCEv2 BTH, CNP, PFC, PAUSE layers)."""
-    from analysis import targets
+    from aifabric.analysis import targets
 
     notice_compiles()
     rows, text, warnings = targets.packets(file, index, count)

@@ -1,5 +1,5 @@
 """`aifabric crosscheck SCENARIO`: the scenario in both engines, side by side (registered on
-import by aifabric.cli; the work is fabric.crosscheck's)."""
+import by aifabric.cli; the work is aifabric.experiments.crosscheck's)."""
 
 from __future__ import annotations
 
@@ -46,12 +46,12 @@ def crosscheck(scenario, output, switch, scale, tolerance, seed, assignments, fo
     uplink, ECN marks, PFC pause time, drops; a verdict (exit 1 when they differ)."""
     from pathlib import Path
 
+    from aifabric.experiments.crosscheck import clear_output
+    from aifabric.experiments.crosscheck import crosscheck as run_both
+    from aifabric.fabric.files import write_atomic
+    from aifabric.scenarios import load_scenario
+    from aifabric.scenarios.overrides import parse_assignment
     from aifabric.warmup import ensure_warm
-    from fabric.crosscheck import clear_output
-    from fabric.crosscheck import crosscheck as run_both
-    from fabric.files import write_atomic
-    from fabric.overrides import parse_assignment
-    from fabric.scenarios import load_scenario
 
     overrides = [parse_assignment(text) for text in assignments]
     sc = load_scenario(scenario, seed=seed, overrides=overrides)
@@ -66,7 +66,7 @@ def crosscheck(scenario, output, switch, scale, tolerance, seed, assignments, fo
     if as_json:
         emit_json(report)
     else:
-        from analysis.render import crosscheck_text
+        from aifabric.analysis.render import crosscheck_text
 
         click.echo(crosscheck_text(report, sc.name, sc.fabric.name, switch))
     if report["verdict"] != "agree":

@@ -15,7 +15,7 @@ def clean(as_json):
     """Remove what a killed Mininet run left: processes, links, bridges, namespaces, temp dirs."""
     if os.geteuid() != 0:
         raise click.ClickException("aifabric clean needs root (it removes namespaces and links)")
-    from fabric.emu.clean import clean as run_clean
+    from aifabric.emu.clean import clean as run_clean
 
     removed = run_clean()
     if as_json:

@@ -1,7 +1,7 @@
 """`aifabric run ...`: a scenario on an engine (registered on import by aifabric.cli).
 
 The command knows no engine: it loads the scenario, hands it to
-`fabric.engines.run_scenario` with the engine's name and the engine options
+`aifabric.engines.run_scenario` with the engine's name and the engine options
 given, and prints the summary.
 """
 
@@ -17,7 +17,7 @@ from aifabric.params import choice
 
 
 def _engine_names():
-    from fabric.engines import ENGINES
+    from aifabric.engines import ENGINES
 
     return ENGINES
 
@@ -51,7 +51,7 @@ class _ProgressPrinter:
         self.drawn = False
 
     def __call__(self, p, final: bool = False) -> None:
-        from fabric.units import format_time
+        from aifabric.fabric.units import format_time
 
         t = time.monotonic()
         if not final and t - self.last < 0.2:
@@ -70,7 +70,7 @@ FLAGS = {"max_wall_s": "--max-wall"}  # engine option -> its flag, where the nam
 
 def _engine_options(name: str, given: dict) -> dict:
     """The engine options given, checked against what engine `name` takes (usage error)."""
-    from fabric.engines import engine, takers
+    from aifabric.engines import engine, takers
 
     takes = engine(name).options
     for key, value in given.items():
@@ -152,11 +152,11 @@ def run(
     """Run SCENARIO (a scenario preset or a TOML file) and write a run directory."""
     from pathlib import Path
 
+    from aifabric.engines import EXIT_INTERRUPTED, Interrupted, Stop, run_scenario
+    from aifabric.fabric.rundir import check_run_dir, remove_run_dir
+    from aifabric.scenarios import load_scenario, with_captures
+    from aifabric.scenarios.overrides import parse_assignment
     from aifabric.warmup import ensure_warm
-    from fabric.engines import EXIT_INTERRUPTED, Interrupted, Stop, run_scenario
-    from fabric.overrides import parse_assignment
-    from fabric.rundir import check_run_dir, remove_run_dir
-    from fabric.scenarios import load_scenario, with_captures
 
     options = _engine_options(
         engine_name, {"switch": switch, "scale": scale, "max_wall_s": max_wall}
@@ -213,8 +213,8 @@ def _per_s(rate: float) -> str:
 
 
 def _print_summary(sc, s: dict) -> None:
-    from fabric.rundir import SIZE_IN_ALL
-    from fabric.units import format_rate, format_size, format_time
+    from aifabric.fabric.rundir import SIZE_IN_ALL
+    from aifabric.fabric.units import format_rate, format_size, format_time
 
     status = s.get("status", "complete")
     click.echo(f"{sc.name}: {sc.fabric.name}, {s.get('flows', 0):,} flows, {sc.cc}, {sc.ecmp} ECMP")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
+from aifabric.analysis.table import render
 from aifabric.cli import Group, emit_json, json_option, main
-from aifabric.table import render
 
 
 class DefaultRun(Group):
@@ -73,7 +73,7 @@ output_option = click.option(
 def sweep_run(source, output, vary, together, assignments, seeds, full, workers, scheduler,
               as_json):  # fmt: skip
     """Run SOURCE, a sweep spec or a scenario with --vary/--zip/--set/--seeds, into OUTPUT."""
-    from experiments.spec import is_sweep_file, load_sweep, parse_seeds, sweep_from_flags
+    from aifabric.experiments.spec import is_sweep_file, load_sweep, parse_seeds, sweep_from_flags
 
     if is_sweep_file(source):
         if vary or together or assignments:
@@ -104,8 +104,8 @@ def _run(spec, output, workers, scheduler, as_json) -> dict:
         raise click.UsageError(
             "--workers sizes a local cluster; with --scheduler the cluster has its own"
         )
+    from aifabric.experiments.runner import run_sweep, stderr_progress
     from aifabric.warmup import ensure_warm
-    from experiments.runner import run_sweep, stderr_progress
 
     previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -138,7 +138,7 @@ def _run(spec, output, workers, scheduler, as_json) -> dict:
 
 
 def _fmt(value, column: str = "") -> str:
-    from experiments.report import format_value
+    from aifabric.experiments.report import format_value
 
     return format_value(value, column)
 
@@ -150,7 +150,7 @@ def _fmt(value, column: str = "") -> str:
 @json_option
 def sweep_show(directory, metrics, as_json):
     """Per configuration: mean, std, min/max and the 95% interval over seeds."""
-    from experiments.results import open_sweep
+    from aifabric.experiments.sweepdir import open_sweep
 
     res = open_sweep(directory)
     rows = res.aggregate(list(metrics))
@@ -194,7 +194,7 @@ def _interval(lo, hi, column: str = "") -> str:
 
 
 def _effects_table(contrast: dict, report: dict) -> str:
-    from experiments.report import percent
+    from aifabric.experiments.report import percent
 
     rows = [
         [
@@ -224,8 +224,8 @@ def _effects_table(contrast: dict, report: dict) -> str:
 @click.option("--metric", "metrics", multiple=True, help="Metrics to plot (as for show).")
 def sweep_report(directory, output, metrics):
     """One self-contained HTML page: aggregates, error bars, per-seed spread, effects."""
-    from experiments.report import build_report
-    from fabric.files import write_atomic
+    from aifabric.experiments.report import build_report
+    from aifabric.fabric.files import write_atomic
 
     write_atomic(output, build_report(directory, list(metrics)))
     click.echo(f"wrote {output}", err=True)
@@ -240,7 +240,7 @@ def experiment():
 @json_option
 def experiment_list(as_json):
     """The experiments, what each tests, and where its spec is."""
-    from experiments.catalog import experiments
+    from aifabric.experiments.catalog import experiments
 
     rows = experiments()
     if as_json:
@@ -266,11 +266,11 @@ def experiment_run(name, output, full, seeds, workers, scheduler):
     from dataclasses import replace
     from pathlib import Path
 
-    from experiments.catalog import experiment_spec
-    from experiments.report import build_report, finding_lines
-    from experiments.results import open_sweep
-    from experiments.spec import load_sweep, parse_seeds
-    from fabric.files import write_atomic
+    from aifabric.experiments.catalog import experiment_spec
+    from aifabric.experiments.report import build_report, finding_lines
+    from aifabric.experiments.spec import load_sweep, parse_seeds
+    from aifabric.experiments.sweepdir import open_sweep
+    from aifabric.fabric.files import write_atomic
 
     spec = load_sweep(experiment_spec(name), full=full)
     if seeds is not None:

@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import click
 
+from aifabric.analysis.table import render
 from aifabric.cli import SEED, Group, emit_json, force_option, json_option, main, output_file
 from aifabric.params import GPUS, SIZE, choice
-from aifabric.table import render
 
 
 def _spec(name: str):
-    """A table of traffic.spec, read when a command line is parsed (not at startup)."""
+    """A table of aifabric.traffic.spec, read when a command line is parsed (not at startup)."""
 
     def names():
-        import traffic.spec
+        import aifabric.traffic.spec
 
-        return getattr(traffic.spec, name)
+        return getattr(aifabric.traffic.spec, name)
 
     return names
 
 
 def _algorithms():
-    from traffic.collectives import KINDS
+    from aifabric.traffic.collectives import KINDS
 
     return dict.fromkeys(a for c in KINDS.values() for a in c.algorithms)
 
@@ -82,7 +82,7 @@ def traffic():
 
 def _workload(source: str, options: dict):
     """WORKLOAD and its options as the library's workload (options only for bare names)."""
-    from traffic.spec import named_job, workload_of
+    from aifabric.traffic.spec import named_job, workload_of
 
     given = {k.replace("-", "_"): v for k, v in options.items() if v is not None}
     if given and not named_job(source):
@@ -97,7 +97,7 @@ def _workload(source: str, options: dict):
 @json_option
 def traffic_presets(as_json):
     """List the workload presets."""
-    from traffic import load_workload, workload_presets
+    from aifabric.traffic import load_workload, workload_presets
 
     rows = [{"name": n, "description": load_workload(n).description} for n in workload_presets()]
     if as_json:
@@ -118,8 +118,8 @@ def traffic_show(workload, fabric_name, seed, as_json, **options):
     WORKLOAD is a preset, a TOML file, a traffic-matrix file (.npz, .csv, htsim), or a
     collective or pattern name with options (e.g. `allreduce --size 64MiB --gpus 128`).
     """
-    from topologies import load_fabric
-    from traffic.summary import show
+    from aifabric.topologies import load_fabric
+    from aifabric.traffic.summary import show
 
     s = show(load_fabric(fabric_name), _workload(workload, options), seed)
     if as_json:
@@ -129,8 +129,8 @@ def traffic_show(workload, fabric_name, seed, as_json, **options):
 
 
 def _show_text(s: dict) -> str:
-    from fabric.units import format_time
-    from traffic.generate import MAX_FLOWS
+    from aifabric.fabric.units import format_time
+    from aifabric.traffic.generate import MAX_FLOWS
 
     deps = "" if s["closed_form"] else f"{s['dependencies']:,} dependencies, "
     lines = [
@@ -167,7 +167,7 @@ def _check_output(output: str, force: bool) -> None:
 
 
 def _save(table, output: str) -> None:
-    from fabric.errors import AifabricError
+    from aifabric.fabric.errors import AifabricError
 
     try:
         table.save(output)
@@ -184,8 +184,8 @@ def _save(table, output: str) -> None:
 @force_option
 def traffic_export(workload, fabric_name, seed, output, force, **options):
     """Write the flow table of WORKLOAD on a fabric as one .npz (numpy alone loads it)."""
-    from topologies import load_fabric
-    from traffic import generate
+    from aifabric.topologies import load_fabric
+    from aifabric.traffic import generate
 
     _check_output(output, force)
     table = generate(load_fabric(fabric_name), _workload(workload, options), seed=seed)
@@ -202,8 +202,8 @@ def traffic_export(workload, fabric_name, seed, output, force, **options):
 def traffic_import(matrix, fabric_name, seed, output, force):
     """Convert a traffic matrix (.npz flow table, .csv or htsim connection matrix) into the
     flow table of a fabric. See the README's "Traffic matrices" for the formats."""
-    from topologies import load_fabric
-    from traffic import import_flows
+    from aifabric.topologies import load_fabric
+    from aifabric.traffic import import_flows
 
     _check_output(output, force)
     table = import_flows(matrix, load_fabric(fabric_name), seed=seed)

@@ -1,6 +1,6 @@
 """click parameter types for the quantities commands take: sizes, rates, times, GPU counts.
 
-Each parses with `fabric.units` (one spelling of units for files and the command
+Each parses with `aifabric.fabric.units` (one spelling of units for files and the command
 line) and turns a bad value into click's usage error naming the option, e.g.
 `--size 3 parsecs: '3 parsecs' is not a size ...`. Use them as
 `click.option("--size", type=SIZE)`; the value the command receives is an int in
@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable
 
 import click
 
-from fabric.errors import UnitError
-from fabric.units import parse_rate, parse_size, parse_time
+from aifabric.fabric.errors import UnitError
+from aifabric.fabric.units import parse_rate, parse_size, parse_time
 
 
 class Quantity(click.ParamType):
-    """A number with a unit, parsed by `fabric.units` to an int."""
+    """A number with a unit, parsed by `aifabric.fabric.units` to an int."""
 
     def __init__(self, name: str, parse: Callable[[str], int]):
         self.name = name

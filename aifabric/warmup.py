@@ -1,10 +1,10 @@
 """Compile the numba kernels ahead of the first run, and say so whenever numba compiles.
 
 numba compiles a kernel the first time it is called and keeps the machine code
-in the cache directory (`fabric._numba_cache`); compiling all of them costs
+in the cache directory (`aifabric.fabric._numba_cache`); compiling all of them costs
 about a minute and a half of CPU. `warm_up()` does that once, at install time
 (`aifabric warmup`, run by scripts/install), by running tiny scenarios through
-the public entry points: every congestion-control kind of `fabric.cc.KINDS`,
+the public entry points: every congestion-control kind of `aifabric.fabric.cc.KINDS`,
 every ECMP policy, a link failure and a drained switch, a lossy queue, a
 capture read back and analysed, the traffic packetizer, the emulator's packet
 filler. It touches no kernel by name, so it keeps covering them whatever their
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from fabric import _numba_cache
+from aifabric.fabric import _numba_cache
 
 MARKER = "aifabric-warm.json"
 ESTIMATE_FILE = "compile-seconds"
@@ -77,16 +77,16 @@ class Stopped(Exception):
 def warm_up(should_stop=lambda: False) -> None:
     """Call every compiled kernel once with the argument types runs use; between steps,
     `Stopped` if `should_stop()` (a kernel's compile is never cut in the middle)."""
-    from analysis.capture import read_capture
-    from analysis.metrics import capture_metrics, run_metrics
-    from fabric.emu.packets import Batch, fill_writes
-    from fabric.engines import Stop, run_scenario
-    from fabric.routing import POLICIES
-    from fabric.rundir import Run
-    from fabric.scenarios import scenario_from_dict
-    from fabric.spread import random_spread
-    from topologies import load_fabric
-    from traffic import packetize
+    from aifabric.analysis.capture import read_capture
+    from aifabric.analysis.metrics import capture_metrics, run_metrics
+    from aifabric.emu.packets import Batch, fill_writes
+    from aifabric.engines import Stop, run_scenario
+    from aifabric.fabric.routing import POLICIES
+    from aifabric.fabric.rundir import Run
+    from aifabric.fabric.spread import random_spread
+    from aifabric.scenarios import scenario_from_dict
+    from aifabric.topologies import load_fabric
+    from aifabric.traffic import packetize
 
     with tempfile.TemporaryDirectory(prefix="aifabric-warmup-") as tmp:
         for i, raw in enumerate(scenarios(POLICIES)):
@@ -109,9 +109,9 @@ def warm_up(should_stop=lambda: False) -> None:
 
 def scenarios(policies) -> list[dict]:
     """Tiny scenarios on lab-small that together reach every kernel and kind."""
-    from fabric.cc import KINDS
-    from fabric.model import Role
-    from topologies import load_fabric
+    from aifabric.fabric.cc import KINDS
+    from aifabric.fabric.model import Role
+    from aifabric.topologies import load_fabric
 
     f = load_fabric(TOPOLOGY)
     up = [

@@ -14,4 +14,4 @@
   one call each: `analyze`, `report`, `compare`, `packets`.
 """
 
-import fabric  # noqa: E402, F401  (sets the numba cache directory first)
+import aifabric.fabric  # noqa: E402, F401  (sets the numba cache directory first)

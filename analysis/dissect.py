@@ -1,7 +1,7 @@
 """Single packets dissected by scapy: `aifabric pcap show`, and the slow reference parser.
 
 `scapy_fields` derives, from scapy's dissection of a packet's captured bytes,
-the same columns the fast kernel of `analysis.capture` writes. The tests
+the same columns the fast kernel of `aifabric.analysis.capture` writes. The tests
 compare the two on the same bytes; where scapy and the kernel could disagree
 by design (a header cut by the snap length), the rule is the kernel's: a
 layer counts only when all of its fixed header was captured.
@@ -9,7 +9,7 @@ layer counts only when all of its fixed header was captured.
 
 from __future__ import annotations
 
-from analysis import capture as C
+from aifabric.analysis import capture as C
 
 
 def _layers():

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fabric.imbalance import imbalance
+from aifabric.fabric.imbalance import imbalance
 
 QP_KEY = ("src", "dst", "sport", "dqpn")
 TRIALS = 256
@@ -42,7 +42,7 @@ def expected_collisions(balls: int, bins: int) -> float:
 
 def _choices(fabric, routings: Sequence, epoch: np.ndarray, flows: dict, ports: np.ndarray):
     """One row per (QP, hop with a choice): QP, chosen port, the candidate ports (CSR)."""
-    from analysis.metrics import group_rows
+    from aifabric.analysis.metrics import group_rows
 
     n = len(flows["src"])
     ptr = flows["path_ptr"].astype(np.int64)
@@ -115,7 +115,7 @@ def ecmp_metrics(
     """Per tier (up and down) and per switch: the spread of the QPs that had a choice.
     `routing` is one Routing, or one per epoch of a run with faults, `epoch` (per flow)
     saying which chose each flow's route."""
-    from fabric.spread import tier_name, tier_of_ports
+    from aifabric.fabric.spread import tier_name, tier_of_ports
 
     routings = list(routing) if isinstance(routing, Sequence) else [routing]
     if epoch is None:

@@ -9,7 +9,7 @@ Conventions:
 - Pause time of a PFC frame: quanta x 512 bit times at the link rate; a later
   frame for the same priority on the same interface replaces the running
   pause (quanta 0 is XON and ends it).
-- ECMP: see `analysis.ecmp` (only hops where a flow had a choice count, each
+- ECMP: see `aifabric.analysis.ecmp` (only hops where a flow had a choice count, each
   figure beside its expectation under uniform hashing).
 - algbw = bytes / time; busbw = algbw x the nccl-tests factor the run recorded
   (AllReduce 2(n-1)/n; AllGather, ReduceScatter, AllToAll (n-1)/n; Broadcast,
@@ -26,12 +26,12 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from analysis import capture as C
-from analysis.ecmp import expected_collisions
-from fabric._numba_cache import lean_loads
-from fabric.errors import AifabricError
-from fabric.imbalance import imbalance
-from fabric.results import algbw_bps
+from aifabric.analysis import capture as C
+from aifabric.analysis.ecmp import expected_collisions
+from aifabric.fabric._numba_cache import lean_loads
+from aifabric.fabric.completion import algbw_bps
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.imbalance import imbalance
 
 lean_loads()  # cached kernels load without numba's typing and lowering tables
 
@@ -497,9 +497,9 @@ def job_names(run, jobs) -> dict[int, str]:
 def _routings(run, fabric, flows: dict) -> tuple[list, np.ndarray]:
     """The routings of the run (at the start, then after each fault during it) and, per
     flow, the one that chose its route (`ecmp_metrics`)."""
-    from fabric.faults import during_run, routing_after, routing_at_start
-    from fabric.routing import Routing
-    from fabric.scenario import Fault
+    from aifabric.fabric.faults import during_run, routing_after, routing_at_start
+    from aifabric.fabric.routing import Routing
+    from aifabric.fabric.scenario import Fault
 
     scenario = run.meta.get("scenario", {})
     ecmp = scenario.get("ecmp") if isinstance(scenario.get("ecmp"), dict) else {}
@@ -531,8 +531,8 @@ def _routings(run, fabric, flows: dict) -> tuple[list, np.ndarray]:
 def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | None = None) -> dict:
     """Metrics of a run directory (any engine); `rate_bps` times its captures' PFC quanta
     (default: the fabric's slowest link)."""
-    from analysis.ecmp import ecmp_metrics
-    from fabric.export import fabric_from_topology
+    from aifabric.analysis.ecmp import ecmp_metrics
+    from aifabric.fabric.export import fabric_from_topology
 
     fabric = fabric_from_topology(run.topology())
     out: dict = {
@@ -607,7 +607,7 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
     caps = []
     for path in run.captures():
         cap = C.read_capture(path)
-        from fabric.addressing import format_ipv4, nic_ipv4
+        from aifabric.fabric.addressing import format_ipv4, nic_ipv4
 
         ips = nic_ipv4(fabric)
         nic_names = {format_ipv4(ips[v]): fabric.node_name[v] for v in fabric.nic_ids}

@@ -1,16 +1,16 @@
 """The analyses as text for the terminal: `analyze` of a run or a capture, `compare`,
 and `crosscheck`'s report.
 
-Every function takes the dicts of `analysis.metrics` and returns a string; the
+Every function takes the dicts of `aifabric.analysis.metrics` and returns a string; the
 CLI only prints it. `fmt` is the one formatter of a figure by its kind (the
 report's summary uses it too).
 """
 
 from __future__ import annotations
 
-from analysis.table import render
-from fabric.rundir import SIZE_IN_ALL
-from fabric.units import format_rate, format_size, format_time
+from aifabric.analysis.table import render
+from aifabric.fabric.rundir import SIZE_IN_ALL
+from aifabric.fabric.units import format_rate, format_size, format_time
 
 
 def fmt(value, kind: str) -> str:
@@ -437,9 +437,9 @@ def compare_text(s: list[dict]) -> str:
 
 
 def crosscheck_text(r: dict, scenario: str, fabric: str, switch: str) -> str:
-    """`fabric.crosscheck`'s report of `scenario` (on `fabric`, the emulator's switches
+    """`experiments.crosscheck`'s report of `scenario` (on `fabric`, the emulator's switches
     `switch`) as `aifabric crosscheck` prints it."""
-    from fabric.routing import EMULATOR_POLICY
+    from aifabric.fabric.routing import EMULATOR_POLICY
 
     lines = []
     echo = lines.append

@@ -22,10 +22,10 @@ import json
 
 import numpy as np
 
-from analysis.metrics import run_metrics, summary
-from analysis.render import SUMMARY_ROWS, bytes_are, fmt
-from fabric.model import Role
-from fabric.units import format_rate, format_size, format_time
+from aifabric.analysis.metrics import run_metrics, summary
+from aifabric.analysis.render import SUMMARY_ROWS, bytes_are, fmt
+from aifabric.fabric.model import Role
+from aifabric.fabric.units import format_rate, format_size, format_time
 
 HEATMAP_PORTS = 20  # the ports with the deepest queues; the rest are summed up in a note
 BUSIEST_LINKS = 8
@@ -522,7 +522,7 @@ def _collective_figure(coll: dict):
 
 def build_report(run) -> str:
     """The report of a run directory as one HTML string."""
-    from fabric.export import fabric_from_topology
+    from aifabric.fabric.export import fabric_from_topology
 
     m = run_metrics(run, series=True)
     fabric = fabric_from_topology(run.topology())
@@ -667,8 +667,8 @@ def _capture_figures(m: dict) -> list[tuple[str, list]]:
 def build_capture_report(path, name: str | None = None) -> tuple[str, dict]:
     """The report of one capture file as one HTML string, and the capture's metrics; `name`
     is what the report calls it (default: the file's name)."""
-    from analysis.capture import read_capture
-    from analysis.metrics import capture_metrics, flow_durations
+    from aifabric.analysis.capture import read_capture
+    from aifabric.analysis.metrics import capture_metrics, flow_durations
 
     cap = read_capture(path)
     m = capture_metrics(cap, series=True)

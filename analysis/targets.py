@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabric.errors import AifabricError
+from aifabric.fabric.errors import AifabricError
 
 PIPE_CHUNK = 1 << 20
 PIPE_NOTICE_S = 2.0  # a pipe still open after this long: say what the command waits for
@@ -95,7 +95,7 @@ def _drain_pipe(path: Path, into: Path) -> None:
 @contextmanager
 def opened(target: str) -> Iterator[Target]:
     """The run directory or capture file `target` names (see the module docstring)."""
-    from analysis.capture import sniff
+    from aifabric.analysis.capture import sniff
 
     path = Path(target)
     try:
@@ -139,12 +139,12 @@ def _capture_warning(m: dict) -> list[str]:
 
 
 def analyze(target: str, *, rate_bps=None, top: int = 10, series: bool = False):
-    """(metrics, warnings) of a run directory or a capture (`analysis.metrics`)."""
-    from analysis.metrics import DEFAULT_RATE_BPS, capture_metrics, run_metrics
+    """(metrics, warnings) of a run directory or a capture (`aifabric.analysis.metrics`)."""
+    from aifabric.analysis.metrics import DEFAULT_RATE_BPS, capture_metrics, run_metrics
 
     with opened(target) as t:
         if t.kind == "run":
-            from fabric.rundir import Run
+            from aifabric.fabric.rundir import Run
 
             run = Run(t.path)
             m = run_metrics(run, top=top, series=series, rate_bps=rate_bps)
@@ -152,7 +152,7 @@ def analyze(target: str, *, rate_bps=None, top: int = 10, series: bool = False):
             for c in m["captures"]:
                 warnings += _capture_warning(c)
             return m, warnings
-        from analysis.capture import read_capture
+        from aifabric.analysis.capture import read_capture
 
         m = capture_metrics(
             read_capture(t.path), rate_bps=rate_bps or DEFAULT_RATE_BPS, top=top, series=series
@@ -162,12 +162,12 @@ def analyze(target: str, *, rate_bps=None, top: int = 10, series: bool = False):
 
 
 def report(target: str) -> tuple[str, list[str]]:
-    """(the HTML report, warnings) of a run directory or a capture (`analysis.report`)."""
-    from analysis.report import build_capture_report, build_report
+    """(the HTML report, warnings) of a run directory or a capture (`aifabric.analysis.report`)."""
+    from aifabric.analysis.report import build_capture_report, build_report
 
     with opened(target) as t:
         if t.kind == "run":
-            from fabric.rundir import Run
+            from aifabric.fabric.rundir import Run
 
             run = Run(t.path)
             return build_report(run), _run_warning(run)
@@ -177,7 +177,7 @@ def report(target: str) -> tuple[str, list[str]]:
 
 def compare(targets, *, rate_bps=None) -> tuple[list[dict], list[str]]:
     """(one `metrics.summary` per target, warnings)."""
-    from analysis.metrics import summary
+    from aifabric.analysis.metrics import summary
 
     rows, warnings = [], []
     for target in targets:
@@ -189,9 +189,9 @@ def compare(targets, *, rate_bps=None) -> tuple[list[dict], list[str]]:
 
 def packets(target: str, index: int, count: int) -> tuple[list[dict], str, list[str]]:
     """(packets index .. index + count - 1 dissected, their text, warnings) of a capture."""
-    from analysis.capture import read_capture
-    from analysis.dissect import packets as dissected
-    from analysis.dissect import text
+    from aifabric.analysis.capture import read_capture
+    from aifabric.analysis.dissect import packets as dissected
+    from aifabric.analysis.dissect import text
 
     with opened(target) as t:
         if t.kind != "capture":

@@ -153,8 +153,8 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="write the capture into this directory")
     args = ap.parse_args()
 
-    from analysis.capture import read_capture
-    from analysis.metrics import capture_metrics
+    from aifabric.analysis.capture import read_capture
+    from aifabric.analysis.metrics import capture_metrics
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.keep or Path(tmp)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 
 def scenario(topology, workload, cc="none"):
-    from fabric.scenarios import scenario_from_dict
+    from aifabric.scenarios import scenario_from_dict
 
     raw = {"scenario": {"topology": topology}, "workload": workload,
            "congestion_control": {"kind": cc}}  # fmt: skip
@@ -43,9 +43,9 @@ def scenario(topology, workload, cc="none"):
 
 
 def build_teardown(topology, switch="router"):
-    from fabric.emu import linux
-    from fabric.emu.net import make_network
-    from fabric.emu.plan import plan
+    from aifabric.emu import linux
+    from aifabric.emu.net import make_network
+    from aifabric.emu.plan import plan
 
     sc = scenario(topology, {"pattern": "permutation", "gpus": 16})
     mech = linux.ecn_mechanism()
@@ -77,12 +77,12 @@ def flood_rate(across: bool, seconds=1.0, scale: int | None = None):
     to a NIC of another rack (a permutation, as the replay's), so that no one
     link's rate but the machine bounds it while the scaled links allow.
     """
-    from fabric.addressing import format_ipv4
-    from fabric.emu import linux
-    from fabric.emu.linux import netns_of
-    from fabric.emu.net import Network
-    from fabric.emu.packets import Batch, fill_writes
-    from fabric.emu.plan import plan
+    from aifabric.emu import linux
+    from aifabric.emu.linux import netns_of
+    from aifabric.emu.net import Network
+    from aifabric.emu.packets import Batch, fill_writes
+    from aifabric.emu.plan import plan
+    from aifabric.fabric.addressing import format_ipv4
 
     sc = scenario("lab-small", {"pattern": "permutation", "gpus": 16})
     mech = linux.ecn_mechanism() if across else "none"
@@ -147,8 +147,8 @@ def flood_rate(across: bool, seconds=1.0, scale: int | None = None):
 
 
 def run_emu(sc, scale=None, switch="router"):
-    from fabric.engines import run_scenario
-    from fabric.rundir import Run
+    from aifabric.engines import run_scenario
+    from aifabric.fabric.rundir import Run
 
     d = Path(tempfile.mkdtemp(prefix="bench-emu-run-"))
     options = {"scale": scale, "switch": switch}
@@ -157,8 +157,8 @@ def run_emu(sc, scale=None, switch="router"):
 
 
 def run_sim(sc):
-    from fabric.engines import run_scenario
-    from fabric.rundir import Run
+    from aifabric.engines import run_scenario
+    from aifabric.fabric.rundir import Run
 
     d = Path(tempfile.mkdtemp(prefix="bench-sim-run-"))
     summary = run_scenario("sim", sc, d / "run")
@@ -166,7 +166,7 @@ def run_sim(sc):
 
 
 def uplink_bytes(run, fabric):
-    from fabric.model import Role
+    from aifabric.fabric.model import Role
 
     p = run.ports()
     total = p["tx_bytes"].sum(axis=0)
@@ -205,7 +205,7 @@ def report_rounds(rounds):
     def med(values):
         return statistics.median(values)
 
-    from fabric.emu.replay import PAYLOAD_MTU
+    from aifabric.emu.replay import PAYLOAD_MTU
 
     sc = scenario("lab-small", {"pattern": "permutation", "gpus": 16})
     scale = rounds[0]["scale"]
@@ -260,7 +260,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     args.scale = args.scale or [50, None]
-    from fabric.emu import available
+    from aifabric.emu import available
 
     reason = available()
     if reason:
@@ -285,7 +285,7 @@ def main() -> int:
             )
     ceiling, _ = flood_rate(across=False)
     print(f"veth ceiling        {ceiling:10,.0f} packets/s (4 KiB payload, one sender)")
-    from fabric.emu.replay import capacity_pps
+    from aifabric.emu.replay import capacity_pps
 
     print(f"replay capacity     {capacity_pps():10,.0f} packets/s (the start-up probe's figure)")
     ring = {"collective": "allreduce", "algorithm": "ring", "size": "4MiB", "gpus": 16}

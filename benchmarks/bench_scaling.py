@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import bench_sim as B  # noqa: E402
 
-from fabric.sim import layout as L  # noqa: E402
-from topologies import load_fabric  # noqa: E402
-from traffic.flows import FlowTable  # noqa: E402
+from aifabric.sim import layout as L  # noqa: E402
+from aifabric.topologies import load_fabric  # noqa: E402
+from aifabric.traffic.flows import FlowTable  # noqa: E402
 
 SIZE = 2_000_000  # bytes per flow, as in bench_sim (a)-(c)
 

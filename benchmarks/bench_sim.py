@@ -39,13 +39,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fabric.model import Role  # noqa: E402
-from fabric.sim import Simulation  # noqa: E402
-from fabric.sim import layout as L  # noqa: E402
-from fabric.sim.heap import HEAPS  # noqa: E402
-from fabric.units import format_size  # noqa: E402
-from topologies import load_fabric  # noqa: E402
-from traffic.flows import FlowTable  # noqa: E402
+from aifabric.fabric.model import Role  # noqa: E402
+from aifabric.fabric.units import format_size  # noqa: E402
+from aifabric.sim import Simulation  # noqa: E402
+from aifabric.sim import layout as L  # noqa: E402
+from aifabric.sim.heap import HEAPS  # noqa: E402
+from aifabric.topologies import load_fabric  # noqa: E402
+from aifabric.traffic.flows import FlowTable  # noqa: E402
 
 BUFFER_MODEL: list[str] = []  # the switches' buffer model every case takes (--buffer-model)
 
@@ -88,7 +88,7 @@ def permutation_table(nics, perm, size: int) -> FlowTable:
 
 
 def ring_allreduce(fabric, size: int, seed: int) -> FlowTable:
-    import traffic
+    from aifabric import traffic
 
     workload = traffic.workload_from_dict(
         {"collective": "allreduce", "algorithm": "ring", "size": size},

@@ -13,9 +13,8 @@ import time
 
 import numpy as np
 
-import topologies
-import traffic
-from traffic.flow_packets import _fill, first_psn, packet_counts
+from aifabric import topologies, traffic
+from aifabric.traffic.flow_packets import _fill, first_psn, packet_counts
 
 
 def median_time(fn, runs: int) -> float:

@@ -4,7 +4,7 @@
         [--loss-recovery go-back-n|selective] [--buffer-model shared|static]
         [--old-conventions]
 
-Runs every scenario preset (fabric/scenarios/presets), variants of two of them
+Runs every scenario preset (scenarios/presets), variants of two of them
 that exercise what the presets do not (clear-to-send, spraying, DCQCN on an
 incast), and the cases (a) and (b) of bench_sim.py; hashes each run's flow
 records, port series, collective records, capture records and counters.
@@ -35,11 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_sim import BUFFER_MODEL, CASES, with_model  # noqa: E402
 
-from fabric.results import collective_records  # noqa: E402
-from fabric.scenarios import load_scenario, scenario_presets  # noqa: E402
-from fabric.sim import Simulation  # noqa: E402
-from fabric.sim.run import simulation_for  # noqa: E402
-from topologies import load_fabric  # noqa: E402
+from aifabric.fabric.completion import collective_records  # noqa: E402
+from aifabric.scenarios import load_scenario, scenario_presets  # noqa: E402
+from aifabric.sim import Simulation  # noqa: E402
+from aifabric.sim.engine import simulation_for  # noqa: E402
+from aifabric.topologies import load_fabric  # noqa: E402
 
 CAPTURED_NICS = 2  # the ports of the first NICs and of their switch are captured
 NEW_SERIES = ("cnp_sent",)

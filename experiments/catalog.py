@@ -9,11 +9,11 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from fabric.errors import AifabricError
+from aifabric.fabric.errors import AifabricError
 
 
 def _folder() -> Path:
-    return Path(str(resources.files("experiments") / "specs"))
+    return Path(str(resources.files("aifabric.experiments") / "specs"))
 
 
 def experiment_names() -> list[str]:
@@ -31,7 +31,7 @@ def experiment_spec(name: str) -> Path:
 
 def experiments() -> list[dict]:
     """Name, description, runs by default and with --full, and the spec's path, per experiment."""
-    from experiments.spec import load_sweep
+    from aifabric.experiments.spec import load_sweep
 
     out = []
     for name in experiment_names():

@@ -2,7 +2,7 @@
 
 A sweep directory given to `compare` is one column per configuration (or per
 value of the keys `--by` names), not one per run: each figure of
-`analysis.metrics.summary` is the mean over the group's complete runs, with
+`aifabric.analysis.metrics.summary` is the mean over the group's complete runs, with
 the half-width of its 95% interval over them (`spread`) where there are two
 or more.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fabric.errors import AifabricError
+from aifabric.fabric.errors import AifabricError
 
 JOB_FIGURES = ("busbw_bps", "time_ns", "ideal_ns", "efficiency", "fct_p99_ns")
 
@@ -24,8 +24,8 @@ def is_sweep_dir(target: str) -> bool:
 def sweep_groups(target: str, by: list[str] | None = None) -> list[tuple[str, list[Path]]]:
     """(label, run directories) per configuration of the sweep at `target`, in the order the
     sweep ran them; `by` pools the runs over the varied keys it leaves out."""
-    from experiments.results import open_sweep
-    from experiments.stats import configurations, select_rows
+    from aifabric.experiments.stats import configurations, select_rows
+    from aifabric.experiments.sweepdir import open_sweep
 
     res = open_sweep(target)
     keys = res.keys
@@ -49,7 +49,7 @@ def sweep_groups(target: str, by: list[str] | None = None) -> list[tuple[str, li
 
 def _pool(dicts: list[dict], keys) -> tuple[dict, dict]:
     """Per key: the mean of the values present, and the half-width of its 95% interval."""
-    from experiments.stats import describe
+    from aifabric.experiments.stats import describe
 
     means, spread = {}, {}
     for key in keys:
@@ -60,7 +60,7 @@ def _pool(dicts: list[dict], keys) -> tuple[dict, dict]:
 
 
 def group_summary(name: str, summaries: list[dict]) -> dict:
-    """One summary (as `analysis.metrics.summary` makes) for a group of runs' summaries:
+    """One summary (as `aifabric.analysis.metrics.summary` makes) for a group of runs' summaries:
     means, `spread` (95% half-intervals), `runs`; jobs matched by name."""
     figures = [k for k, v in summaries[0].items() if k not in ("name", "jobs", "ecmp_tier", "runs")]
     out, spread = _pool(summaries, figures)

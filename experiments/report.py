@@ -13,7 +13,7 @@ from __future__ import annotations
 import html
 import math
 
-from experiments.results import SweepResults, open_sweep
+from aifabric.experiments.sweepdir import SweepResults, open_sweep
 
 SIZE_KEYS = ("workload.size",)
 
@@ -139,8 +139,8 @@ def _measured_only(heads: list[dict], better: bool) -> str:
 
 def format_value(value, column: str = "") -> str:
     """A figure as people read it: times and sizes with units, other numbers to 4 digits."""
-    from experiments.stats import split_metric
-    from fabric.units import format_size, format_time
+    from aifabric.experiments.stats import split_metric
+    from aifabric.fabric.units import format_size, format_time
 
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
@@ -227,7 +227,7 @@ def _size_figure(res: SweepResults, rows: list[dict]):
     """busbw against message size (nccl-tests style), one line per other configuration."""
     import plotly.graph_objects as go
 
-    from fabric.units import parse_size
+    from aifabric.fabric.units import parse_size
 
     size_key = next(k for k in SIZE_KEYS if k in res.keys)
     others = [k for k in res.keys if k != size_key]

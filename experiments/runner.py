@@ -2,7 +2,7 @@
 
     DIR/sweep.json     the sweep as run: base scenario, keys, seeds, report settings
     DIR/results.csv    one row per finished run (RESULT_COLUMNS, the varied keys, metrics)
-    DIR/runs/NAME/     each point's run directory (fabric.rundir)
+    DIR/runs/NAME/     each point's run directory (aifabric.fabric.rundir)
 
 Points run on a Dask `LocalCluster` (one single-threaded worker process per
 core unless told otherwise) or on an existing cluster by its scheduler's
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from experiments.spec import Point, Sweep
-from fabric.errors import AifabricError
+from aifabric.experiments.spec import Point, Sweep
+from aifabric.fabric.errors import AifabricError
 
 BAR = 24  # characters of the progress bar
 RESULT_COLUMNS = ("point", "run_dir", "seed", "status", "error", "scenario_hash", "wall_s")
@@ -40,7 +40,7 @@ RESULT_COLUMNS = ("point", "run_dir", "seed", "status", "error", "scenario_hash"
 
 def scenario_hash(scenario_dict: dict) -> str:
     """A digest of what run.json records as the scenario (JSON, keys sorted)."""
-    from fabric.rundir import jsonable
+    from aifabric.fabric.rundir import jsonable
 
     text = json.dumps(scenario_dict, sort_keys=True, default=jsonable, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -48,15 +48,15 @@ def scenario_hash(scenario_dict: dict) -> str:
 
 def _run_engine(engine: str, scenario, path: Path) -> dict:
     """Run `scenario` into a new run directory at `path`; the engine's summary."""
-    from fabric.engines import run_scenario
+    from aifabric.engines import run_scenario
 
     return run_scenario(engine, scenario, path)
 
 
 def run_point(base: str, overrides, seed: int, path: str, engine: str, groups) -> dict:
     """One point, on a worker: load, run, measure. Errors become a failed row, not a raise."""
-    from experiments.metrics import point_metrics
-    from fabric.scenarios import load_scenario
+    from aifabric.experiments.columns import point_metrics
+    from aifabric.scenarios import load_scenario
 
     started = time.monotonic()
     row: dict[str, Any] = {}
@@ -75,9 +75,9 @@ def run_point(base: str, overrides, seed: int, path: str, engine: str, groups) -
 
 def reusable_row(sweep: Sweep, point: Point, path: Path) -> dict | None:
     """The metrics of a finished point whose run directory still matches it, else None."""
-    from experiments.metrics import point_metrics
-    from fabric.rundir import Run
-    from fabric.scenarios import load_scenario
+    from aifabric.experiments.columns import point_metrics
+    from aifabric.fabric.rundir import Run
+    from aifabric.scenarios import load_scenario
 
     if not (path / "run.json").is_file():
         return None
@@ -101,7 +101,7 @@ def reusable_row(sweep: Sweep, point: Point, path: Path) -> dict | None:
 
 def write_table(path: Path, sweep: Sweep, points: list[Point], rows: dict[int, dict]) -> None:
     """results.csv: one row per finished point, in point order; written atomically."""
-    from fabric.files import write_atomic
+    from aifabric.fabric.files import write_atomic
 
     keys = sweep.keys
     metric_cols: dict[str, None] = {}
@@ -216,7 +216,7 @@ def run_sweep(
     Ctrl-C cancels what is queued or running and leaves results.csv holding
     exactly the points that finished; the same call again resumes.
     """
-    from fabric.rundir import remove_run_dir, write_json
+    from aifabric.fabric.rundir import remove_run_dir, write_json
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,7 @@ A spec is TOML (or the same from `aifabric sweep SCENARIO --vary ...` flags):
     [full]                              # `experiment run --full`: seeds, set, grid, zip
     seeds = "1-10"                      # replacing the ones above
 
-Keys are dotted keys of the scenario's tables (fabric.overrides); quote them
+Keys are dotted keys of the scenario's tables (aifabric.scenarios.overrides); quote them
 in TOML or write them as nested tables, both read the same. Every run is
 one combination of the grid, one position of the zip, and one seed.
 """
@@ -54,9 +54,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import SpecError
-from fabric.overrides import check_key, parse_value
-from fabric.specfile import check_table, relative_to
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.specfile import check_table, relative_to
+from aifabric.scenarios.overrides import check_key, parse_value
 
 SECTIONS = ("sweep", "set", "grid", "zip", "report", "full")
 SWEEP_KEYS = ("name", "description", "scenario", "seeds", "metrics", "engine")
@@ -255,7 +255,7 @@ def sweep_from_dict(raw: dict, name: str, *, folder: Path | None = None, full: b
     scenario = relative_to(str(head["scenario"]), folder)
     if scenario.endswith(".toml") or "/" in scenario:
         scenario = str(Path(scenario).resolve())
-    from fabric.scenarios import PRESETS
+    from aifabric.scenarios import PRESETS
 
     PRESETS.read(scenario)  # a missing file or an unknown preset: one sentence, now
     fixed = flatten_keys("set", body["set"])
@@ -345,7 +345,7 @@ def sweep_from_flags(
     metrics: list[str] | None = None,
 ) -> Sweep:
     """`aifabric sweep SCENARIO --vary k=a,b --zip k=a,b --set k=v --seeds 1-5`."""
-    from fabric.overrides import parse_assignment
+    from aifabric.scenarios.overrides import parse_assignment
 
     def pairs(texts, option):
         out = {}

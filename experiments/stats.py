@@ -73,7 +73,7 @@ def _nan(v) -> bool:
 
 def metric_columns(frame, keys: list[str]) -> list[str]:
     """The numeric result columns of a results table (not the keys or bookkeeping)."""
-    from experiments.runner import RESULT_COLUMNS
+    from aifabric.experiments.runner import RESULT_COLUMNS
 
     skip = set(keys) | set(RESULT_COLUMNS)
     return [c for c in frame.columns if c not in skip and frame[c].dtype.kind in "fiu"]
@@ -137,7 +137,7 @@ def effects(frame, keys: list[str], column: str, baseline: dict[str, Any]) -> li
     """
     unknown = [k for k in baseline if k not in keys]
     if unknown:
-        from fabric.errors import AifabricError
+        from aifabric.fabric.errors import AifabricError
 
         raise AifabricError(f"the baseline names {unknown[0]}, which the sweep does not vary")
     done = frame[frame["status"] == "complete"]

@@ -26,7 +26,7 @@ sources share nothing, and a warm-up marker shared between them would tell
 the second one, wrongly, that its kernels are compiled.
 
 This must run before numba is imported; every package of the project
-imports `fabric` first for that reason.
+imports `aifabric.fabric` first for that reason.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ import shutil
 import time
 from pathlib import Path
 
-PACKAGES = ("fabric", "traffic", "analysis", "topologies", "aifabric", "experiments")
+from aifabric.fabric.checkout import source_files
+
 KEEP_OLD_DAYS = 7
 
 
@@ -54,12 +55,7 @@ _NUMBA = re.compile(rb"\n(?:from[ \t]+numba[ \t.]|import[ \t]+numba\b)")
 
 def modules(root: Path) -> dict[str, Path]:
     """Dotted module name -> file, for every source file of the project's packages."""
-    out = {}
-    for package in PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
-            parts = path.relative_to(root).with_suffix("").parts
-            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return out
+    return dict(source_files(root))
 
 
 def imports(name: str, path: Path, text: bytes) -> list[tuple[str, tuple[str, ...] | None]]:

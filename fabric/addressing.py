@@ -11,8 +11,8 @@ import ipaddress
 
 import numpy as np
 
-from fabric.errors import SpecError
-from fabric.model import Fabric
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.model import Fabric
 
 ROCE_UDP_PORT = 4791
 ROCE_SPORT_BASE = 0xC000

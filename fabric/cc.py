@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fabric.errors import AifabricError
-from fabric.units import parse_rate, parse_size, parse_time
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.units import parse_rate, parse_size, parse_time
 
 KINDS = ("none", "dcqcn", "cts")
 LOSS_RECOVERY = ("go-back-n", "selective")
@@ -33,10 +33,10 @@ DEFAULT_ACK_EVERY = 4
 reverse links at a 4 KiB MTU and costs about 1.5 times the CPU of one ACK per flow (every
 packet: 2%, 2.2 times; benchmarks/bench_sim.py a --ack-every N)."""
 DEFAULT_KIND = "dcqcn"
-SIM_COMPONENTS = {"none": None, "dcqcn": "fabric.sim.dcqcn", "cts": "fabric.sim.cts"}
-"""The simulator's module implementing each kind's hooks (fabric.sim.congestion); None: no
+SIM_COMPONENTS = {"none": None, "dcqcn": "aifabric.sim.dcqcn", "cts": "aifabric.sim.cts"}
+"""The simulator's module implementing each kind's hooks (aifabric.sim.congestion); None: no
 hooks (the defaults). A new kind: its name here, its parameters below, its module, and
-its branch in each hook of fabric.sim.congestion."""
+its branch in each hook of aifabric.sim.congestion."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ hops, in the order the route lists them, get upper bounds round(w * 2^31 / total
 w = 1..n (equal weights); the first next hop whose bound is at least the hash is taken
 (`fib_select_multipath`, hash-threshold). A next hop going away moves the bounds of all,
 so some flows move that did not use it. A seed of 0 tells Linux to pick one at random,
-so the emulator never gives one (`fabric.routing.switch_seeds`).
+so the emulator never gives one (`aifabric.fabric.routing.switch_seeds`).
 
 Open vSwitch (3.x, select group, `selection_method=hash`, `fields(ip_src,ip_dst,nw_proto,
 udp_src,udp_dst)`, `selection_method_param = seed`): the basis is `hash_uint64(seed)`;
@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from fabric._numba_cache import lean_loads
+from aifabric.fabric._numba_cache import lean_loads
 
 lean_loads()  # cached kernels load without numba's typing and lowering tables
 

@@ -8,9 +8,9 @@ from dataclasses import asdict
 
 import numpy as np
 
-from fabric.addressing import format_ipv4, nic_ipv4
-from fabric.errors import AifabricError
-from fabric.model import ROLES, Fabric, Role
+from aifabric.fabric.addressing import format_ipv4, nic_ipv4
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.model import ROLES, Fabric, Role
 
 TOPOLOGY_SCHEMA = "aifabric.topology/1"
 FORMATS = ("json", "graphml", "dot")
@@ -84,7 +84,7 @@ def to_graphml(fabric: Fabric) -> str:
 
 
 def to_dot(fabric: Fabric) -> str:
-    from fabric.units import format_rate
+    from aifabric.fabric.units import format_rate
 
     lines = [f'graph "{fabric.name}" {{', "  node [shape=box];"]
     for node in fabric.nodes:

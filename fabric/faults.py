@@ -1,6 +1,6 @@
 """Faults and routes, for every engine: which ports a fault takes down and the routing after it.
 
-A fault (`fabric.scenario.Fault`) takes a link or a switch down, or drains it
+A fault (`aifabric.fabric.scenario.Fault`) takes a link or a switch down, or drains it
 (no new flows; flows in flight finish), at a time. The simulator and the
 emulator both start from `routing_at_start` (the faults at time 0 applied)
 and, for each later fault, take down `fault_ports` (a `down` fault) and
@@ -13,10 +13,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from fabric.errors import AifabricError
-from fabric.model import Fabric, Role
-from fabric.routing import Routing
-from fabric.scenario import Fault
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.model import Fabric, Role
+from aifabric.fabric.routing import Routing
+from aifabric.fabric.scenario import Fault
 
 KINDS = ("link", "node")
 ACTIONS = ("down", "drain")

@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from fabric.errors import AifabricError
+from aifabric.fabric.errors import AifabricError
 
 
 def _umask() -> int:

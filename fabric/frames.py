@@ -22,7 +22,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from fabric.addressing import ROCE_UDP_PORT
+from aifabric.fabric.addressing import ROCE_UDP_PORT
 
 # BTH opcodes (RC transport, and the RoCEv2 CNP)
 RC_SEND_FIRST = 0x00

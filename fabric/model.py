@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fabric.errors import SpecError
+from aifabric.fabric.errors import SpecError
 
 
 class Role(IntEnum):
@@ -154,7 +154,7 @@ class QueueProfile:
       `buffer`, and it resumes once its headroom is empty and its shared bytes are
       `pfc.xon_offset_bytes` below the threshold. `pfc.xoff_bytes`/`xon_bytes` are
       the static model's and go unused.
-    - "static": `buffer` is each port's buffer (the model fabric/sim/pfc.py runs).
+    - "static": `buffer` is each port's buffer (the model sim/pfc.py runs).
     """
 
     buffer_bytes: int
@@ -165,10 +165,10 @@ class QueueProfile:
     model: str = "shared"
     alpha: float = 1.0
     reserved_bytes: int = 0
-    profile: str = ""  # the switch profile (fabric.switch_profiles) it came from, if any
+    profile: str = ""  # the switch profile (aifabric.fabric.switch_profiles) it came from, if any
 
     def __post_init__(self):
-        # Static model (fabric/sim/pfc.py): `buffer` is a port's buffer: it bounds the
+        # Static model (sim/pfc.py): `buffer` is a port's buffer: it bounds the
         # control class, and the lossless class when PFC is off. With PFC on, lossless
         # bytes are counted per ingress port: past XOFF the port pauses its peer, the
         # headroom above XOFF takes what is still on the wire, and a frame past XOFF +

@@ -22,7 +22,7 @@ at every hop and polarization is what you get. Policies:
   user-defined field over the BTH).
 - `pinned`: static by destination, the NIC's ordinal (Meta's path pinning).
 - `spray`: the 5-tuple plus the packet sequence number: every packet anew.
-- `linux`: what the emulator's routers do (`fabric.emuhash`): the Linux
+- `linux`: what the emulator's routers do (`aifabric.fabric.emuhash`): the Linux
   kernel's L4 multipath hash (siphash of the 5-tuple keyed by the switch's
   `fib_multipath_hash_seed`) and hash-threshold selection over the live next
   hops in order. Not resilient: a failure moves some flows that did not use it.
@@ -31,7 +31,7 @@ at every hop and polarization is what you get. Policies:
   hash of its id (highest score wins).
 - `adaptive`: adaptive routing as switches do it: every switch sends each data
   packet out of the next hop with the fewest bytes queued at that moment (the
-  simulator's forwarding decides, `fabric.sim.kernel.adapt_route`); the route
+  simulator's forwarding decides, `aifabric.sim.kernel.adapt_route`); the route
   computed here, the least-loaded next hop given the flows routed before it
   (ties broken by the 5-tuple hash), is where a packet goes while queues tie,
   and the path of the flow's ACKs and CNPs.
@@ -51,11 +51,11 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from fabric._numba_cache import lean_loads
-from fabric.addressing import ROCE_UDP_PORT, nic_ipv4
-from fabric.emuhash import linux_hash, linux_pick, ovs_basis, ovs_pick
-from fabric.errors import AifabricError
-from fabric.model import Fabric, Role
+from aifabric.fabric._numba_cache import lean_loads
+from aifabric.fabric.addressing import ROCE_UDP_PORT, nic_ipv4
+from aifabric.fabric.emuhash import linux_hash, linux_pick, ovs_basis, ovs_pick
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.model import Fabric, Role
 
 lean_loads()  # cached kernels load without numba's typing and lowering tables
 

@@ -4,7 +4,7 @@ One run = one scenario on one engine. Files, each written atomically (a
 temporary file renamed into place, so a reader never sees half of one):
 
     run.json         schema, engine, status, scenario, versions, times, message
-    topology.json    fabric.export.topology_dict(fabric)
+    topology.json    aifabric.fabric.export.topology_dict(fabric)
     flows.npz        per flow (one QP's transfer): flow_id job op step channel src dst
                      sqpn dqpn sport bytes start_ns end_ns (end_ns -1: unfinished; where
                      it is measured: run.json features.finish),
@@ -15,7 +15,7 @@ temporary file renamed into place, so a reader never sees half of one):
                      the run; the simulator writes it)
     ports.npz        per-port time series at a fixed interval:
                      interval_ns; t_ns[s] (start of sample s); port[p] (the port ids
-                     recorded, see fabric.model); scale (emulation rate factor, 1 in sim);
+                     recorded, see aifabric.fabric.model); scale (emulation rate factor, 1 in sim);
                      arrays [samples, ports]: tx_bytes, qdepth_max_bytes,
                      qdepth_mean_bytes, ecn_marked, paused_ns, pfc_sent, drops;
                      optional (OPTIONAL_PORT_SERIES, where the engine counts it):
@@ -53,8 +53,8 @@ from typing import Any
 
 import numpy as np
 
-from fabric.errors import AifabricError
-from fabric.files import replace_atomic, why_not_written
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.files import replace_atomic, why_not_written
 
 RUN_SCHEMA = "aifabric.run/1"
 STATUSES = ("running", "complete", "partial", "failed")
@@ -73,7 +73,7 @@ COLLECTIVE_FIELDS = (
     "op", "job", "kind", "algorithm", "bytes", "ranks", "start_ns", "end_ns",
     "algbw_bps", "busbw_bps",
 )  # fmt: skip
-# the kinds of op whose `bytes` are all its flows' together (traffic.spec.PATTERNS and a
+# the kinds of op whose `bytes` are all its flows' together (aifabric.traffic.spec.PATTERNS and a
 # traffic matrix); a collective's are each rank's message, as in nccl-tests
 SIZE_IN_ALL = ("permutation", "incast", "uniform", "matrix")
 
@@ -112,7 +112,7 @@ def jsonable(x):
 def versions() -> dict[str, str]:
     import numba
 
-    from fabric import __version__
+    from aifabric.fabric import __version__
 
     return {
         "aifabric": __version__,
@@ -200,7 +200,7 @@ class RunWriter:
         write_json(self.path / "run.json", self.meta)
 
     def topology(self, fabric) -> None:
-        from fabric.export import topology_dict
+        from aifabric.fabric.export import topology_dict
 
         write_json(self.path / "topology.json", topology_dict(fabric))
 

@@ -2,7 +2,7 @@
 
 This is what every engine runs. `to_dict()` is what run.json records under
 "scenario". Scenarios are loaded and validated in one place,
-`fabric.scenarios` (`load_scenario`, presets in `fabric/scenarios/presets/`);
+`aifabric.scenarios` (`load_scenario`, presets in `scenarios/presets/`);
 this module only fixes the shape every engine reads. It sits below the
 workloads: the flow table is built by `traffic` and only carried here.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fabric.cc import DEFAULT_KIND
-from fabric.model import Fabric, Role
+from aifabric.fabric.cc import DEFAULT_KIND
+from aifabric.fabric.model import Fabric, Role
 
 if TYPE_CHECKING:
-    from traffic.flows import FlowTable
+    from aifabric.traffic.flows import FlowTable
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Scenario:
     ecmp: str = "5tuple"
     same_seed: bool = False
     seed: int = 0  # the base seed: each seed below that is not given is this one
-    placement_seed: int | None = None  # placement and random patterns (traffic.generate)
+    placement_seed: int | None = None  # placement and random patterns (aifabric.traffic.generate)
     qpn_seed: int | None = None  # QPNs; None: drawn after placement, from its generator
     hash_seed: int | None = None  # the switches: ECMP hash seeds, the simulator's ECN draws
     cc: str = DEFAULT_KIND

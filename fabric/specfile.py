@@ -15,8 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import SpecError, UnitError, cut, shown
-from fabric.units import (
+from aifabric.fabric.errors import SpecError, UnitError, cut, shown
+from aifabric.fabric.units import (
     LIMIT,
     format_rate,
     format_size,
@@ -141,7 +141,7 @@ def as_bool(value):
 
 @dataclass(frozen=True)
 class Presets:
-    package: str  # the package that ships them, e.g. "topologies"
+    package: str  # the package that ships them, e.g. "aifabric.topologies"
     folder: str  # their folder inside it, e.g. "presets"
     what: str  # how errors name one, e.g. "topology"
 

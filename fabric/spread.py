@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fabric.addressing import roce_udp_sport
-from fabric.errors import AifabricError
-from fabric.imbalance import imbalance
-from fabric.model import Fabric, Role
-from fabric.routing import Paths, Routing
+from aifabric.fabric.addressing import roce_udp_sport
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.imbalance import imbalance
+from aifabric.fabric.model import Fabric, Role
+from aifabric.fabric.routing import Paths, Routing
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ from collections import Counter
 
 import numpy as np
 
-from fabric.model import Fabric, Role
-from fabric.units import format_rate
+from aifabric.fabric.model import Fabric, Role
+from aifabric.fabric.units import format_rate
 
 
 def ratio_text(down: float, up: float) -> str:
@@ -83,7 +83,7 @@ def bisection_bps(fabric: Fabric) -> int:
 
 
 def summarize_fabric(fabric: Fabric) -> dict:
-    from fabric.routing import Routing
+    from aifabric.fabric.routing import Routing
 
     return {
         "name": fabric.name,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-from fabric.errors import UnitError, shown
+from aifabric.fabric.errors import UnitError, shown
 
 LIMIT = 2**63 - 1  # the largest quantity in any unit: int64
 _MAX_DIGITS = 30  # a number with more digits before the point is far beyond LIMIT in any unit

@@ -1,7 +1,7 @@
 """A slow, obvious reference model of one shared-buffer switch's admission rule.
 
-The rules, as `fabric.model.QueueProfile` states them (this module does not call
-fabric/sim/buffer.py):
+The rules, as `aifabric.fabric.model.QueueProfile` states them (this module does not call
+sim/buffer.py):
 
 - The switch has `buffer` bytes; each port keeps `reserved` bytes for each of its two
   priorities; the rest is the shared pool. A counter (a lossy egress queue, or a port's

@@ -2,7 +2,7 @@ import functools
 
 import pytest
 
-from topologies import load_fabric
+from aifabric.topologies import load_fabric
 
 
 @functools.cache

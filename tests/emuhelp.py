@@ -22,7 +22,7 @@ def killed_then_cleaned(code: str) -> tuple[list[str], dict]:
     from click.testing import CliRunner
 
     from aifabric.cli import main
-    from fabric.emu.clean import leftovers
+    from aifabric.emu.clean import leftovers
 
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
@@ -48,8 +48,8 @@ def paths_are_where_packets_go(net, sc, ptr, links, tx_packets, n: int = 100) ->
     import socket
     import time
 
-    from fabric.addressing import format_ipv4
-    from fabric.emu.linux import netns_of
+    from aifabric.emu.linux import netns_of
+    from aifabric.fabric.addressing import format_ipv4
 
     f, ft, pl = sc.fabric, sc.flows, net.plan
     checked = 0
@@ -102,7 +102,7 @@ def _proc(pid: str, name: str) -> bytes:
 def processes() -> dict[int, tuple[str, str, bytes]]:
     """Every live process of this PID namespace: pid -> (start time, comm, command line and
     ` MARKED` where it carries the engine's environment mark)."""
-    from fabric.emu.linux import ENV_MARK, pid_namespace
+    from aifabric.emu.linux import ENV_MARK, pid_namespace
 
     here = pid_namespace()
     out = {}
@@ -156,8 +156,8 @@ def descendants(pid: int) -> dict[int, str]:
 
 def machine_state() -> dict:
     """What an emulated run can leave behind, as sets to compare before and after."""
-    from fabric.emu.bpfmap import program_ids
-    from fabric.emu.net import TMP_PREFIX
+    from aifabric.emu.bpfmap import program_ids
+    from aifabric.emu.net import TMP_PREFIX
 
     links = set()
     for line in _lines(["ip", "-o", "link", "show"]) or ():
@@ -180,7 +180,7 @@ def machine_state() -> dict:
 def emulators_elsewhere() -> bool:
     """Whether the emulator runs in a container (another PID namespace) on this machine too:
     its bpf programs are the kernel's, seen from here like ours."""
-    from fabric.emu.linux import ENV_MARK, pid_namespace
+    from aifabric.emu.linux import ENV_MARK, pid_namespace
 
     here, mark = pid_namespace(), f"{ENV_MARK}=".encode()
     for d in Path("/proc").iterdir():

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.capture import PCAP_MAGICS, PCAPNG_MAGIC, read_capture
-from fabric.errors import AifabricError
+from aifabric.analysis.capture import PCAP_MAGICS, PCAPNG_MAGIC, read_capture
+from aifabric.fabric.errors import AifabricError
 
 DATA = Path(__file__).resolve().parent / "data"
 EXTREMES = (0, 1, 0x7F, 0x80, 0xFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 65535, 262144)

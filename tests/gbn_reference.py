@@ -4,7 +4,7 @@ The scenario: flows from sender NICs (one flow each) through one switch to one r
 NIC, `cc = none`, PFC and ECN off. Each sender's link feeds the switch; the switch's
 egress to the receiver is slower than what arrives and drops at its buffer.
 
-The rules, as `fabric/sim/kernel.py` states them (this module does not call it):
+The rules, as `sim/kernel.py` states them (this module does not call it):
 
 - The sender sends its next packet (min(mtu, unsent) bytes, the lowest offset not yet
   sent) back to back at line rate: a packet of w wire bytes (payload + DATA_OVERHEAD_BYTES)
@@ -45,7 +45,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from fabric.sim.layout import ACK_WIRE_BYTES, DATA_OVERHEAD_BYTES
+from aifabric.sim.layout import ACK_WIRE_BYTES, DATA_OVERHEAD_BYTES
 
 PER_FLOW = None  # ack_every: one ACK per flow
 

@@ -3,9 +3,9 @@
 The kernel that runs the tests here may lack sch_red and sch_netem; the users'
 Debian 12 VM has them. `scripts/kernel-lab` boots that kernel in QEMU with a
 tiny initramfs; this module writes what it runs there: the exact `tc -batch`
-lines that `fabric.emu.plan` makes (port_tc with red and with a FIFO, with and
+lines that `aifabric.emu.plan` makes (port_tc with red and with a FIFO, with and
 without netem delay; tbf_line for PAUSE and resume), the commands that
-`fabric.emu.linux.has_red` and `has_netem` run, and `kernel_lab.sh`, the
+`aifabric.emu.linux.has_red` and `has_netem` run, and `kernel_lab.sh`, the
 checks. It returns the VM's `AIFLAB` lines as a dict.
 
     python -m tests.kernel_lab     # boot once, print the results and the wall time
@@ -24,9 +24,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
 
-from fabric.emu import linux
-from fabric.emu import plan as P
-from fabric.model import DEFAULT_QUEUE
+from aifabric.emu import linux
+from aifabric.emu import plan as P
+from aifabric.fabric.model import DEFAULT_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
 HARNESS = ROOT / "scripts" / "kernel-lab"

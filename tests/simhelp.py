@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabric.sim import Simulation
-from fabric.sim.layout import ACK_WIRE_BYTES, DATA_OVERHEAD_BYTES, PS_PER_NS
-from traffic.flows import FlowTable
+from aifabric.sim import Simulation
+from aifabric.sim.layout import ACK_WIRE_BYTES, DATA_OVERHEAD_BYTES, PS_PER_NS
+from aifabric.traffic.flows import FlowTable
 
 
 def flows(src, dst, nbytes, *, sport=None, deps=None, start_ns=None, ops=None, op=None):

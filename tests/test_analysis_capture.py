@@ -1,7 +1,7 @@
 """The fast capture reader against slow references, and golden capture metrics.
 
 References: a plain struct-based walk of pcap / pcapng records (below), and
-`analysis.dissect.scapy_fields` (scapy's dissection) for each packet's
+`aifabric.analysis.dissect.scapy_fields` (scapy's dissection) for each packet's
 headers. Golden captures and their expected metrics come from
 tests/data/make_golden.py, which states how each value follows by hand.
 """
@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from aifabric.analysis import capture as C
+from aifabric.analysis.capture import read_capture
+from aifabric.analysis.dissect import scapy_fields
+from aifabric.analysis.metrics import capture_metrics, group_rows, pause_ns
 from aifabric.cli import main
-from analysis import capture as C
-from analysis.capture import read_capture
-from analysis.dissect import scapy_fields
-from analysis.metrics import capture_metrics, group_rows, pause_ns
-from fabric.errors import AifabricError
+from aifabric.fabric.errors import AifabricError
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = json.loads((DATA / "golden.json").read_text())

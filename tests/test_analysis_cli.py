@@ -141,7 +141,7 @@ def test_pcap_show_json_has_scapy_layers_and_fields():
 
 
 def test_figures_read_with_one_unit_and_a_group_with_its_spread():
-    from analysis.render import _cell, fmt
+    from aifabric.analysis.render import _cell, fmt
 
     assert fmt(400 * 10**9, "rate") == "400Gbps"
     assert fmt(0, "rate") == "0bps" and fmt(500, "rate") == "500bps"  # not 0bpsbps

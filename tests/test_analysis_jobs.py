@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from aifabric.analysis.ecmp import expected_collisions
+from aifabric.analysis.metrics import run_metrics, summary
 from aifabric.cli import main
-from analysis.ecmp import expected_collisions
-from analysis.metrics import run_metrics, summary
-from fabric.export import fabric_from_topology
-from fabric.rundir import Run
-from fabric.units import format_size
+from aifabric.fabric.export import fabric_from_topology
+from aifabric.fabric.rundir import Run
+from aifabric.fabric.units import format_size
+from aifabric.traffic.collectives import KINDS, Shape
 from tests.test_analysis_report import CHROMIUM, render_in_chromium
-from traffic.collectives import KINDS, Shape
 
 
 def rank_bytes(kind, algorithm, n, size, channels=1):
@@ -291,8 +291,8 @@ def test_two_jobs_analyze_compare_and_report(two_jobs, demo, tmp_path):
 def test_pauses_that_reach_a_bystander_are_counted_on_its_senders(tmp_path):
     """An incast beside an AllReduce on PFC alone (the congestion-control experiment's mixed
     workload): the pauses spread from the incast's receiver to the AllReduce's NICs."""
-    from experiments.metrics import point_metrics
-    from fabric.scenarios import load_scenario
+    from aifabric.experiments.columns import point_metrics
+    from aifabric.scenarios import load_scenario
 
     scenario = Path(__file__).resolve().parent.parent / "experiments/specs/scenarios"
     scenario = str(scenario / "congestion-control.toml")

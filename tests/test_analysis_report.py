@@ -132,9 +132,9 @@ def test_a_cnp_series_is_plotted_when_the_engine_samples_one(tmp_path):
     them beside the ECN marks, and the title keeps the engine's total."""
     import numpy as np
 
-    from analysis.metrics import run_metrics
-    from analysis.report import build_report
-    from fabric.rundir import Run
+    from aifabric.analysis.metrics import run_metrics
+    from aifabric.analysis.report import build_report
+    from aifabric.fabric.rundir import Run
 
     make_run(tmp_path / "run")
     ports = dict(np.load(tmp_path / "run" / "ports.npz"))

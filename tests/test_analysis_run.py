@@ -1,7 +1,7 @@
 """Run-directory metrics on synthetic runs whose answers are known in closed form.
 
 `make_run` writes a run directory with `RunWriter` on lab-small (16 NICs, 4
-leaves with 4 uplinks each, 2 spines): flows routed by `fabric.routing`,
+leaves with 4 uplinks each, 2 spines): flows routed by `aifabric.fabric.routing`,
 port series in which one chain of PFC pauses is planted, and collectives of
 known size and duration.
 """
@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from aifabric.analysis.ecmp import TRIALS, ecmp_metrics, expected_collisions
+from aifabric.analysis.metrics import flow_ports, run_metrics
 from aifabric.cli import main
-from analysis.ecmp import TRIALS, ecmp_metrics, expected_collisions
-from analysis.metrics import flow_ports, run_metrics
-from fabric.addressing import roce_udp_sport
-from fabric.imbalance import imbalance
-from fabric.model import Role
-from fabric.routing import Routing
-from fabric.rundir import Run, RunWriter
-from topologies import load_fabric
+from aifabric.fabric.addressing import roce_udp_sport
+from aifabric.fabric.imbalance import imbalance
+from aifabric.fabric.model import Role
+from aifabric.fabric.routing import Routing
+from aifabric.fabric.rundir import Run, RunWriter
+from aifabric.topologies import load_fabric
 
 INTERVAL_NS = 1000
 SAMPLES = 10
@@ -438,7 +438,7 @@ def test_an_emulated_runs_figures_are_the_fabrics_and_its_scale_converts(tmp_pat
 def test_pause_chains_within_one_interval_follow_their_cause_whatever_the_order(get_fabric):
     """Two ports first paused in the same sample: the one listed first (lower port id) was
     paused because of the other; the chain still reaches the congested root."""
-    from analysis.metrics import pause_spread
+    from aifabric.analysis.metrics import pause_spread
 
     fabric = get_fabric("lab-small")
     names = fabric.port_names
@@ -475,11 +475,11 @@ def test_ecmp_choices_after_a_fault_are_those_of_the_routing_that_chose_the_rout
     """On `link-failure` the simulator records which routing chose each flow's route; a flow
     it re-routed when the uplink failed no longer had that link among its choices where the
     routing at the start had offered it."""
-    from analysis.ecmp import QP_KEY, _choices
-    from analysis.metrics import _routings, group_rows
-    from fabric.engines import run_scenario
-    from fabric.export import fabric_from_topology
-    from fabric.scenarios import load_scenario
+    from aifabric.analysis.ecmp import QP_KEY, _choices
+    from aifabric.analysis.metrics import _routings, group_rows
+    from aifabric.engines import run_scenario
+    from aifabric.fabric.export import fabric_from_topology
+    from aifabric.scenarios import load_scenario
 
     run_scenario("sim", load_scenario("link-failure"), tmp_path / "run")
     run = Run(tmp_path / "run")

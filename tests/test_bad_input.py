@@ -4,7 +4,7 @@ Each case writes the files it names into a temporary folder, runs the `aifabric`
 command there, and asserts the exit status (1 for bad input, 2 for an option
 out of its range, as the README says), the sentence's key words, a single line
 of at most 300 characters, and no traceback. Cases whose fix belongs to
-another part of the code (the scenario loader and `run` in fabric/sim and
+another part of the code (the scenario loader and `run` in sim and
 aifabric/cli_run.py) stay here as strict expected failures that name it.
 """
 
@@ -169,7 +169,7 @@ def test_bad_input_is_one_sentence(args, code, words, files, tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     for name, text in files.items():
         if text == "DEMO_1NS":
-            from fabric.scenarios import PRESETS
+            from aifabric.scenarios import PRESETS
 
             text = PRESETS.text("demo").replace('"5us"', '"1ns"')
         (tmp_path / name).write_text(text)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = (
-    "numpy", "numba", "plotly", "scapy", "networkx", "pandas", "dask", "fabric.routing",
-    "traffic",
+    "numpy", "numba", "plotly", "scapy", "networkx", "pandas", "dask", "aifabric.fabric.routing",
+    "aifabric.traffic",
 )  # fmt: skip
 ONE_FLOW = ROOT / "benchmarks" / "one-flow.toml"  # one 4 KiB flow
 
@@ -50,21 +50,21 @@ def test_a_choice_reads_its_table_when_a_command_line_is_parsed():
     code = (
         "from aifabric.cli import main\n"
         "policy = next(p for p in main.commands['ecmp'].params if p.name == 'policy')\n"
-        "assert 'fabric.routing' not in sys.modules\n"
+        "assert 'aifabric.fabric.routing' not in sys.modules\n"
         "assert policy.type.choices[0] == '5tuple'"
     )
-    assert "fabric.routing" in loaded_after(code)
+    assert "aifabric.fabric.routing" in loaded_after(code)
 
 
 def test_a_run_loads_no_plotting_capture_graph_or_table_library(tmp_path):
     loaded = loaded_after(command("run", str(ONE_FLOW), "-o", str(tmp_path / "run")))
-    assert {"numba", "traffic"} <= loaded  # it did run
+    assert {"numba", "aifabric.traffic"} <= loaded  # it did run
     assert loaded.isdisjoint({"plotly", "scapy", "networkx", "pandas", "dask"})
 
 
 def test_a_warm_run_loads_its_kernels_without_numbas_compiler_tables(tmp_path):
     """numba refreshes its compiler's typing and lowering tables before it loads a cached
-    kernel (about 0.06 of a one-flow run's 0.42 CPU s); fabric._numba_cache.lean_loads
+    kernel (about 0.06 of a one-flow run's 0.42 CPU s); aifabric.fabric._numba_cache.lean_loads
     skips that, and the run's cached machine code needs none of them."""
     tables = ("numba.np.linalg", "numba.typed.typeddict", "numba.np.polynomial")
     warm = command("run", str(ONE_FLOW), "-o", str(tmp_path / "first"))
@@ -88,12 +88,12 @@ def test_commands_work_with_the_garbage_collector_on(tmp_path):
     back on before its work, the run once its scenario is loaded."""
     seen = (
         "import gc, sys\n"
-        "import fabric.engines\n"
+        "import aifabric.engines\n"
         "from aifabric.cli import main\n"
         "def run_scenario(*args, **kwargs):\n"
         "    print('run:', gc.isenabled(), file=sys.stderr)\n"
         "    raise SystemExit(0)\n"
-        "fabric.engines.run_scenario = run_scenario\n"
+        "aifabric.engines.run_scenario = run_scenario\n"
         "@main.command('probe')\n"
         "def probe():\n"
         "    print('probe:', gc.isenabled(), file=sys.stderr)\n"

@@ -9,13 +9,13 @@ import os
 import pytest
 from click.testing import CliRunner
 
+from aifabric.analysis.render import crosscheck_text
 from aifabric.cli import main
-from analysis.render import crosscheck_text
-from fabric.crosscheck import clear_output, compare, with_policy
-from fabric.engines import run_scenario
-from fabric.errors import AifabricError
-from fabric.rundir import Run
-from fabric.scenarios import scenario_from_dict
+from aifabric.engines import run_scenario
+from aifabric.experiments.crosscheck import clear_output, compare, with_policy
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.rundir import Run
+from aifabric.scenarios import scenario_from_dict
 
 # a ring AllReduce on racks 0 and 1 beside a 7-to-1 incast on racks 2 and 3: the incast fills
 # its receiver's leaf port, which marks ECN and pauses the uplinks and NICs that feed it
@@ -53,7 +53,7 @@ def _scenario():
 def test_compare_finds_every_flow_whose_path_differs(tmp_path):
     """Two simulator runs hashing differently (linux, ovs) stand in for two engines: the
     flows whose paths differ are exactly those the two policies route differently."""
-    from fabric.routing import Routing
+    from aifabric.fabric.routing import Routing
 
     sc = _scenario()
     for switch in ("router", "ovs"):
@@ -124,7 +124,7 @@ def test_an_earlier_crosscheck_is_replaced_only_when_forced(tmp_path):
 def test_crosscheck_with_pfc_and_ecn_agrees_path_for_path_and_within_tolerance(tmp_path, cc):
     """Also with DCQCN (ConnectX's parameters): the replay's reaction point follows the
     simulator's rules, so the incast's senders slow down and recover alike."""
-    from fabric.emu import available
+    from aifabric.emu import available
 
     if available() is not None:
         pytest.skip(str(available()))
@@ -169,9 +169,9 @@ def test_link_failure_paths_agree_in_both_engines_after_the_failure(tmp_path):
     """The `link-failure` preset (lab-medium, an uplink down at 50 us) run in full: every flow's
     recorded path is equal in both engines, and the failure moved flows that never crossed
     the failed uplink (Linux's hash-threshold), which the simulator moved too."""
-    from fabric.emu import available
-    from fabric.faults import routing_after, routing_at_start
-    from fabric.scenarios import load_scenario
+    from aifabric.emu import available
+    from aifabric.fabric.faults import routing_after, routing_at_start
+    from aifabric.scenarios import load_scenario
 
     if available() is not None:
         pytest.skip(str(available()))

@@ -1,4 +1,4 @@
-"""The replay's DCQCN reaction point (fabric.emu.dcqcn) follows the simulator's rules: the same
+"""The replay's DCQCN reaction point (aifabric.emu.dcqcn) follows the simulator's rules: the same
 cuts, byte-counter and rate-timer increases and alpha decay give the same rates, step by step."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabric.cc import cc_parameters
-from fabric.emu.dcqcn import ReactionPoint
-from fabric.sim import dcqcn
-from fabric.sim import layout as L
+from aifabric.emu.dcqcn import ReactionPoint
+from aifabric.fabric.cc import cc_parameters
+from aifabric.sim import dcqcn
+from aifabric.sim import layout as L
 
 LINE = 100e9
 

@@ -21,8 +21,8 @@ import time
 import numpy as np
 import pytest
 
-from fabric.addressing import ROCE_UDP_PORT
-from fabric.emuhash import linux_hash, linux_pick, ovs_basis, ovs_pick, siphash24
+from aifabric.fabric.addressing import ROCE_UDP_PORT
+from aifabric.fabric.emuhash import linux_hash, linux_pick, ovs_basis, ovs_pick, siphash24
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="asking the kernel needs root")
 
@@ -216,8 +216,8 @@ def test_linux_hash_is_where_forwarded_packets_go():
 @pytest.mark.root
 def test_ovs_hash_is_ofproto_trace_of_the_emulators_select_group(tmp_path):
     """A private ovsdb-server and ovs-vswitchd in a namespace of ours (so that the userspace
-    datapath's own tap cannot meet another's); the group as fabric.emu.ovs writes it."""
-    from fabric.emu.ovs import HASH_FIELDS, OPENFLOW, traced_port
+    datapath's own tap cannot meet another's); the group as aifabric.emu.ovs writes it."""
+    from aifabric.emu.ovs import HASH_FIELDS, OPENFLOW, traced_port
 
     d = tmp_path
     env = dict(os.environ, OVS_RUNDIR=str(d), OVS_DBDIR=str(d), OVS_LOGDIR=str(d))
@@ -296,7 +296,7 @@ def test_ovs_hash_is_ofproto_trace_of_the_emulators_select_group(tmp_path):
 
 
 def _mininet_ready():
-    from fabric.emu import available
+    from aifabric.emu import available
 
     return available() if os.geteuid() == 0 else "the Mininet engine needs root"
 
@@ -311,12 +311,12 @@ def test_the_simulator_predicts_the_emulators_paths_flow_by_flow(topology, switc
     rack 0 fails; under Linux the failure also moves flows that never crossed that uplink."""
     if _mininet_ready() is not None:
         pytest.skip(str(_mininet_ready()))
-    from fabric.emu.engine import observed_paths
-    from fabric.emu.net import make_network
-    from fabric.emu.plan import plan
-    from fabric.faults import routing_after, routing_at_start
-    from fabric.routing import EMULATOR_POLICY
-    from fabric.scenarios import scenario_from_dict
+    from aifabric.emu.engine import observed_paths
+    from aifabric.emu.net import make_network
+    from aifabric.emu.plan import plan
+    from aifabric.fabric.faults import routing_after, routing_at_start
+    from aifabric.fabric.routing import EMULATOR_POLICY
+    from aifabric.scenarios import scenario_from_dict
 
     policy = EMULATOR_POLICY[switch]
     raw = {
@@ -368,7 +368,7 @@ def test_a_batch_goes_to_the_address_given_from_an_unconnected_socket():
     destination."""
     import socket
 
-    from fabric.emu.packets import Batch, fill_writes
+    from aifabric.emu.packets import Batch, fill_writes
 
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

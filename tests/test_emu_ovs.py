@@ -18,16 +18,16 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from fabric.addressing import format_ipv4
-from fabric.emu import available, ovs
-from fabric.emu import plan as P
-from fabric.errors import AifabricError
-from fabric.model import Role
-from fabric.scenario import Fault
+from aifabric.emu import available, ovs
+from aifabric.emu import plan as P
+from aifabric.fabric.addressing import format_ipv4
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.model import Role
+from aifabric.fabric.scenario import Fault
 
 
 def _scenario(workload, **tables):
-    from fabric.scenarios import scenario_from_dict
+    from aifabric.scenarios import scenario_from_dict
 
     raw = {
         "scenario": {"topology": "lab-small"},
@@ -165,7 +165,7 @@ def test_a_fault_mid_run_changes_exactly_the_groups_that_used_it(small):
 
 
 def test_switch_is_checked_and_needs_the_mininet_engine(tmp_path):
-    from fabric.emu.net import make_network
+    from aifabric.emu.net import make_network
 
     sc = _scenario(PERMUTATION)
     with pytest.raises(AifabricError, match="router, ovs"):
@@ -230,8 +230,8 @@ needs_ovs = pytest.mark.skipif(_WHY is not None, reason=str(_WHY))
 
 
 def _nothing_left():
-    from fabric.emu.clean import leftovers
-    from fabric.emu.net import TMP_PREFIX
+    from aifabric.emu.clean import leftovers
+    from aifabric.emu.net import TMP_PREFIX
 
     left = leftovers()
     assert not any(left.values()), left
@@ -257,8 +257,8 @@ def _tx_packets() -> dict[str, int]:
 @needs_ovs
 def test_lab_small_builds_and_observed_paths_are_where_packets_go():
     """Each inter-rack flow's packets leave by exactly the bridge ports the traces name."""
-    from fabric.emu.engine import observed_paths
-    from fabric.emu.net import make_network
+    from aifabric.emu.engine import observed_paths
+    from aifabric.emu.net import make_network
     from tests.emuhelp import paths_are_where_packets_go
 
     sc = _scenario(PERMUTATION)
@@ -279,8 +279,8 @@ def test_lab_small_builds_and_observed_paths_are_where_packets_go():
 
 def _ovs_run(tmp_path, sc):
     """Run `sc` with Open vSwitch switches; it completed, delivered every byte, left nothing."""
-    from fabric.engines import run_scenario
-    from fabric.rundir import Run
+    from aifabric.engines import run_scenario
+    from aifabric.fabric.rundir import Run
 
     summary = run_scenario(
         "mininet", sc, tmp_path / "run", options={"timeout_s": 120, "switch": "ovs"}
@@ -335,9 +335,9 @@ def test_a_switch_failing_mid_run_is_routed_around_by_the_groups(tmp_path):
 
 KILLED = """
 import time
-from fabric.scenarios import scenario_from_dict
-from fabric.emu.net import make_network
-from fabric.emu.plan import plan
+from aifabric.scenarios import scenario_from_dict
+from aifabric.emu.net import make_network
+from aifabric.emu.plan import plan
 raw = {"scenario": {"topology": "lab-small"}, "workload": {"pattern": "permutation", "gpus": 16},
        "congestion_control": {"kind": "none"}}
 sc = scenario_from_dict(raw, "killed")

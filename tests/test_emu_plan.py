@@ -9,11 +9,10 @@ import re
 import numpy as np
 import pytest
 
-from fabric.addressing import nic_ipv4
-from fabric.emu import available
-from fabric.emu import plan as P
-from fabric.emu.bpfmap import prog_id_from_tc
-from fabric.emu.packets import (
+from aifabric.emu import available
+from aifabric.emu import plan as P
+from aifabric.emu.bpfmap import prog_id_from_tc
+from aifabric.emu.packets import (
     HEADER_BYTES,
     ICRC_BYTES,
     cnp,
@@ -23,13 +22,14 @@ from fabric.emu.packets import (
     parse_write,
     write_only,
 )
-from fabric.errors import AifabricError
-from fabric.frames import pfc_frame
-from fabric.model import Role
-from fabric.routing import Routing
-from fabric.scenario import Scenario
-from topologies import load_fabric
-from traffic.flows import FlowTable
+from aifabric.fabric.addressing import nic_ipv4
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.frames import pfc_frame
+from aifabric.fabric.model import Role
+from aifabric.fabric.routing import Routing
+from aifabric.fabric.scenario import Scenario
+from aifabric.topologies import load_fabric
+from aifabric.traffic.flows import FlowTable
 
 
 def scenario(topology="lab-small", **kw):
@@ -288,7 +288,7 @@ def test_pfc_pauses_cannot_wait_in_a_circle(name):
     """Egress e waits for the egresses its peer's ingress feeds: that graph has no cycle."""
     import networkx as nx
 
-    from fabric.emu.monitor import pfc_feeds
+    from aifabric.emu.monitor import pfc_feeds
 
     f = load_fabric(name)
     routing = Routing(f, "5tuple", 0)
@@ -315,7 +315,7 @@ def test_the_monitor_counts_reds_marks_from_tcs_json():
     """RED's `marked` (iproute2's JSON for the red qdisc's xstats) is the port's ECN count;
     before, only eBPF markers were counted and a RED kernel's runs said 0 marks while their
     receivers saw hundreds of CE packets (the VM lab's first runs)."""
-    from fabric.emu.monitor import read_qdiscs
+    from aifabric.emu.monitor import read_qdiscs
 
     items = [
         {"kind": "htb", "handle": "1:", "dev": "afs3p1", "root": True, "bytes": 90000,
@@ -373,8 +373,8 @@ def test_the_estimate_is_the_busiest_nic_or_the_longest_chain():
 def test_the_estimate_counts_ecmp_collisions_where_the_switches_hash():
     """ecmp-permutation: one flow per NIC, but the Linux hash puts several flows on one
     uplink, which takes their time together; Open vSwitch's hash collides elsewhere."""
-    from fabric.faults import routing_at_start
-    from fabric.scenarios import load_scenario
+    from aifabric.fabric.faults import routing_at_start
+    from aifabric.scenarios import load_scenario
 
     sc = load_scenario("ecmp-permutation")
     f, ft = sc.fabric, sc.flows
@@ -390,7 +390,7 @@ def test_the_estimate_counts_ecmp_collisions_where_the_switches_hash():
 
 
 def test_absorb_delivers_in_order_naks_a_gap_once_and_paces_cnps():
-    from fabric.emu.packets import CNP_DUE, FINISHED, NAKED, OTHER, absorb
+    from aifabric.emu.packets import CNP_DUE, FINISHED, NAKED, OTHER, absorb
 
     mtu, n = 4096, 2
     pkts = [(0, 0, 0), (0, 1, 3), (0, 3, 3), (0, 3, 0), (1, 0, 0)]  # (flow, psn, tos)
@@ -427,7 +427,7 @@ def test_absorb_delivers_in_order_naks_a_gap_once_and_paces_cnps():
 
 
 def test_senders_overrunning_a_lossy_receiver_make_the_estimate_long():
-    from fabric.scenarios import load_scenario
+    from aifabric.scenarios import load_scenario
 
     lossy, pfc = load_scenario("incast-lossy"), load_scenario("incast-pfc")
     e = P.estimate(lossy, 20_000, 20_000)

@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-from fabric.emu import available
+from aifabric.emu import available
 
 CHOICE = os.environ.get("AIFABRIC_PRESETS", "")
 SWITCHES = ("router", "ovs") if CHOICE == "all" else ("router",)
@@ -32,7 +32,7 @@ pytestmark = [
 
 
 def _presets() -> list[str]:
-    from fabric.scenarios import scenario_presets
+    from aifabric.scenarios import scenario_presets
 
     return scenario_presets() if CHOICE in ("router", "all") else list(DEFAULT_PRESETS)
 
@@ -40,13 +40,13 @@ def _presets() -> list[str]:
 @pytest.mark.parametrize("switch", SWITCHES)
 @pytest.mark.parametrize("name", _presets())
 def test_a_preset_completes_or_is_refused_up_front(tmp_path, name, switch):
-    from fabric.emu import available as emu_available
-    from fabric.emu.clean import leftovers
-    from fabric.emu.engine import ENGINE
-    from fabric.engines import run_scenario
-    from fabric.errors import AifabricError
-    from fabric.rundir import Run
-    from fabric.scenarios import load_scenario
+    from aifabric.emu import available as emu_available
+    from aifabric.emu.clean import leftovers
+    from aifabric.emu.engine import ENGINE
+    from aifabric.engines import run_scenario
+    from aifabric.fabric.errors import AifabricError
+    from aifabric.fabric.rundir import Run
+    from aifabric.scenarios import load_scenario
 
     if emu_available(switch) is not None:
         pytest.skip(str(emu_available(switch)))

@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from fabric.emu import available
-from fabric.model import Role
+from aifabric.emu import available
+from aifabric.fabric.model import Role
 
 pytestmark = [
     pytest.mark.root,
@@ -23,7 +23,7 @@ pytestmark = [
 
 
 def _scenario(workload, cc="none", **sections):
-    from fabric.scenarios import scenario_from_dict
+    from aifabric.scenarios import scenario_from_dict
 
     raw = {
         "scenario": {"topology": "lab-small"},
@@ -35,15 +35,15 @@ def _scenario(workload, cc="none", **sections):
 
 
 def _nothing_left():
-    from fabric.emu.clean import leftovers
+    from aifabric.emu.clean import leftovers
 
     left = leftovers()
     assert not any(left.values()), left
 
 
 def _run(tmp_path, sc, **kw):
-    from fabric.engines import run_scenario
-    from fabric.rundir import Run
+    from aifabric.engines import run_scenario
+    from aifabric.fabric.rundir import Run
 
     summary = run_scenario("mininet", sc, tmp_path / "run", options=kw)
     _nothing_left()
@@ -52,9 +52,9 @@ def _run(tmp_path, sc, **kw):
 
 def test_lab_small_builds_and_ecmp_paths_match_the_kernel():
     """Packets of each flow cross exactly the ports `ip route get` names, hop by hop."""
-    from fabric.emu.engine import observed_paths
-    from fabric.emu.net import Network
-    from fabric.emu.plan import plan
+    from aifabric.emu.engine import observed_paths
+    from aifabric.emu.net import Network
+    from aifabric.emu.plan import plan
     from tests.emuhelp import paths_are_where_packets_go
 
     sc = _scenario({"pattern": "permutation", "gpus": 16, "size": "64KiB"})
@@ -238,9 +238,9 @@ def test_drops_without_pfc_are_resent_go_back_n(tmp_path):
 
 KILLED = """
 import sys, time
-from fabric.scenarios import scenario_from_dict
-from fabric.emu.net import Network
-from fabric.emu.plan import plan
+from aifabric.scenarios import scenario_from_dict
+from aifabric.emu.net import Network
+from aifabric.emu.plan import plan
 raw = {"scenario": {"topology": "lab-small"}, "workload": {"pattern": "permutation", "gpus": 16},
        "congestion_control": {"kind": "none"}}
 sc = scenario_from_dict(raw, "killed")
@@ -271,8 +271,8 @@ def test_sigterm_mid_run_cleans_up_and_marks_partial(tmp_path, after_s):
     # could end before the signal on a loaded machine: CI once saw a complete build there)
     topology = "lab-medium" if after_s is None else "lab-small"
     code = f"""
-from fabric.scenarios import scenario_from_dict
-from fabric.engines import run_scenario
+from aifabric.scenarios import scenario_from_dict
+from aifabric.engines import run_scenario
 raw = {{"scenario": {{"topology": "{topology}"}},
         "workload": {{"collective": "allreduce", "algorithm": "ring", "size": "64MiB", "gpus": 16}},
         "congestion_control": {{"kind": "none"}}}}
@@ -280,7 +280,7 @@ sc = scenario_from_dict(raw, "term")
 run_scenario("mininet", sc, {str(tmp_path / "run")!r}, options={{"timeout_s": 120}})
 """
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
-    from fabric.rundir import Run
+    from aifabric.fabric.rundir import Run
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -312,7 +312,7 @@ def test_a_paused_ports_marker_stops_draining(tmp_path):
     """Told its port is paused, the eBPF marker's virtual queue fills as the real one does."""
     import socket
 
-    from fabric.emu import bpfmap, linux
+    from aifabric.emu import bpfmap, linux
 
     if not linux.has_bpf_marker():
         pytest.skip("no eBPF marker here (clang or cls_bpf missing)")
@@ -377,8 +377,8 @@ def test_a_scenario_estimated_to_run_too_long_is_refused_before_anything_is_buil
     assert not (tmp_path / "run").exists()
     _nothing_left()
     # a coarser scale makes it short enough: the estimate follows the scale
-    from fabric.emu.engine import ENGINE
-    from fabric.scenarios import load_scenario
+    from aifabric.emu.engine import ENGINE
+    from aifabric.scenarios import load_scenario
 
     sc = load_scenario("demo")
     fine = ENGINE.session(sc, max_wall_s=1e9)
@@ -391,7 +391,7 @@ def test_a_scenario_estimated_to_run_too_long_is_refused_before_anything_is_buil
 def test_replay_processes_share_the_hosts_and_honour_dependencies(tmp_path, monkeypatch):
     """Three replay processes for a ring: every flow of a step waits for the previous step's
     flows, which other processes received; the processes are gone afterwards."""
-    from fabric.emu import replay
+    from aifabric.emu import replay
 
     monkeypatch.setattr(replay, "replay_processes", lambda hosts: 3)
     before = set(linux_children())
@@ -450,7 +450,7 @@ def test_a_replay_that_delivers_nothing_gives_up_partial_and_cleans_up(tmp_path,
     (what it sends is lost, as on a NIC whose link is down), the others complete; the
     replay gives up after its stall limit (shortened here), not at its timeout, and the run
     ends partial saying why, with nothing left behind."""
-    from fabric.emu import replay
+    from aifabric.emu import replay
 
     monkeypatch.setattr(replay, "STALL_MIN_S", 2.0)
     monkeypatch.setattr(replay, "STALL_RTOS", 2)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from fabric.emu import available
+from aifabric.emu import available
 
 pytestmark = [
     pytest.mark.root,
@@ -82,11 +82,11 @@ def _results(run_dir: Path) -> dict:
 
 def reached(moment: str, run_dir: Path, tempfiles: set[str]) -> bool:
     """Whether the run has reached `moment`; `tempfiles` are the engine's from before it."""
-    from fabric.emu.net import TMP_PREFIX
+    from aifabric.emu.net import TMP_PREFIX
 
     if moment == "start":
         return True
-    if moment == "probe":  # a capability probe's namespace (fabric.emu.linux)
+    if moment == "probe":  # a capability probe's namespace (aifabric.emu.linux)
         return any(Path("/run/netns").glob("af-probe-*"))
     if moment == "topology":
         return (run_dir / "topology.json").exists()

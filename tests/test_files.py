@@ -3,8 +3,8 @@ import stat
 
 import pytest
 
-from fabric.errors import AifabricError
-from fabric.files import replace_atomic, write_atomic
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.files import replace_atomic, write_atomic
 
 
 def test_write_atomic_gives_ordinary_permissions(tmp_path):

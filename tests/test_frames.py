@@ -8,7 +8,7 @@ from scapy.contrib.roce import AETH, BTH, CNPPadding
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
-from fabric import frames as fr
+from aifabric.fabric import frames as fr
 
 SRC_MAC, DST_MAC = "02:af:00:00:00:07", "02:af:00:00:01:02"
 SIP, DIP = 0x0A000001, 0x0A000102

@@ -1,4 +1,4 @@
-"""Both engines mean the same go-back-N: the emulator's replay (its rules, fabric.emu.gbn, as
+"""Both engines mean the same go-back-N: the emulator's replay (its rules, aifabric.emu.gbn, as
 replay.py calls them) and the reference model the simulator is checked against
 (tests/gbn_reference.py, whose rules match the simulator to the picosecond in
 test_sim_go_back_n.py) resend the same packets after the same losses.
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fabric.emu import gbn
+from aifabric.emu import gbn
 from tests import gbn_reference as ref
 
 DELAY = 3
@@ -32,7 +32,7 @@ RTO = 50 * (N + 2 * DELAY)
 
 
 class ReplayRules:
-    """The replay's state for one flow and its decisions (fabric.emu.gbn)."""
+    """The replay's state for one flow and its decisions (aifabric.emu.gbn)."""
 
     def __init__(self):
         self.expect, self.nak_for = 0, -1  # receiver
@@ -236,10 +236,10 @@ def test_random_losses_are_resent_alike(seed):
     offsets=st.lists(st.integers(min_value=-4, max_value=6), min_size=1, max_size=60),
 )
 def test_the_replays_numba_receiver_decides_as_gbn_receive(start, offsets):
-    """The replay's receiver runs in numba (`fabric.emu.packets.absorb`, a batch at a time);
+    """The replay's receiver runs in numba (`aifabric.emu.packets.absorb`, a batch at a time);
     on any sequence of PSNs (behind, expected, past a gap; across the 24-bit wrap) it takes
     and NAKs exactly what `gbn.receive`, the rule the reference is checked against, does."""
-    from fabric.emu.packets import NAKED, absorb, write_only
+    from aifabric.emu.packets import NAKED, absorb, write_only
 
     mtu, k = 64, len(offsets)
     buf = np.zeros((k, mtu + 64), dtype=np.uint8)

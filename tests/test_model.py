@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from fabric.errors import SpecError
-from fabric.model import (
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.model import (
     EcnProfile,
     FabricBuilder,
     PfcProfile,

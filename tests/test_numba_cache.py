@@ -5,7 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fabric import _numba_cache
+from aifabric.fabric import _numba_cache
+from aifabric.fabric.checkout import FOLDERS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -13,20 +14,21 @@ ROOT = Path(__file__).resolve().parent.parent
 def _tree(root, layout="PK_N = 11\n", report="TITLE = 'a'\n"):
     files = {
         "fabric/__init__.py": "",
-        "fabric/sim/__init__.py": "from fabric.sim.engine import Simulation\n",
-        "fabric/sim/engine.py": "from fabric.sim.kernel import run\nSimulation = object\n",
-        "fabric/sim/kernel.py": (
-            "from numba import njit\n\nfrom fabric.sim import (\n    heap,  # a comment\n"
-            "    layout as L,\n)\nfrom fabric.units import ns, \\\n    us\n"
+        "sim/__init__.py": "from aifabric.sim.driver import Simulation\n",
+        "sim/driver.py": "from aifabric.sim.kernel import run\nSimulation = object\n",
+        "sim/kernel.py": (
+            "from numba import njit\n\nfrom aifabric.sim import (\n    heap,  # a comment\n"
+            "    layout as L,\n)\nfrom aifabric.fabric.units import ns, \\\n    us\n"
         ),
-        "fabric/sim/layout.py": layout,
-        "fabric/sim/heap.py": "",
+        "sim/layout.py": layout,
+        "sim/heap.py": "",
         "fabric/units.py": "ns, us = 1, 1000\n",
         "analysis/__init__.py": "",
-        "analysis/report.py": "import fabric.sim.kernel\n" + report,
+        "analysis/report.py": "import aifabric.sim.kernel\n" + report,
     }
-    for package in _numba_cache.PACKAGES:
-        (root / package).mkdir(parents=True, exist_ok=True)
+    files["aifabric/__init__.py"] = ""
+    for folder in FOLDERS.values():
+        (root / folder).mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
@@ -35,7 +37,7 @@ def _tree(root, layout="PK_N = 11\n", report="TITLE = 'a'\n"):
 def test_the_cache_directory_follows_the_content_of_the_sources_kernels_import(tmp_path):
     _tree(tmp_path)
     first = _numba_cache.source_digest(tmp_path)
-    os.utime(tmp_path / "fabric" / "sim" / "layout.py", (0, 0))
+    os.utime(tmp_path / "sim" / "layout.py", (0, 0))
     assert _numba_cache.source_digest(tmp_path) == first  # timestamps do not matter
     _tree(tmp_path, report="TITLE = 'b'\n")
     assert _numba_cache.source_digest(tmp_path) == first  # nor what no kernel imports
@@ -57,22 +59,22 @@ def test_two_checkouts_of_the_same_sources_keep_apart_caches(tmp_path):
     key = _numba_cache.cache_key(tmp_path / "one")
     assert key != _numba_cache.cache_key(tmp_path / "two")
     assert key == _numba_cache.cache_key(tmp_path / "one" / "fabric" / "..")
-    (tmp_path / "one" / "fabric/sim/layout.py").write_text("PK_N = 12\n")
+    (tmp_path / "one" / "sim/layout.py").write_text("PK_N = 12\n")
     assert _numba_cache.cache_key(tmp_path / "one") != key
 
 
 def test_the_project_keys_the_cache_on_kernel_modules_and_their_imports(tmp_path):
-    for package in _numba_cache.PACKAGES:
-        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__py*"))
+    for folder in FOLDERS.values():
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__py*"))
     used = {str(p.relative_to(tmp_path)) for p in _numba_cache.kernel_sources(tmp_path)}
-    assert {"fabric/sim/kernel.py", "fabric/sim/layout.py", "fabric/routing.py"} <= used
+    assert {"sim/kernel.py", "sim/layout.py", "fabric/routing.py"} <= used
     assert {"analysis/capture.py", "traffic/flow_packets.py", "fabric/frames.py"} <= used
     assert not {"analysis/report.py", "aifabric/cli.py", "aifabric/warmup.py"} & used
     first = _numba_cache.source_digest(tmp_path)
     with open(tmp_path / "analysis" / "report.py", "a") as f:
         f.write("\nEDITED = True\n")
     assert _numba_cache.source_digest(tmp_path) == first
-    layout = tmp_path / "fabric" / "sim" / "layout.py"
+    layout = tmp_path / "sim" / "layout.py"
     layout.write_text(layout.read_text() + "\nEDITED = True\n")
     assert _numba_cache.source_digest(tmp_path) != first
 
@@ -110,7 +112,7 @@ def test_the_import_scan_finds_what_the_python_parser_finds_in_every_source_file
 def test_kernels_compile_into_the_keyed_directory(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     env["XDG_CACHE_HOME"] = str(tmp_path)
-    code = "import os, fabric, numba; print(os.environ['NUMBA_CACHE_DIR'])"
+    code = "import os, aifabric.fabric, numba; print(os.environ['NUMBA_CACHE_DIR'])"
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()

@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import ecmp, main
+from aifabric.fabric.routing import POLICIES
 from aifabric.params import GPUS, RATE, SIZE, TIME, choice
-from fabric.routing import POLICIES
-from traffic.collectives import KINDS
+from aifabric.traffic.collectives import KINDS
 
 
 @click.command()
@@ -61,8 +61,8 @@ def test_choices_come_from_the_library_tables():
     algorithm = next(p for p in show.params if p.name == "algorithm")
     assert set(algorithm.type.choices) == {a for c in KINDS.values() for a in c.algorithms}
     assert list(choice(("a", "b")).choices) == ["a", "b"]
-    from fabric.emu.net import SWITCHES
-    from fabric.routing import EMULATOR_POLICY
+    from aifabric.emu.net import SWITCHES
+    from aifabric.fabric.routing import EMULATOR_POLICY
 
     for command in ("run", "crosscheck"):
         switch = next(p for p in main.commands[command].params if p.name == "switch")
@@ -74,7 +74,7 @@ def test_ecmp_names_uplinks_as_the_fabric_does():
 
     r = CliRunner().invoke(main, ["ecmp", "lab-small", "--flows", "50", "--json"])
     assert r.exit_code == 0, r.output
-    from topologies import load_fabric
+    from aifabric.topologies import load_fabric
 
     names = set(load_fabric("lab-small").port_names)
     uplinks = [u for t in json.loads(r.output)["tiers"] for u in t["links"]]

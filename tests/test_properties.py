@@ -24,11 +24,11 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabric.errors import SpecError, UnitError
-from fabric.units import LIMIT, parse_rate, parse_size, parse_time
-from topologies import builders, load_fabric
-from topologies.spec import COMMON, KINDS, SCHEMA, parse
-from traffic.spec import COLLECTIVE, PATTERN, TRAINING, workload_from_dict
+from aifabric.fabric.errors import SpecError, UnitError
+from aifabric.fabric.units import LIMIT, parse_rate, parse_size, parse_time
+from aifabric.topologies import builders, load_fabric
+from aifabric.topologies.spec import COMMON, KINDS, SCHEMA, parse
+from aifabric.traffic.spec import COLLECTIVE, PATTERN, TRAINING, workload_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = int(os.environ.get("AIFABRIC_PROPERTY_EXAMPLES", 300))
@@ -199,13 +199,13 @@ def training_job(draw) -> dict:
 @settings(max_examples=max(20, EXAMPLES // 10), deadline=None)
 @given(training_job())
 def test_the_training_bound_holds_the_operations_an_iteration_issues(table):
-    """traffic.spec refuses a training job from its keys alone: the bound it
-    uses must never be below what traffic.training really issues."""
+    """aifabric.traffic.spec refuses a training job from its keys alone: the bound it
+    uses must never be below what aifabric.traffic.training really issues."""
     import numpy as np
 
-    from traffic.placement import place
-    from traffic.spec import training_op_bound
-    from traffic.training import training_ops
+    from aifabric.traffic.placement import place
+    from aifabric.traffic.spec import training_op_bound
+    from aifabric.traffic.training import training_ops
 
     job = workload_from_dict(table, "drawn").jobs[0]
     fabric = LAB_MEDIUM()

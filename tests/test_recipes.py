@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from analysis.metrics import run_metrics
-from fabric.engines import run_scenario
-from fabric.model import Role
-from fabric.rundir import Run
-from fabric.scenarios import scenario_from_dict
-from topologies import builders, load_fabric
-from topologies import spec as topo_spec
+from aifabric.analysis.metrics import run_metrics
+from aifabric.engines import run_scenario
+from aifabric.fabric.checkout import FOLDERS
+from aifabric.fabric.model import Role
+from aifabric.fabric.rundir import Run
+from aifabric.scenarios import scenario_from_dict
+from aifabric.topologies import builders, load_fabric
+from aifabric.topologies import spec as topo_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("fabric", "topologies", "traffic", "analysis", "aifabric", "experiments")
 
 SINGLE_SWITCH = """\
 [fabric]
@@ -109,9 +109,9 @@ class Gather(Collective):
 USE_GATHER = """
 import json
 import numpy as np
-from fabric.results import collective_records
-from topologies import load_fabric
-from traffic import generate, workload_from_dict
+from aifabric.fabric.completion import collective_records
+from aifabric.topologies import load_fabric
+from aifabric.traffic import generate, workload_from_dict
 
 fabric = load_fabric("lab-small")
 flows = generate(fabric, workload_from_dict({"collective": "gather", "gpus": 5, "size": "1MiB"},
@@ -130,8 +130,9 @@ def test_a_new_collective_is_one_file(tmp_path):
     """In a copy of the sources whose only change is a Collective subclass and its line in
     `KINDS` (traffic/collectives.py), the command line, the workload keys, the closed forms,
     the generator and the engines' busbw all know the new kind."""
-    for package in PACKAGES:
-        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__py*"))
+    for folder in FOLDERS.values():
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__py*"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
     source = tmp_path / "traffic" / "collectives.py"
     text = source.read_text()
     table = "\nKINDS: dict[str, Collective] = {"

@@ -5,11 +5,11 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from fabric.addressing import nic_ipv4, roce_udp_sport
-from fabric.errors import AifabricError
-from fabric.model import Role
-from fabric.routing import CRC_TABLE, Routing, crc32_bytes, flow_hash
-from fabric.spread import ecmp_spread, expand_qps, random_flows, tier_of_ports
+from aifabric.fabric.addressing import nic_ipv4, roce_udp_sport
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.model import Role
+from aifabric.fabric.routing import CRC_TABLE, Routing, crc32_bytes, flow_hash
+from aifabric.fabric.spread import ecmp_spread, expand_qps, random_flows, tier_of_ports
 
 
 def ref_mix32(x):
@@ -123,7 +123,7 @@ def test_hashing_spreads_flows_like_a_uniform_draw(get_fabric, policy):
 
 
 def test_adaptive_balances_exactly():
-    from topologies import load_fabric
+    from aifabric.topologies import load_fabric
 
     f = load_fabric("lab-medium")
     counts = uplink_counts(f, Routing(f, "adaptive"), n=160)

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from aifabric import warmup
 from aifabric.cli import main
-from fabric.rundir import LOCK, Run, RunWriter, effective_status
+from aifabric.fabric.rundir import LOCK, Run, RunWriter, effective_status
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -65,7 +65,7 @@ def loadable(run_dir: Path) -> list[str]:
                 for k in z.files:
                     z[k]
         elif p.suffix == ".pcap":
-            from analysis.capture import read_capture
+            from aifabric.analysis.capture import read_capture
 
             assert read_capture(p).problem in (None, ""), p
         else:
@@ -92,21 +92,21 @@ def signal_inside(monkeypatch, owner, name, sig=signal.SIGTERM, times=1, calls=1
 
 def _points():
     import aifabric.cli_run
-    import fabric.scenarios
-    import fabric.sim.run
-    from fabric.rundir import RunWriter
+    import aifabric.scenarios
+    import aifabric.sim.engine
+    from aifabric.fabric.rundir import RunWriter
 
     return {
         "topology": (RunWriter, "topology", 1, "partial", "setting up"),
-        "build": (fabric.sim.run, "simulation_for", 1, "partial", "building"),
+        "build": (aifabric.sim.engine, "simulation_for", 1, "partial", "building"),
         "run": (aifabric.cli_run._ProgressPrinter, "__call__", 1, "partial", "cover what ran"),
         "flows": (RunWriter, "flows", 1, "partial", "writing the results"),
         "ports": (RunWriter, "ports", 1, "partial", "writing the results"),
         "collectives": (RunWriter, "collectives", 1, "partial", "writing the results"),
-        "captures": (fabric.sim.run, "write_pcap", 1, "partial", "writing the results"),
+        "captures": (aifabric.sim.engine, "write_pcap", 1, "partial", "writing the results"),
         "summary": (RunWriter, "note", 1, "partial", "writing the results"),
         "finish": (RunWriter, "finish", 1, "complete", ""),
-        "load": (fabric.scenarios, "load_scenario", 1, None, None),
+        "load": (aifabric.scenarios, "load_scenario", 1, None, None),
     }
 
 
@@ -191,7 +191,7 @@ _HOLDS_THE_COMPILER = """
 import os, signal, sys
 from pathlib import Path
 from numba.core.compiler_lock import global_compiler_lock
-from fabric.engines import Stop
+from aifabric.engines import Stop
 
 stop = Stop()
 said = Path(sys.argv[1])
@@ -241,7 +241,7 @@ def test_ctrl_c_inside_an_import_before_the_command_is_ready_ends_quietly(tmp_pa
     driver = (
         "import signal, sys\n"
         f"sys.path.insert(0, {str(tmp_path)!r})\n"
-        "import aifabric, fabric.interrupts\n"
+        "import aifabric, aifabric.fabric.interrupts\n"
         "signal.signal(signal.SIGINT, aifabric._interrupted)\n"
         "import interrupted_while_imported\n"
         "print('the import went on')\n"

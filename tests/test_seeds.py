@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fabric.emu import plan as P
-from fabric.errors import SpecError
-from fabric.model import Role
-from fabric.routing import routing_seeds
-from fabric.scenarios import scenario_from_dict
-from fabric.sim.run import simulation_for
+from aifabric.emu import plan as P
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.model import Role
+from aifabric.fabric.routing import routing_seeds
+from aifabric.scenarios import scenario_from_dict
+from aifabric.sim.engine import simulation_for
 
 QPN_SPAN = (1 << 24) - 0x100
 
@@ -154,7 +154,7 @@ def test_a_seed_must_be_a_whole_number(key, value):
 def test_analysis_rebuilds_routes_with_the_recorded_hash_seed(get_fabric):
     from types import SimpleNamespace
 
-    from analysis.metrics import _routings
+    from aifabric.analysis.metrics import _routings
 
     fabric = get_fabric("lab-small")
     flows = {"start_ns": np.zeros(1, dtype=np.int64)}

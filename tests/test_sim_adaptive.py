@@ -9,11 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fabric.errors import AifabricError
-from fabric.routing import Routing
-from fabric.scenarios import load_scenario
-from fabric.sim import Simulation
-from fabric.sim.run import features, simulation_for
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.routing import Routing
+from aifabric.scenarios import load_scenario
+from aifabric.sim import Simulation
+from aifabric.sim.engine import features, simulation_for
 from tests.conftest import fabric as preset
 from tests.simhelp import flows, run
 

@@ -10,16 +10,16 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from fabric.engines import run_scenario
-from fabric.errors import AifabricError
-from fabric.model import Role
-from fabric.rundir import Run
-from fabric.scenario import Fault
-from fabric.scenarios import load_scenario
-from fabric.sim import Simulation
-from fabric.sim import layout as L
-from fabric.sim.engine import Stalled
-from fabric.sim.heap import clear, schedule
+from aifabric.engines import run_scenario
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.model import Role
+from aifabric.fabric.rundir import Run
+from aifabric.fabric.scenario import Fault
+from aifabric.scenarios import load_scenario
+from aifabric.sim import Simulation
+from aifabric.sim import layout as L
+from aifabric.sim.driver import Stalled
+from aifabric.sim.heap import clear, schedule
 from tests.conftest import fabric as preset
 from tests.simhelp import flows
 

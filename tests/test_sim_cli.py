@@ -10,12 +10,12 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from fabric.engines import Stop, run_scenario
-from fabric.errors import AifabricError
-from fabric.rundir import COLLECTIVE_FIELDS, FLOW_FIELDS, PORT_SERIES, Run
-from fabric.scenario import Fault
-from fabric.scenarios import load_scenario, scenario_presets
-from fabric.sim import layout as L
+from aifabric.engines import Stop, run_scenario
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.rundir import COLLECTIVE_FIELDS, FLOW_FIELDS, PORT_SERIES, Run
+from aifabric.fabric.scenario import Fault
+from aifabric.scenarios import load_scenario, scenario_presets
+from aifabric.sim import layout as L
 from tests.conftest import fabric as preset
 from tests.simhelp import flows, run
 
@@ -160,7 +160,7 @@ def test_bad_scenario_keys_fail_with_the_key_named(tmp_path):
 
 
 def test_mininet_engine_missing_is_one_sentence(small, tmp_path, monkeypatch):
-    from fabric import engines
+    from aifabric import engines
 
     (tmp_path / "emu_without_its_dependency.py").write_text("import a_dependency_not_installed\n")
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -217,7 +217,7 @@ def test_link_down_reroutes_flows_and_they_complete():
 def test_a_link_down_moves_the_flows_the_emulators_switches_move(policy):
     """Under `linux` (hash-threshold) a failure also moves flows that never crossed the
     failed link; the simulator re-routes exactly the flows whose route the switches change."""
-    from fabric.faults import routing_after, routing_at_start
+    from aifabric.fabric.faults import routing_after, routing_at_start
 
     fab = preset("lab-medium")
     nics = fab.nic_ids
@@ -346,7 +346,7 @@ def test_a_matrix_ops_bytes_are_in_all_in_the_summary_and_the_ops_table(tmp_path
 
 
 def test_the_kinds_sized_in_all_are_the_patterns_and_a_matrix():
-    from fabric.rundir import SIZE_IN_ALL
-    from traffic.spec import PATTERNS
+    from aifabric.fabric.rundir import SIZE_IN_ALL
+    from aifabric.traffic.spec import PATTERNS
 
     assert sorted(SIZE_IN_ALL) == sorted([*PATTERNS, "matrix"])

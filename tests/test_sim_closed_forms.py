@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from fabric.model import EcnProfile, QueueProfile, Role
-from fabric.results import collective_records
-from fabric.routing import Routing
-from fabric.sim import Simulation
-from fabric.sim import layout as L
+from aifabric.fabric.completion import collective_records
+from aifabric.fabric.model import EcnProfile, QueueProfile, Role
+from aifabric.fabric.routing import Routing
+from aifabric.sim import Simulation
+from aifabric.sim import layout as L
 from tests.conftest import fabric as preset
 from tests.simhelp import ack_return_ps, flows, path_latency_ps, run, transfer_ps
 

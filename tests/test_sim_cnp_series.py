@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from aifabric.analysis.metrics import run_metrics
 from aifabric.cli import main
-from analysis.metrics import run_metrics
-from fabric.export import fabric_from_topology
-from fabric.rundir import OPTIONAL_PORT_SERIES, PORT_SERIES, Run, RunWriter
-from fabric.sim.layout import SM_N
+from aifabric.fabric.export import fabric_from_topology
+from aifabric.fabric.rundir import OPTIONAL_PORT_SERIES, PORT_SERIES, Run, RunWriter
+from aifabric.sim.layout import SM_N
 
 # incast-pfc with DCQCN, smaller: 7 NICs of one rack send 512 KB each to the 8th
 INCAST_DCQCN = """
@@ -76,7 +76,7 @@ def test_the_sample_memory_estimate_counts_every_series_written(incast):
     written = [k for k in PORT_SERIES + OPTIONAL_PORT_SERIES if k in ports]
     assert written == list(PORT_SERIES + OPTIONAL_PORT_SERIES)
     rows, n_ports = ports["tx_bytes"].shape
-    # fabric.sim.run.sample_memory_problem counts SM_N series of 8 bytes a port and sample
+    # aifabric.sim.engine.sample_memory_problem counts SM_N series of 8 bytes a port and sample
     assert sum(ports[k].nbytes for k in written) == rows * n_ports * SM_N * 8
 
 

@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from fabric.cc import DEFAULT_ACK_EVERY, HEADER_OVERHEAD_BYTES, cc_parameters
-from fabric.errors import AifabricError
-from fabric.rundir import Run
-from fabric.scenario import Fault
-from fabric.sim import Simulation
-from fabric.sim import layout as L
+from aifabric.fabric.cc import DEFAULT_ACK_EVERY, HEADER_OVERHEAD_BYTES, cc_parameters
+from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.rundir import Run
+from aifabric.fabric.scenario import Fault
+from aifabric.sim import Simulation
+from aifabric.sim import layout as L
 from tests.conftest import fabric as preset
 from tests.simhelp import ack_return_ps, flows, run
 from tests.test_sim_kernels import reference_store_and_forward

@@ -8,10 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from fabric.cc import DEFAULT_PRESET, PRESETS, cc_parameters
-from fabric.errors import AifabricError
-from fabric.scenarios import load_scenario
-from fabric.sim.run import simulation_for
+from aifabric.fabric.cc import DEFAULT_PRESET, PRESETS, cc_parameters
+from aifabric.fabric.errors import AifabricError
+from aifabric.scenarios import load_scenario
+from aifabric.sim.engine import simulation_for
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

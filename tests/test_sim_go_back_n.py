@@ -8,10 +8,10 @@ import dataclasses
 
 import pytest
 
-from fabric.cc import DEFAULT_ACK_EVERY
-from fabric.sim import Simulation
-from fabric.sim import layout as L
-from fabric.sim.engine import Stalled
+from aifabric.fabric.cc import DEFAULT_ACK_EVERY
+from aifabric.sim import Simulation
+from aifabric.sim import layout as L
+from aifabric.sim.driver import Stalled
 from tests import gbn_reference as ref
 from tests.conftest import fabric as preset
 from tests.simhelp import ack_return_ps, flows, run

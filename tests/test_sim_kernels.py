@@ -15,12 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from fabric import cc, routing
-from fabric.model import EcnProfile
-from fabric.sim import Simulation, congestion, dcqcn, ecn, kernel, pfc
-from fabric.sim import layout as L
-from fabric.sim.engine import CACHE_LINE, zeros_aligned
-from fabric.sim.heap import (
+from aifabric.fabric import cc, routing
+from aifabric.fabric.model import EcnProfile
+from aifabric.sim import Simulation, congestion, dcqcn, ecn, kernel, pfc
+from aifabric.sim import layout as L
+from aifabric.sim.driver import CACHE_LINE, zeros_aligned
+from aifabric.sim.heap import (
     BUCKETS,
     HEAPS,
     NEAR_WINDOW_PS,
@@ -30,8 +30,8 @@ from fabric.sim.heap import (
     pop,
     schedule,
 )
-from fabric.sim.kernel import prefetch
-from fabric.sim.queue import dequeue, enqueue, fifo_check
+from aifabric.sim.kernel import prefetch
+from aifabric.sim.queue import dequeue, enqueue, fifo_check
 from tests import buffer_reference
 from tests.conftest import fabric as preset
 from tests.simhelp import ack_return_ps, flows, run
@@ -572,9 +572,11 @@ def test_no_kernel_function_calls_itself_even_through_others():
         local = {fn.name for fn in tree.body if isinstance(fn, ast.FunctionDef)}
         imported = {}
         for node in tree.body:
-            if isinstance(node, ast.ImportFrom) and node.module == "fabric.sim":
+            if isinstance(node, ast.ImportFrom) and node.module == "aifabric.sim":
                 imported.update({a.name: a.name for a in node.names})
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fabric.sim."):
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "aifabric.sim."
+            ):
                 source = node.module.rsplit(".", 1)[1]
                 imported.update({a.name: f"{source}.{a.name}" for a in node.names})
         for fn in tree.body:

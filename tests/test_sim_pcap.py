@@ -14,10 +14,10 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 
-from fabric.addressing import nic_ipv4
-from fabric.sim import layout as L
-from fabric.sim.pcap import FrameBuilder
-from fabric.sim.run import write_captures
+from aifabric.fabric.addressing import nic_ipv4
+from aifabric.sim import layout as L
+from aifabric.sim.engine import write_captures
+from aifabric.sim.pcap import FrameBuilder
 from tests.conftest import fabric as preset
 from tests.simhelp import flows, run
 from tests.test_sim_closed_forms import with_queue

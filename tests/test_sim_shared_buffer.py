@@ -1,4 +1,4 @@
-"""The shared-buffer switch (fabric/sim/buffer.py): the admission rule against a reference
+"""The shared-buffer switch (sim/buffer.py): the admission rule against a reference
 model (tests/buffer_reference.py), and in the simulator: dynamic thresholds that follow the
 free pool, an incast bounded by the pool, PFC at the threshold, drops of the lossy class."""
 
@@ -11,20 +11,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabric.engines import scenario_features
-from fabric.errors import SpecError
-from fabric.model import ALPHA_SCALE, EcnProfile, PfcProfile, QueueProfile, Role
-from fabric.model import required_headroom_bytes as required_headroom
-from fabric.scenarios import load_scenario
-from fabric.sim import Simulation, buffer
-from fabric.sim import layout as L
-from fabric.sim.pfc import ADMIT, ADMIT_XOFF, DROP
-from fabric.sim.run import features
+from aifabric.engines import scenario_features
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.model import ALPHA_SCALE, EcnProfile, PfcProfile, QueueProfile, Role
+from aifabric.fabric.model import required_headroom_bytes as required_headroom
+from aifabric.scenarios import load_scenario
+from aifabric.sim import Simulation, buffer
+from aifabric.sim import layout as L
+from aifabric.sim.engine import features
+from aifabric.sim.pfc import ADMIT, ADMIT_XOFF, DROP
+from aifabric.topologies import build
+from aifabric.topologies.spec import parse
 from tests import buffer_reference as ref
 from tests.conftest import fabric as preset
 from tests.simhelp import flows, run
-from topologies import build
-from topologies.spec import parse
 
 MTU = 4096
 WIRE = MTU + L.DATA_OVERHEAD_BYTES

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import types
 
-from fabric.sim import engine, kernel
+from aifabric.sim import driver, kernel
 from tests.conftest import fabric as preset
 from tests.simhelp import flows
 
@@ -48,11 +48,11 @@ def test_a_runs_wall_time_leaves_out_loading_the_kernel(monkeypatch):
     fake = FirstCallLoads(clock)
     proxy = types.SimpleNamespace(**{k: getattr(kernel, k) for k in dir(kernel)})
     proxy.run = fake
-    monkeypatch.setattr(engine, "kernel", proxy)
-    monkeypatch.setattr(engine.time, "perf_counter", clock)
+    monkeypatch.setattr(driver, "kernel", proxy)
+    monkeypatch.setattr(driver.time, "perf_counter", clock)
     f = preset("lab-small")
     nics = f.nic_ids
-    sim = engine.Simulation(f, flows([nics[0]], [nics[-1]], 4096))
+    sim = driver.Simulation(f, flows([nics[0]], [nics[-1]], 4096))
     assert sim.run()
     assert fake.compiled, "the kernel was not loaded before the timer started"
     assert sim.wall_s < LOAD_S

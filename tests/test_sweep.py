@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from experiments.runner import scenario_hash
-from fabric.rundir import Run
+from aifabric.experiments.runner import scenario_hash
+from aifabric.fabric.rundir import Run
 from tests.test_sweep_overrides import TINY
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +45,7 @@ def invoke(*args):
 
 
 def test_a_sweep_on_a_local_cluster_of_two_workers(tiny, tmp_path):
-    from analysis.metrics import run_metrics
+    from aifabric.analysis.metrics import run_metrics
 
     out = tmp_path / "sweep"
     r = invoke("sweep", tiny, "--vary", "ecmp.policy=5tuple,eecmp", "--vary", "workload.gpus=8,64",
@@ -147,17 +147,17 @@ def test_a_sweep_sent_to_an_existing_scheduler(tiny, tmp_path, dask_cluster, mon
 def test_a_local_sweep_compiles_the_kernels_once_before_its_workers_start(
     tiny, tmp_path, monkeypatch
 ):
-    import experiments.runner
+    import aifabric.experiments.runner
 
     events = []
-    connect = experiments.runner.connect
+    connect = aifabric.experiments.runner.connect
 
     def recording_connect(*args, **kwargs):
         events.append("workers")
         return connect(*args, **kwargs)
 
     monkeypatch.setattr("aifabric.warmup.ensure_warm", lambda *a, **k: events.append("warm-up"))
-    monkeypatch.setattr(experiments.runner, "connect", recording_connect)
+    monkeypatch.setattr(aifabric.experiments.runner, "connect", recording_connect)
     r = invoke("sweep", tiny, "--workers", 1, "-o", tmp_path / "sweep")
     assert r.exit_code == 0, r.output
     assert events == ["warm-up", "workers"]
@@ -165,7 +165,7 @@ def test_a_local_sweep_compiles_the_kernels_once_before_its_workers_start(
 
 WORKER_LOGS = """
 import logging
-from experiments.runner import connect
+from aifabric.experiments.runner import connect
 
 def shout():
     logging.getLogger("distributed.worker").error("Failed to communicate with scheduler")
@@ -233,7 +233,7 @@ def test_an_interrupted_sweep_resumes_without_rerunning_finished_points(tiny, tm
 
 
 def test_compare_gives_a_sweep_one_column_per_configuration(tiny, tmp_path):
-    from experiments.stats import describe
+    from aifabric.experiments.stats import describe
 
     out = tmp_path / "sweep"
     r = invoke("sweep", tiny, "--vary", "ecmp.policy=5tuple,pinned",

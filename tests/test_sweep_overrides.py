@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fabric.errors import SpecError
-from fabric.overrides import apply_overrides, parse_assignment, parse_value
-from fabric.scenarios import load_scenario
+from aifabric.fabric.errors import SpecError
+from aifabric.scenarios import load_scenario
+from aifabric.scenarios.overrides import apply_overrides, parse_assignment, parse_value
 
 TINY = """
 [scenario]
@@ -93,7 +93,7 @@ def test_loader_applies_overrides(tmp_path):
     )
     assert sc.ecmp == "eecmp"
     assert set(sc.flows.op_qps.tolist()) == {4}
-    from fabric.model import Role
+    from aifabric.fabric.model import Role
 
     assert sc.fabric.queue(Role.RTSW).ecn.kmin_bytes == 50 * 1024
     base = load_scenario(path)

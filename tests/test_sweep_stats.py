@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from experiments.spec import parse_seeds, split_values, sweep_from_dict, sweep_from_flags
-from experiments.stats import describe, t_cdf_two_sided, t_quantile
-from fabric.errors import SpecError
+from aifabric.experiments.spec import parse_seeds, split_values, sweep_from_dict, sweep_from_flags
+from aifabric.experiments.stats import describe, t_cdf_two_sided, t_quantile
+from aifabric.fabric.errors import SpecError
 
 # Student's t, two-sided 95%: the printed tables' values
 T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 29: 2.045}
@@ -195,8 +195,8 @@ def test_report_states_finding_effect_and_published_figure(results, tmp_path):
     assert "+50.0%" in page
     assert "agrees in direction with the published +40.0%" in page  # [+50%, +50%] is above 0
     assert "Boom" in page  # the failed run is listed with its error
-    from experiments.report import finding_lines
-    from experiments.results import open_sweep
+    from aifabric.experiments.report import finding_lines
+    from aifabric.experiments.sweepdir import open_sweep
 
     lines = finding_lines(open_sweep(results))
     # 5tuple against eecmp, seed by seed: (100-150)/150 and (120-180)/180, both -1/3
@@ -212,8 +212,8 @@ def test_report_states_finding_effect_and_published_figure(results, tmp_path):
 
 
 def test_without_a_published_figure_the_verdict_says_what_was_measured(results):
-    from experiments.report import finding_lines
-    from experiments.results import open_sweep
+    from aifabric.experiments.report import finding_lines
+    from aifabric.experiments.sweepdir import open_sweep
 
     spec = json.loads((results / "sweep.json").read_text())
     del spec["report"]["published_effect"], spec["report"]["contrasts"][0]["published_effect"]
@@ -233,8 +233,8 @@ def test_without_a_published_figure_the_verdict_says_what_was_measured(results):
 
 
 def test_the_plots_show_the_aggregates_and_every_seed(results):
-    from experiments.report import _metric_figures
-    from experiments.results import open_sweep
+    from aifabric.experiments.report import _metric_figures
+    from aifabric.experiments.sweepdir import open_sweep
 
     res = open_sweep(results)
     rows = res.aggregate(["time_ns@ring", "time_ns@incast"])
@@ -261,7 +261,7 @@ def test_busbw_against_size_on_a_log_axis(tmp_path):
         rows.append(f"{i},{size},{seed},complete,{bw}")
     (tmp_path / "results.csv").write_text("\n".join(rows) + "\n")
     (tmp_path / "sweep.json").write_text(json.dumps({"name": "s", "keys": ["workload.size"]}))
-    from experiments.report import build_report
+    from aifabric.experiments.report import build_report
 
     page = build_report(tmp_path)
     assert "busbw against message size" in page
@@ -270,9 +270,9 @@ def test_busbw_against_size_on_a_log_axis(tmp_path):
 
 
 def test_every_shipped_experiment_loads_every_configuration():
-    from experiments.catalog import experiment_names, experiment_spec
-    from experiments.spec import load_sweep
-    from fabric.scenarios import load_scenario
+    from aifabric.experiments.catalog import experiment_names, experiment_spec
+    from aifabric.experiments.spec import load_sweep
+    from aifabric.scenarios import load_scenario
 
     names = experiment_names()
     assert names == ["busbw-vs-size", "congestion-control", "ecmp-entropy", "oversubscription",
@@ -328,7 +328,7 @@ def test_sweep_misuse_is_refused_before_anything_runs(tmp_path):
 def test_the_progress_line_counts_points_failures_and_time_left():
     import time
 
-    from experiments.runner import Progress
+    from aifabric.experiments.runner import Progress
 
     # 2 points from before, 2 run in 10 s (one failed): 4 left at 5 s each
     line = Progress(total=8, reused=2, done=2, failed=1, started=time.monotonic() - 10).line()

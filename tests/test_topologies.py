@@ -4,10 +4,10 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from fabric.errors import SpecError
-from fabric.model import Role
-from fabric.summary import bisection_bps, summarize_fabric, tiers
-from topologies import build, parse, preset_names
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.model import Role
+from aifabric.fabric.summary import bisection_bps, summarize_fabric, tiers
+from aifabric.topologies import build, parse, preset_names
 
 
 def degrees(f, role):
@@ -218,7 +218,7 @@ def test_more_invalid_specs(text, fragment):
 
 
 def test_a_missing_file_and_an_unknown_preset_are_one_sentence(tmp_path):
-    from topologies import load
+    from aifabric.topologies import load
 
     with pytest.raises(SpecError, match="does not exist"):
         load(tmp_path / "nope.toml")
@@ -250,7 +250,7 @@ oversubscription = 3
 
 
 def test_a_scenario_queue_the_model_cannot_honour_is_refused_naming_the_scenario():
-    from fabric.scenarios import scenario_from_dict
+    from aifabric.scenarios import scenario_from_dict
 
     raw = {
         "scenario": {"topology": "lab-small"},
@@ -268,7 +268,7 @@ def test_a_scenario_queue_the_model_cannot_honour_is_refused_naming_the_scenario
 def test_the_size_limit_counts_exactly_the_nodes_and_links_built(name, get_fabric, monkeypatch):
     """The limit is checked before building, from the spec alone: a preset builds at
     a limit of exactly its own counts, and one node or link fewer refuses it."""
-    from topologies import builders, load
+    from aifabric.topologies import builders, load
 
     f = get_fabric(name)
     spec = load(name)

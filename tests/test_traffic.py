@@ -8,13 +8,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-import topologies
-import traffic
-from fabric.addressing import roce_udp_sport
-from fabric.errors import SpecError
-from traffic import collectives as coll
-from traffic.generate import expand_qps, ragged_arange
-from traffic.placement import place, server_keys
+from aifabric import topologies, traffic
+from aifabric.fabric.addressing import roce_udp_sport
+from aifabric.fabric.errors import SpecError
+from aifabric.traffic import collectives as coll
+from aifabric.traffic.generate import expand_qps, ragged_arange
+from aifabric.traffic.placement import place, server_keys
 
 MiB = 2**20
 
@@ -316,9 +315,9 @@ def test_refusals_name_the_key():
 @pytest.mark.parametrize("hierarchical", [False, True])
 def test_closed_form_plan_equals_the_table(medium, kind, algorithm, hierarchical):
     """rank by rank: bytes sent and received, flows, steps, ideal time."""
-    from traffic.ideal import collective_stats
-    from traffic.placement import place
-    from traffic.summary import op_stats
+    from aifabric.traffic.ideal import collective_stats
+    from aifabric.traffic.placement import place
+    from aifabric.traffic.summary import op_stats
 
     for gpus, size, channels, segments in ((12, 10**6 + 1, 1, 0), (32, 3 * MiB + 5, 2, 5)):
         spec = dict(collective=kind, algorithm=algorithm, gpus=gpus, size=size, channels=channels,
@@ -335,7 +334,7 @@ def test_closed_form_plan_equals_the_table(medium, kind, algorithm, hierarchical
             assert planned[key] == built[key], key
         sent = np.bincount(t.src, weights=t.bytes, minlength=medium.n_nodes)
         recv = np.bincount(t.dst, weights=t.bytes, minlength=medium.n_nodes)
-        from traffic.generate import collective_instances, job_shape
+        from aifabric.traffic.generate import collective_instances, job_shape
 
         want_s = np.zeros(medium.n_nodes)
         want_r = np.zeros(medium.n_nodes)
@@ -348,7 +347,7 @@ def test_closed_form_plan_equals_the_table(medium, kind, algorithm, hierarchical
 
 
 def test_show_falls_back_to_closed_form_only_when_too_big(medium):
-    from traffic.summary import describe
+    from aifabric.traffic.summary import describe
 
     w = traffic.workload_from_dict(dict(collective="alltoall", gpus=64), "t")
     assert describe(medium, w)["closed_form"] is False

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from traffic import FlowTable
+from aifabric.traffic import FlowTable
 
 
 def run(*args):

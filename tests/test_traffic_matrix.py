@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import traffic
+from aifabric import traffic
 from aifabric.cli import main
-from fabric.errors import SpecError
+from aifabric.fabric.errors import SpecError
+from aifabric.traffic import FlowTable, import_flows, read_matrix
 from tests.conftest import fabric as preset
-from traffic import FlowTable, import_flows, read_matrix
 
 MiB = 2**20
 
@@ -209,7 +209,7 @@ def test_import_and_show_commands(tmp_path):
 
 
 def test_a_scenario_runs_a_matrix_file(tmp_path):
-    from fabric.scenarios import load_scenario
+    from aifabric.scenarios import load_scenario
 
     small = preset("lab-small")
     write(tmp_path, "m.csv", "src,dst,bytes\n0,9,64KiB\n3,9,64KiB\n")

@@ -7,10 +7,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import topologies
-import traffic
-from fabric.errors import AifabricError
-from traffic.flow_packets import FIRST, LAST
+from aifabric import topologies, traffic
+from aifabric.fabric.errors import AifabricError
+from aifabric.traffic.flow_packets import FIRST, LAST
 
 
 def reference_packets(flows, rate_bps, mtu, overhead=0):

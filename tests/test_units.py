@@ -1,7 +1,7 @@
 import pytest
 
-from fabric.errors import UnitError
-from fabric.units import (
+from aifabric.fabric.errors import UnitError
+from aifabric.fabric.units import (
     LIMIT,
     format_rate,
     format_size,

@@ -29,7 +29,7 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from topologies import load_fabric
+from aifabric.topologies import load_fabric
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "vm-lab"

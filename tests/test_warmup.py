@@ -55,13 +55,13 @@ at = "5us"
 def test_after_warm_up_other_runs_and_analyses_compile_nothing(tmp_path):
     import tomllib
 
-    from analysis.capture import read_capture
-    from analysis.metrics import capture_metrics, run_metrics
-    from fabric.engines import Stop, run_scenario
-    from fabric.rundir import Run
-    from fabric.scenarios import scenario_from_dict
-    from fabric.spread import random_spread
-    from topologies import load_fabric
+    from aifabric.analysis.capture import read_capture
+    from aifabric.analysis.metrics import capture_metrics, run_metrics
+    from aifabric.engines import Stop, run_scenario
+    from aifabric.fabric.rundir import Run
+    from aifabric.fabric.spread import random_spread
+    from aifabric.scenarios import scenario_from_dict
+    from aifabric.topologies import load_fabric
 
     warmup.warm_up()
     out = io.StringIO()

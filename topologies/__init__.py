@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fabric.model import Fabric
-from topologies.builders import build
-from topologies.spec import Spec, load, parse, preset_names
+from aifabric.fabric.model import Fabric
+from aifabric.topologies.builders import build
+from aifabric.topologies.spec import Spec, load, parse, preset_names
 
 
 def load_fabric(source: str | Path) -> Fabric:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import math
 
-from fabric.errors import SpecError
-from fabric.model import Fabric, FabricBuilder, Role
-from topologies.spec import Spec
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.model import Fabric, FabricBuilder, Role
+from aifabric.topologies.spec import Spec
 
 # What one machine builds and the flow tables address: node ids fit 21 bits
-# (traffic.generate), and a link costs about 250 bytes while it is built.
+# (aifabric.traffic.generate), and a link costs about 250 bytes while it is built.
 MAX_NODES = (1 << 21) - 1
 MAX_LINKS = 8_000_000
 BUILD_BYTES = 250  # per node and per link, measured on fat trees

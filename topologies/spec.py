@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import SpecError, cut, shown
-from fabric.model import (
+from aifabric.fabric.errors import SpecError, cut, shown
+from aifabric.fabric.model import (
     BUFFER_MODELS,
     DEFAULT_QUEUE,
     MAX_ALPHA,
@@ -22,7 +22,7 @@ from fabric.model import (
     QueueProfile,
     Role,
 )
-from fabric.specfile import (
+from aifabric.fabric.specfile import (
     Key,
     Presets,
     as_bool,
@@ -32,8 +32,8 @@ from fabric.specfile import (
     load_toml,
     parse_keys,
 )
-from fabric.switch_profiles import SWITCH_PROFILES
-from fabric.units import parse_rate, parse_size, parse_time
+from aifabric.fabric.switch_profiles import SWITCH_PROFILES
+from aifabric.fabric.units import parse_rate, parse_size, parse_time
 
 MAX_MTU = 9000  # payload bytes: a jumbo frame
 MAX_DELAY_NS = 10**9  # a link's propagation delay: 1 s (paths add several)
@@ -131,7 +131,7 @@ class Spec:
         return self.values[table]
 
 
-PRESETS = Presets("topologies", "presets", "topology")
+PRESETS = Presets("aifabric.topologies", "presets", "topology")
 
 
 def preset_names() -> list[str]:

@@ -7,7 +7,7 @@ The API the engines and the CLI use:
     import_flows(path, fabric, seed=0)        -> FlowTable of a traffic-matrix file
     workload_from_dict(table, name)           the same keys as a TOML (a scenario's [workload])
     workload_presets() -> list[str]
-    generate(fabric, workload, seed=0)        -> FlowTable (traffic.flows: the contract)
+    generate(fabric, workload, seed=0)        -> FlowTable (aifabric.traffic.flows: the contract)
     packetize(flows, rate_bps, mtu_bytes)     -> Packets (numba kernel)
 
 A workload is one job (its keys at the top level) or several (`[[jobs]]`
@@ -43,15 +43,15 @@ tables, with `name` and `description` beside them). Jobs never share a NIC.
     priority       all    3           802.1p priority of the flows; start = earliest start time
 
 (c: collective, p: pattern, t: training, m: matrix.) Flow granularity: see
-`traffic.collectives`; dependencies across ops: see `traffic.generate`.
+`aifabric.traffic.collectives`; dependencies across ops: see `aifabric.traffic.generate`.
 """
 
-import fabric  # noqa: F401  (sets the numba cache directory first)
-from traffic.flow_packets import Packets, packetize
-from traffic.flows import FlowTable
-from traffic.generate import generate
-from traffic.matrix import import_flows, read_matrix
-from traffic.spec import Job, Workload, load_workload, workload_from_dict, workload_presets
+import aifabric.fabric  # noqa: F401  (sets the numba cache directory first)
+from aifabric.traffic.flow_packets import Packets, packetize
+from aifabric.traffic.flows import FlowTable
+from aifabric.traffic.generate import generate
+from aifabric.traffic.matrix import import_flows, read_matrix
+from aifabric.traffic.spec import Job, Workload, load_workload, workload_from_dict, workload_presets
 
 __all__ = [
     "FlowTable",

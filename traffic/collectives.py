@@ -10,7 +10,7 @@ Each algorithm function returns `Transfers`: one row per (sender, receiver, chan
 step group), in ranks 0..n-1 of one communicator, with the bytes it carries
 and the transfers it waits for (CSR, always earlier rows, so the graph is
 acyclic by construction). QP expansion and the mapping of ranks to NICs
-happen later (`traffic.generate`).
+happen later (`aifabric.traffic.generate`).
 
 Granularity: a ring step moves 1/n of a channel's data on every edge of the
 ring at once, so a ring AllReduce over n ranks has 2(n-1) steps of n

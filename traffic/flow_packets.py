@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from fabric._numba_cache import lean_loads
-from fabric.errors import AifabricError
+from aifabric.fabric._numba_cache import lean_loads
+from aifabric.fabric.errors import AifabricError
 
 lean_loads()  # cached kernels load without numba's typing and lowering tables
 

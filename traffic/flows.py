@@ -30,7 +30,7 @@ Added within schema 1 (absent from older files, then filled with defaults):
 an op is smaller than its ranks; such a flow completes as soon as it may
 start); `sport` is the RoCEv2 UDP source port derived from the QPNs.
 `op_busbw_factor` follows nccl-tests: busbw = algbw x factor, the factor of
-the op's kind in `traffic.collectives.KINDS` (1 for traffic patterns).
+the op's kind in `aifabric.traffic.collectives.KINDS` (1 for traffic patterns).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fabric.errors import AifabricError
+from aifabric.fabric.errors import AifabricError
 
 SCHEMA = "aifabric.flows/1"
 
@@ -145,7 +145,7 @@ class FlowTable:
 
     def save(self, path: str | Path) -> None:
         """Write the table as one .npz (atomically: a temporary file renamed into place)."""
-        from fabric.files import replace_atomic
+        from aifabric.fabric.files import replace_atomic
 
         def write(tmp: str) -> None:
             with open(tmp, "wb") as fh:

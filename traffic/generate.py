@@ -31,13 +31,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from fabric.addressing import roce_udp_sport
-from fabric.errors import SpecError
-from fabric.model import Fabric
-from traffic import collectives as coll
-from traffic.flows import FlowTable
-from traffic.placement import place, server_keys
-from traffic.spec import COMMON, Job, Workload
+from aifabric.fabric.addressing import roce_udp_sport
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.model import Fabric
+from aifabric.traffic import collectives as coll
+from aifabric.traffic.flows import FlowTable
+from aifabric.traffic.placement import place, server_keys
+from aifabric.traffic.spec import COMMON, Job, Workload
 
 _I32 = np.int32
 _I64 = np.int64
@@ -45,7 +45,7 @@ MAX_FLOWS = 50_000_000
 
 
 class TooManyFlows(SpecError):
-    """A workload whose flow table would not fit (`traffic.summary.describe` can still
+    """A workload whose flow table would not fit (`aifabric.traffic.summary.describe` can still
     describe a single collective in closed form)."""
 
 
@@ -337,7 +337,7 @@ def generate(
 
 def _flow_table_file(fabric: Fabric, workload: Workload) -> FlowTable | None:
     """The table of a workload that is one saved flow table (.npz), used as it is."""
-    from traffic.matrix import file_format, load_flow_table
+    from aifabric.traffic.matrix import file_format, load_flow_table
 
     files = [j for j in workload.jobs if j.kind == "matrix" and file_format(j["matrix"]) == "npz"]
     if not files:
@@ -362,7 +362,7 @@ _MATRIX_KEYS = ("priority", "start", "qps", "qp_mode", "chunk", "window")
 
 def _matrix_op(fabric: Fabric, job: Job, taken: np.ndarray, name: str) -> Op:
     """The flows of a CSV or htsim matrix job as one op; its NICs become taken."""
-    from traffic.matrix import read_matrix, transfers
+    from aifabric.traffic.matrix import read_matrix, transfers
 
     tr, start_ns = transfers(fabric, read_matrix(job["matrix"]))
     nics = np.unique(np.concatenate([tr.src, tr.dst]))
@@ -387,10 +387,10 @@ def job_ops(fabric: Fabric, job: Job, nics: np.ndarray, rng, name: str) -> list[
     if job.kind == "collective":
         return _collective_ops(fabric, job, nics, name)
     if job.kind == "pattern":
-        from traffic.patterns import pattern_op
+        from aifabric.traffic.patterns import pattern_op
 
         return [pattern_op(fabric, job, nics, rng, name)]
-    from traffic.training import training_ops
+    from aifabric.traffic.training import training_ops
 
     return training_ops(fabric, job, nics, name)
 

@@ -12,14 +12,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from fabric.model import Fabric
-from traffic import collectives as coll
-from traffic.spec import Job
+from aifabric.fabric.model import Fabric
+from aifabric.traffic import collectives as coll
+from aifabric.traffic.spec import Job
 
 
 def collective_stats(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list[dict]:
     """The per-op figures of `traffic.summary.op_stats` for a collective job, in closed form."""
-    from traffic.generate import collective_flow_count, collective_instances, job_shape
+    from aifabric.traffic.generate import collective_flow_count, collective_instances, job_shape
 
     kind, algorithm = job["collective"], job["algorithm"]
     collective = coll.kind(kind)

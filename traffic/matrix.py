@@ -2,7 +2,7 @@
 
 Three formats, chosen by the file's suffix:
 
-- `.npz`: a flow table (`traffic.flows`, schema aifabric.flows/1), as `traffic
+- `.npz`: a flow table (`aifabric.traffic.flows`, schema aifabric.flows/1), as `traffic
   export` writes it; used as it is (its NIC ids must be NICs of the fabric).
 - `.csv`: one flow per row, `src,dst,bytes[,start]`. A first row naming the
   columns (src, dst, bytes, start; in any order) is optional. src and dst are
@@ -35,10 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
-from fabric.errors import SpecError, UnitError
-from fabric.model import Fabric, Role
-from fabric.units import parse_size, parse_time
-from traffic import collectives as coll
+from aifabric.fabric.errors import SpecError, UnitError
+from aifabric.fabric.model import Fabric, Role
+from aifabric.fabric.units import parse_size, parse_time
+from aifabric.traffic import collectives as coll
 
 FORMATS = ("npz", "csv", "htsim")
 CSV_COLUMNS = ("src", "dst", "bytes", "start")
@@ -348,7 +348,7 @@ def transfers(fabric: Fabric, matrix: Matrix) -> tuple[coll.Transfers, np.ndarra
 
 def load_flow_table(path: str | Path, fabric: Fabric):
     """A saved flow table, checked against `fabric`: every src and dst one of its NICs."""
-    from traffic.flows import FlowTable
+    from aifabric.traffic.flows import FlowTable
 
     table = FlowTable.load(path)
     ends = np.concatenate([table.src, table.dst]).astype(np.int64)
@@ -368,7 +368,7 @@ def import_flows(path: str | Path, fabric: Fabric, seed: int = 0, **keys):
 
     `keys` are the job keys a matrix takes (priority, start, qps, qp_mode, chunk,
     window); `seed` draws the QPNs."""
-    from traffic.generate import generate
-    from traffic.spec import matrix_workload
+    from aifabric.traffic.generate import generate
+    from aifabric.traffic.spec import matrix_workload
 
     return generate(fabric, matrix_workload(path, keys), seed=seed)

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabric.errors import SpecError
-from fabric.model import Fabric
-from traffic import collectives as coll
-from traffic.spec import Job
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.model import Fabric
+from aifabric.traffic import collectives as coll
+from aifabric.traffic.spec import Job
 
 _I32 = np.int32
 _I64 = np.int64
@@ -50,7 +50,7 @@ def flow_sizes(job: Job, count: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def pattern_op(fabric: Fabric, job: Job, nics: np.ndarray, rng, name: str):
-    from traffic.generate import Op
+    from aifabric.traffic.generate import Op
 
     n = len(nics)
     kind = job["pattern"]
@@ -73,7 +73,7 @@ def pattern_op(fabric: Fabric, job: Job, nics: np.ndarray, rng, name: str):
         nbytes = np.full(senders, job["size"], dtype=_I64)
     else:
         count = job["flows"] or n
-        from traffic.generate import MAX_FLOWS
+        from aifabric.traffic.generate import MAX_FLOWS
 
         if count * job["channels"] * job["qps"] > MAX_FLOWS:
             raise SpecError(

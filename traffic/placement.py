@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabric.errors import SpecError
-from fabric.model import Fabric
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.model import Fabric
 
 
 def server_keys(fabric: Fabric, nics: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

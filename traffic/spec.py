@@ -6,7 +6,7 @@ beside it). `preset = "dense"` starts from a preset and lets the other keys
 override it (e.g. `gpus = 64` in a scenario's [workload] table). A job is one
 of four kinds, chosen by the key it carries: `collective = ...`,
 `pattern = ...`, `model = ...` (a training iteration) or `matrix = ...` (a
-traffic-matrix file, `traffic.matrix`). Every key is known
+traffic-matrix file, `aifabric.traffic.matrix`). Every key is known
 here with its type, bounds and default, so an unknown key, a bad unit or a
 value out of range fails with one sentence that names the key and the value.
 """
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import SpecError, cut, shown
-from fabric.specfile import (
+from aifabric.fabric.errors import SpecError, cut, shown
+from aifabric.fabric.specfile import (
     Key,
     Presets,
     as_bool,
@@ -30,8 +30,8 @@ from fabric.specfile import (
     load_toml,
     parse_keys,
 )
-from fabric.units import parse_size, parse_time
-from traffic.collectives import KINDS
+from aifabric.fabric.units import parse_size, parse_time
+from aifabric.traffic.collectives import KINDS
 
 COLLECTIVES = {name: c.algorithms for name, c in KINDS.items()}  # name -> its algorithms
 PATTERNS = ("permutation", "incast", "uniform")
@@ -160,7 +160,7 @@ TRAINING = {
 }
 MATRIX = {
     "matrix": Key(as_str, doc="a traffic-matrix file: .npz flow table, .csv or htsim (see "
-                  "traffic.matrix)"),
+                  "aifabric.traffic.matrix)"),
 }  # fmt: skip
 # Common keys a matrix job does not take: its file names the NICs and the flows.
 MATRIX_FIXED = ("gpus", "placement", "channels", "segments")
@@ -189,7 +189,7 @@ class Workload:
     raw: dict[str, Any]
 
 
-PRESETS = Presets("traffic", "presets", "workload")
+PRESETS = Presets("aifabric.traffic", "presets", "workload")
 
 
 def workload_presets() -> list[str]:
@@ -198,7 +198,7 @@ def workload_presets() -> list[str]:
 
 def load_workload(source: str | Path) -> Workload:
     """A preset name, a TOML file or a traffic-matrix file (`traffic.matrix`) -> `Workload`."""
-    from traffic.matrix import is_matrix_file
+    from aifabric.traffic.matrix import is_matrix_file
 
     if is_matrix_file(source):
         return matrix_workload(source)
@@ -377,7 +377,7 @@ def _job(name: str, where: str, body: dict, folder: Path | None = None) -> Job:
 
 
 def training_op_bound(values: dict) -> int:
-    """At most how many operations a training job's iteration issues (traffic.training),
+    """At most how many operations a training job's iteration issues (aifabric.traffic.training),
     from its keys alone: buckets per gradient pass, pipeline sends, MoE AllToAlls."""
     tp, pp = values["tp"], values["pp"]
     total = sum(values["layer_sizes"]) or values["params"] * values["dtype_bytes"]

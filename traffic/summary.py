@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabric.model import Fabric
-from traffic.flows import FlowTable
+from aifabric.fabric.model import Fabric
+from aifabric.traffic.flows import FlowTable
 
 
 def op_stats(fabric: Fabric, table: FlowTable) -> list[dict]:
@@ -66,7 +66,7 @@ def summarize_flows(fabric: Fabric, table: FlowTable) -> dict:
 def describe(fabric: Fabric, workload, seed: int = 0) -> dict:
     """`summarize_flows` of the workload's flow table; for a single collective too large for a
     flow table, the same figures in closed form (`closed_form` true, no dependencies)."""
-    from traffic.generate import TooManyFlows, generate
+    from aifabric.traffic.generate import TooManyFlows, generate
 
     try:
         return summarize_flows(fabric, generate(fabric, workload, seed=seed))
@@ -75,8 +75,8 @@ def describe(fabric: Fabric, workload, seed: int = 0) -> dict:
             raise
     import numpy as np
 
-    from traffic.ideal import collective_stats
-    from traffic.placement import place
+    from aifabric.traffic.ideal import collective_stats
+    from aifabric.traffic.placement import place
 
     job = workload.jobs[0]
     nics = place(fabric, job["gpus"], job["placement"], np.random.default_rng(seed))

@@ -14,7 +14,7 @@ GPU holds 1/tp of its stage's parameters. The iteration issues, in order:
 4. gradients per bucket: an AllReduce over the data-parallel group, or with
    `fsdp` an AllGather (backward re-gather) and a ReduceScatter.
 
-Operations are ordered per NIC in this order (see `traffic.generate`).
+Operations are ordered per NIC in this order (see `aifabric.traffic.generate`).
 Expert gradients are reduced with the rest over the whole data-parallel group
 (a simplification: a real MoE reduces expert weights over dp/ep replicas).
 """
@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from fabric.errors import SpecError
-from fabric.model import Fabric
-from traffic import collectives as coll
-from traffic.spec import Job
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.model import Fabric
+from aifabric.traffic import collectives as coll
+from aifabric.traffic.spec import Job
 
 _I64 = np.int64
 
 
 def training_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list:
-    from traffic.generate import Op, map_groups, server_matrix
+    from aifabric.traffic.generate import Op, map_groups, server_matrix
 
     grid = server_matrix(fabric, nics, f"workload {name}: a training job")
     n = grid.size

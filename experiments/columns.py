@@ -1,0 +1,86 @@
+"""The figures one run contributes to a sweep's results table.
+
+Column names carry their unit (`_ns`, `_gbps`, `_bytes`); per-job figures
+end in `@JOB` (`busbw_gbps@allreduce`), per collective of a job with several
+kinds in `@JOB/KIND-ALGORITHM`; ECMP figures per switch tier end in `.TIER`
+(`ecmp_max_mean.rtsw>ctsw`). Everything is read from the run directory
+through the analysis library (per job: its time, ideal time and efficiency, busbw).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def job_names(workload: dict) -> list[str]:
+    """A name per job: its `name`, else its collective, pattern or model; made unique."""
+    bodies = workload.get("jobs") if isinstance(workload.get("jobs"), list) else [workload]
+    names = []
+    for i, body in enumerate(bodies):
+        name = body.get("name") or next(
+            (str(body[k]) for k in ("collective", "pattern", "model") if k in body), f"job{i}"
+        )
+        names.append(name if name not in names else f"{name}{i}")
+    return names
+
+
+def point_metrics(path, scenario, groups) -> dict[str, Any]:
+    """The results-table columns of the run directory `path` of `scenario`."""
+    import numpy as np
+
+    from aifabric.analysis.metrics import run_metrics
+    from aifabric.fabric.rundir import Run
+
+    run = Run(path)
+    m = run_metrics(run, top=1)
+    summary = run.meta.get("results", {}).get("summary", {})
+    cong = m["congestion"] or {}
+    row: dict[str, Any] = {}
+    if "completion" in groups:
+        row["completion_ns"] = summary.get("completion_ns")
+        row["flows_unfinished"] = m["flows"]["count"] - m["flows"]["finished"]
+    if "fct" in groups:
+        row["fct_p50_ns"] = m["fct_ns"]["p50"]
+        row["fct_p99_ns"] = m["fct_ns"]["p99"]
+    if "ecn" in groups:
+        row["ecn_marked"] = cong.get("ecn_marked")
+        row["cnp_sent"] = summary.get("cnp_sent")
+    if "pfc" in groups:
+        row["pfc_frames"] = cong.get("pfc_frames")
+        row["paused_ns"] = cong.get("paused_ns")
+    if "drops" in groups:
+        row["drops"] = cong.get("drops")
+    if "queue" in groups:
+        row["max_queue_bytes"] = cong.get("qdepth_max_bytes")
+    if "ecmp" in groups:
+        for t in m["ecmp"]["tiers"]:
+            row[f"ecmp_max_mean.{t['tier']}"] = t["bytes"]["max_mean"]
+            row[f"ecmp_jain.{t['tier']}"] = t["bytes"]["jain"]
+            row[f"ecmp_collisions.{t['tier']}"] = t["collisions"]
+            row[f"ecmp_collisions_expected.{t['tier']}"] = t["collisions_expected"]
+
+    names = job_names(scenario.workload)
+    jobs = {job["job"]: job for job in m["jobs"]}  # the analyzer's per-job figures
+    for j, name in enumerate(names):
+        job = jobs.get(j)
+        if job is None:
+            continue
+        if "completion" in groups:
+            row[f"time_ns@{name}"] = job["time_ns"]
+            row[f"ideal_ns@{name}"] = job["ideal_ns"] or None
+            row[f"efficiency@{name}"] = job["efficiency"]
+        if "pfc" in groups:
+            row[f"senders_paused_ns@{name}"] = job.get("senders_paused_ns")
+        if "busbw" in groups:
+            ops = [o for o in m["collectives"]["ops"] if o["job"] == j]
+            done = [o for o in ops if o["busbw_bps"] is not None and o["algorithm"] != "-"]
+            if done:
+                row[f"busbw_gbps@{name}"] = job["busbw_bps"]["mean"] / 1e9
+                row[f"algbw_gbps@{name}"] = job["algbw_bps"]["mean"] / 1e9
+            labels = sorted({f"{o['kind']}-{o['algorithm']}" for o in done})
+            for label in labels if len(labels) > 1 else ():
+                mine = [o for o in done if f"{o['kind']}-{o['algorithm']}" == label]
+                row[f"busbw_gbps@{name}/{label}"] = (
+                    float(np.mean([o["busbw_bps"] for o in mine])) / 1e9
+                )
+    return row

@@ -1,0 +1,81 @@
+"""What every engine reports the same way, computed once from the flows' start and end times.
+
+- `completion_ns`: from the first flow's start to the last finished flow's end;
+- `algbw_bps`: nccl-tests' algbw of an operation's bytes and time;
+- `collective_records`: per collective operation its start (the first of its
+  flows to start), its end (the last of its flows to end, -1 unless all did),
+  algbw = bytes / time and busbw = algbw x the operation's busbw factor
+  (nccl-tests; recorded too, so the analyzer needs no table of its own), as
+  collectives.npz holds them;
+- `collective_rows`: the same as the run's summary lists them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def completion_ns(start_ns, end_ns) -> int | None:
+    """From the first flow's start to the last finished flow's end (flows that never started
+    or finished, -1, aside). For a complete run that is the whole run; for a partial one,
+    the span of what was completed. None when no flow finished."""
+    start, end = np.asarray(start_ns), np.asarray(end_ns)
+    started, done = start[start >= 0], end[end >= 0]
+    if not len(done) or not len(started):
+        return None
+    return int(done.max() - started.min())
+
+
+def algbw_bps(nbytes, time_ns):
+    """nccl-tests' algbw: an operation's bytes over its time, in bit/s (numbers or arrays;
+    `time_ns` > 0). busbw is algbw times the operation's busbw factor. The one formula
+    for the records the engines write and the figures the analyzer computes."""
+    return nbytes * 8e9 / time_ns
+
+
+def collective_records(flows, start_ns, end_ns) -> dict[str, np.ndarray]:
+    """collectives.npz's columns for a flow table (`aifabric.traffic.flows.FlowTable`) whose flows
+    started and ended at `start_ns` and `end_ns` (-1: never)."""
+    t = flows
+    start_ns, end_ns = np.asarray(start_ns), np.asarray(end_ns)
+    m = len(t.op_id)
+    start = np.full(m, -1, dtype=np.int64)
+    end = np.full(m, -1, dtype=np.int64)
+    for j, op in enumerate(t.op_id):
+        sel = t.op == op
+        if not sel.any():
+            continue
+        s = start_ns[sel]
+        e = end_ns[sel]
+        if (s >= 0).any():
+            start[j] = s[s >= 0].min()
+        if (e >= 0).all():
+            end[j] = e.max()
+    dur = np.where((end >= 0) & (end > start), end - start, 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(dur > 0, algbw_bps(t.op_bytes, np.maximum(dur, 1)), 0.0)
+    busbw = algbw * t.op_busbw_factor
+    return {
+        "op": t.op_id, "job": t.op_job, "kind": t.op_kind, "algorithm": t.op_algorithm,
+        "bytes": t.op_bytes, "ranks": t.op_ranks, "start_ns": start, "end_ns": end,
+        "algbw_bps": algbw, "busbw_bps": busbw, "busbw_factor": t.op_busbw_factor,
+    }  # fmt: skip
+
+
+def collective_rows(coll: dict) -> list[dict]:
+    """One row per collective for the run's summary (time_ns None where it did not end)."""
+    return [
+        {
+            "op": int(coll["op"][j]),
+            "kind": str(coll["kind"][j]),
+            "algorithm": str(coll["algorithm"][j]),
+            "bytes": int(coll["bytes"][j]),
+            "ranks": int(coll["ranks"][j]),
+            "time_ns": int(coll["end_ns"][j] - coll["start_ns"][j])
+            if coll["end_ns"][j] >= 0
+            else None,
+            "algbw_bps": float(coll["algbw_bps"][j]),
+            "busbw_bps": float(coll["busbw_bps"][j]),
+        }
+        for j in range(len(coll["op"]))
+    ]

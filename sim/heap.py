@@ -1,0 +1,330 @@
+"""The event list: a near heap, a timing wheel and a far heap of (time, sequence).
+
+Every event is a row of time_ps, seq, kind, a, b. The sequence number makes ties
+deterministic (first scheduled, first served), as in SimPy. `g[G_HEAP]` holds the
+number of pending events, `g[G_FAR]` how many of them the far heap holds,
+`g[G_WHEEL]` how many the wheel holds, and `g[G_SEQ]` the next sequence number.
+The order of pops is that of one heap of (time, sequence).
+
+`ev` has four planes of rows. The near heap `ev[NEAR]` (a binary heap) holds the
+events of the present bucket: before the split time `g[G_SPLIT_PS]`, which is a
+multiple of the bucket width 2**SHIFT ps (256 ps). The timing wheel holds the
+events of the next BUCKETS - 1 buckets (to NEAR_WINDOW_PS, about 1 us, past the
+split: a hop's frame arrival and its port's next transmit), each bucket an
+unsorted list of rows in chunks of CHUNK rows of `ev[POOL]`, linked through
+`ev[META]` (there too each bucket's first and last chunk and its count of
+events; free chunks are a list from `g[G_FREE_CHUNK]`). The far heap `ev[FAR]`
+(a binary heap) holds the rest (a paused port's resume at the end of its pause,
+timers, samples), and any event no chunk was free for. A push is a row
+appended to its bucket; when the near heap runs empty, the next bucket with
+events becomes the present one (its rows lifted into the near heap) and the far
+events the wheel now reaches move into it. So the near heap holds a bucket's
+few events rather than everything within reach, and its pops stay short and in
+cache. A pop takes the near heap's root, or the far heap's when that is earlier
+(an event no chunk was free for), and then, were the near heap empty, moves the
+next bucket in at once so that the loop's prefetch finds the next event there.
+Without BUCKETS rows (a tiny list in the tests) there is no wheel: the near heap
+holds the present bucket and the far heap the rest.
+
+Both heaps move a hole rather than swapping rows: a push lifts the hole
+from the end while the parent is later (a new event's sequence number is the
+largest yet, so an equal time never moves it above its parent); a pop sinks the
+hole from the root along the earlier child down to a leaf, then lifts the last
+row into it from there ("bottom-up" deletion: one comparison per level on the
+way down, and the last row, scheduled late, rarely rises).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from aifabric.sim.layout import (
+    E_A,
+    E_B,
+    E_KIND,
+    E_N,
+    E_SEQ,
+    E_TIME_PS,
+    G_CHUNKS,
+    G_FAR,
+    G_FREE_CHUNK,
+    G_HEAP,
+    G_OVERFLOW,
+    G_SEQ,
+    G_SPLIT_PS,
+    G_WHEEL,
+)
+
+NEAR, FAR, POOL, META = 0, 1, 2, 3  # planes of ev: see the module's docstring
+HEAPS = 4  # planes of ev (the name the engine allocates by)
+SHIFT = 8  # a wheel bucket spans 2**SHIFT ps
+BUCKETS = 4096  # the wheel's buckets (a power of 2; ev needs at least this many rows)
+CHUNK = 16  # rows of a bucket's chunk in ev[POOL] (a power of 2)
+NEAR_WINDOW_PS = (BUCKETS - 1) << SHIFT  # how far past the present bucket the wheel reaches
+# ev[META, k, M_NEXT]: the chunk after chunk k; ev[META, b, M_HEAD:]: bucket b's
+M_NEXT, M_HEAD, M_TAIL, M_COUNT = 0, 1, 2, 3
+
+
+def pending(ev: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Every pending event's row (near heap, wheel, then far heap)."""
+    far = int(g[G_FAR])
+    wheel = int(g[G_WHEEL])
+    rows = [ev[NEAR, : int(g[G_HEAP]) - far - wheel]]
+    if wheel:
+        for b in range(BUCKETS):
+            c = int(ev[META, b, M_COUNT])
+            k = int(ev[META, b, M_HEAD])
+            while c > 0:
+                rows.append(ev[POOL, k * CHUNK : k * CHUNK + min(c, CHUNK)])
+                c -= CHUNK
+                k = int(ev[META, k, M_NEXT])
+    rows.append(ev[FAR, :far])
+    return np.concatenate(rows)
+
+
+def clear(ev: np.ndarray, g: np.ndarray) -> None:
+    """Drop every pending event."""
+    g[G_HEAP] = g[G_FAR] = g[G_WHEEL] = g[G_CHUNKS] = g[G_FREE_CHUNK] = 0
+    ev[META, :, M_COUNT] = 0
+
+
+@njit(cache=True, inline="always")
+def _less(ev, h, i, j):
+    if ev[h, i, E_TIME_PS] != ev[h, j, E_TIME_PS]:
+        return ev[h, i, E_TIME_PS] < ev[h, j, E_TIME_PS]
+    return ev[h, i, E_SEQ] < ev[h, j, E_SEQ]
+
+
+@njit(cache=True, inline="always")
+def _move(ev, h, dst, src):
+    for c in range(E_N):
+        ev[h, dst, c] = ev[h, src, c]
+
+
+@njit(cache=True, inline="always")
+def _lift(ev, h, i, t, seq, kind, a, b):
+    """Put the row (t, seq, kind, a, b) into heap h's hole at the end, row i."""
+    while i > 0:
+        parent = (i - 1) >> 1
+        pt = ev[h, parent, E_TIME_PS]
+        if t > pt or (t == pt and seq > ev[h, parent, E_SEQ]):
+            break
+        _move(ev, h, i, parent)
+        i = parent
+    ev[h, i, E_TIME_PS] = t
+    ev[h, i, E_SEQ] = seq
+    ev[h, i, E_KIND] = kind
+    ev[h, i, E_A] = a
+    ev[h, i, E_B] = b
+
+
+@njit(cache=True, inline="always")
+def _sink(ev, h, n):
+    """Remove heap h's root: its last row, n, fills the hole the root leaves."""
+    if n == 0:
+        return
+    i = 0
+    while True:  # the hole sinks to a leaf of the heap without row n
+        left = 2 * i + 1
+        if left >= n:
+            break
+        small = left
+        right = left + 1
+        if right < n and _less(ev, h, right, left):
+            small = right
+        _move(ev, h, i, small)
+        i = small
+    t = ev[h, n, E_TIME_PS]
+    seq = ev[h, n, E_SEQ]
+    while i > 0:  # row n rises into it
+        parent = (i - 1) >> 1
+        pt = ev[h, parent, E_TIME_PS]
+        if pt < t or (pt == t and ev[h, parent, E_SEQ] < seq):
+            break
+        _move(ev, h, i, parent)
+        i = parent
+    _move(ev, h, i, n)
+
+
+@njit(cache=True)
+def schedule(ev, g, t, kind, a, b):
+    """Add an event. The run loop keeps room for what one event schedules (the engine
+    grows `ev` between chunks); were that ever short, the event is not written and
+    g[G_OVERFLOW] stops the loop."""
+    push(ev, g, t, kind, a, b)
+
+
+@njit(cache=True, inline="always")
+def _put(ev, g, t, seq, kind, a, b):
+    """Append the row to its wheel bucket's last chunk; False: no chunk free (or no wheel)."""
+    if ev.shape[1] < BUCKETS:  # too few rows for the buckets' heads: no wheel
+        return False
+    bk = (t >> SHIFT) & (BUCKETS - 1)
+    c = ev[META, bk, M_COUNT]
+    slot = c & (CHUNK - 1)
+    if slot == 0:  # a new chunk: from the free list, or one never used
+        k = g[G_FREE_CHUNK] - 1
+        if k >= 0:
+            g[G_FREE_CHUNK] = ev[META, k, M_NEXT] + 1
+        else:
+            k = g[G_CHUNKS]
+            if (k + 1) * CHUNK > ev.shape[1]:
+                return False
+            g[G_CHUNKS] = k + 1
+        if c == 0:
+            ev[META, bk, M_HEAD] = k
+        else:
+            ev[META, ev[META, bk, M_TAIL], M_NEXT] = k
+        ev[META, bk, M_TAIL] = k
+    r = ev[META, bk, M_TAIL] * CHUNK + slot
+    ev[POOL, r, E_TIME_PS] = t
+    ev[POOL, r, E_SEQ] = seq
+    ev[POOL, r, E_KIND] = kind
+    ev[POOL, r, E_A] = a
+    ev[POOL, r, E_B] = b
+    ev[META, bk, M_COUNT] = c + 1
+    g[G_WHEEL] += 1
+    return True
+
+
+@njit(cache=True, inline="always")
+def push(ev, g, t, kind, a, b):
+    """`schedule`, inlined where every hop schedules (kernel.put_on_wire, kernel.want_tx)."""
+    n = g[G_HEAP]
+    if n >= ev.shape[1]:
+        g[G_OVERFLOW] = 1
+        return
+    g[G_HEAP] = n + 1
+    seq = g[G_SEQ]
+    g[G_SEQ] = seq + 1
+    split = g[G_SPLIT_PS]
+    far = g[G_FAR]
+    h = NEAR
+    i = n - far - g[G_WHEEL]
+    if t >= split:
+        if t < split + NEAR_WINDOW_PS and _put(ev, g, t, seq, kind, a, b):
+            return
+        g[G_FAR] = far + 1
+        h = FAR
+        i = far
+    _lift(ev, h, i, t, seq, kind, a, b)  # one copy for either heap: push is inlined often
+
+
+@njit(cache=True)
+def advance(ev, g):
+    """`_advance` by a call, where it is rare (`peek`: only at the start of a run)."""
+    _advance(ev, g)
+
+
+@njit(cache=True, inline="always")
+def _advance(ev, g):
+    """The near heap is empty: make the wheel's next bucket with events the present one
+    (its rows into the near heap), then move the far events the wheel now reaches into
+    it. With the wheel empty, the far heap's earliest event's bucket becomes the present.
+    Inlined into `take`: most pops leave the near heap empty (a bucket holds a few
+    events), and a call passed both arrays one field at a time."""
+    split = g[G_SPLIT_PS]
+    if g[G_WHEEL] > 0:
+        b = split >> SHIFT
+        while ev[META, b & (BUCKETS - 1), M_COUNT] == 0:
+            b += 1
+    else:
+        t = ev[FAR, 0, E_TIME_PS]
+        if t < split:  # a far event in the present bucket (no chunk was free): pop takes it
+            return
+        b = t >> SHIFT
+    split = (b + 1) << SHIFT
+    g[G_SPLIT_PS] = split
+    near = 0
+    if g[G_WHEEL] > 0:  # bucket b's rows into the near heap, its chunks onto the free list
+        bk = b & (BUCKETS - 1)
+        c = ev[META, bk, M_COUNT]
+        k = ev[META, bk, M_HEAD]
+        j = 0
+        while j < c:
+            r = k * CHUNK
+            for i in range(r, r + min(CHUNK, c - j)):
+                _lift(ev, NEAR, near, ev[POOL, i, E_TIME_PS], ev[POOL, i, E_SEQ],
+                      ev[POOL, i, E_KIND], ev[POOL, i, E_A], ev[POOL, i, E_B])  # fmt: skip
+                near += 1
+            j += CHUNK
+            nxt = ev[META, k, M_NEXT]
+            ev[META, k, M_NEXT] = g[G_FREE_CHUNK] - 1
+            g[G_FREE_CHUNK] = k + 1
+            k = nxt
+        ev[META, bk, M_COUNT] = 0
+        g[G_WHEEL] -= c
+    horizon = split + NEAR_WINDOW_PS
+    far = g[G_FAR]
+    while far > 0 and ev[FAR, 0, E_TIME_PS] < horizon:
+        t = ev[FAR, 0, E_TIME_PS]
+        seq = ev[FAR, 0, E_SEQ]
+        kind = ev[FAR, 0, E_KIND]
+        a = ev[FAR, 0, E_A]
+        bb = ev[FAR, 0, E_B]
+        if t < split:
+            _lift(ev, NEAR, near, t, seq, kind, a, bb)
+            near += 1
+        elif not _put(ev, g, t, seq, kind, a, bb):
+            break
+        far -= 1
+        g[G_FAR] = far
+        _sink(ev, FAR, far)
+
+
+@njit(cache=True, inline="always")
+def earliest_ps(ev, g):
+    """The earliest pending event's time (the event list is not empty)."""
+    return peek(ev, g)[1]
+
+
+@njit(cache=True, inline="always")
+def peek(ev, g):
+    """The heap that holds the earliest pending event (NEAR or FAR) and its time; the
+    event list is not empty. Were the near heap empty, the next bucket moves in first."""
+    far = g[G_FAR]
+    if g[G_HEAP] == far + g[G_WHEEL]:
+        advance(ev, g)
+        far = g[G_FAR]
+        if g[G_HEAP] == far + g[G_WHEEL]:
+            return FAR, ev[FAR, 0, E_TIME_PS]
+    t = ev[NEAR, 0, E_TIME_PS]
+    if far > 0:
+        ft = ev[FAR, 0, E_TIME_PS]
+        if ft < t or (ft == t and ev[FAR, 0, E_SEQ] < ev[NEAR, 0, E_SEQ]):
+            return FAR, ft
+    return NEAR, t
+
+
+@njit(cache=True, inline="always")
+def take(ev, g, h):
+    """Remove the root of heap h, which `peek` found the earliest: its (kind, a, b). As
+    a tuple, not an array's row, so that the loop holds no counted array (each pop would
+    take and drop a reference, an atomic add each way and a call that spills registers).
+    Were the near heap left empty, the next bucket moves in at once, where the loop's
+    prefetch finds the next event."""
+    kind = ev[h, 0, E_KIND]
+    a = ev[h, 0, E_A]
+    b = ev[h, 0, E_B]
+    far = g[G_FAR]
+    if h == FAR:
+        n = far - 1
+        g[G_FAR] = n
+    else:
+        n = g[G_HEAP] - far - g[G_WHEEL] - 1
+    left = g[G_HEAP] - 1
+    g[G_HEAP] = left
+    _sink(ev, h, n)
+    if left > 0 and left == g[G_FAR] + g[G_WHEEL]:
+        _advance(ev, g)
+    return kind, a, b
+
+
+@njit(cache=True, inline="always")
+def pop(ev, g, out):
+    """Remove the earliest event into out[0:E_N]; the event list is not empty."""
+    h, t = peek(ev, g)
+    out[E_TIME_PS] = t
+    out[E_SEQ] = ev[h, 0, E_SEQ]
+    out[E_KIND], out[E_A], out[E_B] = take(ev, g, h)

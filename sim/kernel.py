@@ -1,0 +1,1233 @@
+"""The event loop and the components it drives: pipes (serialization, propagation),
+switch egress ports (queues + ECN + PFC), NIC senders and receivers.
+
+State is one `layout.State` named tuple `S` of flat arrays (`layout` names their
+columns); congestion control is a component behind the hooks of `congestion`.
+
+`run` processes events until the flows are done, a time or event budget is
+reached, or a buffer needs room; the Python layer then grows or drains it
+and calls again: the state carries over, so a run can stop anywhere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from aifabric.fabric.addressing import ROCE_UDP_PORT
+from aifabric.fabric.routing import MODE_SPRAY, Live, Net, flow_hash, is_next_hop, route_packet
+from aifabric.sim import buffer, congestion, ecn, pfc
+from aifabric.sim.heap import NEAR, peek, push, schedule, take
+from aifabric.sim.layout import (
+    ACK_EXTRA_BYTES,
+    CC_NONE,
+    CNP_EXTRA_BYTES,
+    CP_ARG,
+    CP_BYTES,
+    CP_CE,
+    CP_FLOW,
+    CP_KIND,
+    CP_PORT,
+    CP_PSN,
+    CP_TIME,
+    CTS_EXTRA_BYTES,
+    DO_CNP,
+    DO_GRANT,
+    DO_KICK,
+    DO_REARM,
+    DO_REPACE,
+    DO_REQUEST,
+    E_A,
+    E_B,
+    E_KIND,
+    EV_ACK_RTO,
+    EV_ARRIVE,
+    EV_CC_TIMER,
+    EV_FLOW_START,
+    EV_PFC,
+    EV_PFC_REFRESH,
+    EV_RETX,
+    EV_RTO,
+    EV_SAMPLE,
+    EV_TX,
+    FL_BYTES,
+    FL_DELIV_BYTES,
+    FL_DEPS,
+    FL_DQPN,
+    FL_DST,
+    FL_EARLIEST_PS,
+    FL_GEN,
+    FL_LAST_TX_PS,
+    FL_LAST_WIRE_BYTES,
+    FL_MAY_REORDER,
+    FL_NAKED,
+    FL_NEXT_SEND_PS,
+    FL_PSN,
+    FL_REWIND_PS,
+    FL_SLOT,
+    FL_SPORT,
+    FL_SRC,
+    FL_STATE,
+    FL_T_END_PS,
+    FL_T_RECEIVED_PS,
+    FL_T_START_PS,
+    FL_UNACKED,
+    FL_UNSENT_BYTES,
+    FR_LINE_BPS,
+    FR_RC_BPS,
+    FR_RT_BPS,
+    G_CAPS,
+    G_CNP,
+    G_DONE,
+    G_DROPS,
+    G_ECN,
+    G_EVENTS,
+    G_FAR,
+    G_FREE,
+    G_HEAP,
+    G_HOPS,
+    G_NFREE,
+    G_NOW_PS,
+    G_OVERFLOW,
+    G_PFC,
+    G_PROGRESS_T_PS,
+    G_PURGING,
+    G_RETX_BYTES,
+    G_SAMPLE_T_PS,
+    G_SAMPLES,
+    G_STUCK,
+    G_WHEEL,
+    K_ACK,
+    K_CNP,
+    K_CTS,
+    K_DATA,
+    K_PFC,
+    K_REQ,
+    ND_CNT,
+    ND_OFF,
+    ND_RR,
+    P_ACK_EVERY,
+    P_ADAPTIVE,
+    P_CC,
+    P_EVENT_RESERVE,
+    P_FINISH_AT_SENDER,
+    P_GO_BACK_N,
+    P_MTU_BYTES,
+    P_OVERHEAD_BYTES,
+    P_PACKET_RESERVE,
+    P_RTO_PS,
+    P_SAMPLE_PS,
+    P_SPRAY,
+    P_STALL_PS,
+    PC_ARG,
+    PC_OFFSET_BYTES,
+    PC_PSN,
+    PFC_WIRE_BYTES,
+    PK_BYTES,
+    PK_CE,
+    PK_FLOW,
+    PK_HOP,
+    PK_KIND,
+    PK_NEXT,
+    PK_NHOPS,
+    PK_ROUTE,
+    PK_WIRE_BYTES,
+    PS_PER_NS,
+    PT_ALIVE,
+    PT_BUF_BYTES,
+    PT_CAPTURE,
+    PT_DELAY_PS,
+    PT_ECN_ON,
+    PT_FREE_AT_PS,
+    PT_HEAD0,
+    PT_HEAD1,
+    PT_HEADROOM_BYTES,
+    PT_IS_NIC,
+    PT_KMAX_BYTES,
+    PT_KMIN_BYTES,
+    PT_NODE,
+    PT_PAUSE_UNTIL_PS,
+    PT_PFC_ON,
+    PT_PFC_PENDING,
+    PT_PURGE,
+    PT_Q0_BYTES,
+    PT_Q1_BYTES,
+    PT_QUANTA,
+    PT_RATE_BPS,
+    PT_REFRESH,
+    PT_S_CNP,
+    PT_S_DROPS,
+    PT_S_ECN,
+    PT_S_PAUSED_PS,
+    PT_S_PFC,
+    PT_S_QINT_BYTE_PS,
+    PT_S_QMAX_BYTES,
+    PT_S_QT_PS,
+    PT_S_TX_BYTES,
+    PT_SHARED,
+    PT_TXEV_PS,
+    PT_XOFF,
+    R_DONE,
+    R_DRAIN_CAPTURE,
+    R_DRAIN_SAMPLES,
+    R_GROW_EVENTS,
+    R_GROW_PACKETS,
+    R_LIMIT,
+    R_OVERFLOW,
+    R_STALLED,
+    R_STOP,
+    SM_CNP_SENT,
+    SM_DROPS,
+    SM_ECN_MARKED,
+    SM_PAUSED_NS,
+    SM_PFC_SENT,
+    SM_QDEPTH_MAX_BYTES,
+    SM_QDEPTH_MEAN_BYTES,
+    SM_TX_BYTES,
+    ST_ACTIVE,
+    ST_DONE,
+    ST_NOPATH,
+    ST_SENT,
+    State,
+)
+from aifabric.sim.queue import depth_bytes, dequeue, enqueue, settle
+
+
+@intrinsic
+def _borrow(typingctx, arr):
+    """The same array without its reference count (meminfo and parent set to NULL).
+
+    The kernel's helpers take the whole state tuple; handing them counted
+    arrays costs an atomic increment and decrement per array per call, most
+    of the run time. The caller of `run` keeps the real arrays alive.
+    """
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, value=args[0])
+        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+        ary.parent = cgutils.get_null_value(ary.parent.type)
+        return ary._getvalue()
+
+    return arr(arr), codegen
+
+
+@intrinsic
+def prefetch(typingctx, arr, i, j):
+    """Hint the CPU to bring the cache line of arr[i, j] into the cache; no effect on results.
+
+    The loop peeks at the next event while it handles the current one, so that the
+    packet and port rows the next event needs (usually not touched since it was queued,
+    and on a large fabric out of every cache) are on their way in the meantime.
+    """
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, value=args[0])
+        row = context.cast(builder, args[1], sig.args[1], types.intp)
+        col = context.cast(builder, args[2], sig.args[2], types.intp)
+        ptr = cgutils.get_item_pointer2(
+            context, builder, ary.data, cgutils.unpack_tuple(builder, ary.shape),
+            cgutils.unpack_tuple(builder, ary.strides), aryty.layout,
+            [row, col], wraparound=False, boundscheck=False,
+        )  # fmt: skip
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # read, keep in all levels, data cache
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, i, j), codegen
+
+
+@njit(cache=True)
+def borrowed(S):
+    """`S` with every array borrowed (see `_borrow`)."""
+    net, live = S.net, S.live
+    return State(
+        _borrow(S.g), _borrow(S.prm), _borrow(S.fprm), _borrow(S.pt), _borrow(S.pmax),
+        _borrow(S.fl), _borrow(S.fr), _borrow(S.nd), _borrow(S.act), _borrow(S.pk),
+        _borrow(S.pc), _borrow(S.ev), _borrow(S.path_ptr), _borrow(S.path_port),
+        _borrow(S.dep_ptr), _borrow(S.dep), _borrow(S.smp), _borrow(S.cap),
+        Net(
+            _borrow(net.nic_port), _borrow(net.nic_switch), _borrow(net.port_peer),
+            _borrow(net.adj_ptr), _borrow(net.adj_port), _borrow(net.sw_ord),
+            _borrow(net.leaf_ord),
+        ),
+        Live(
+            _borrow(live.port_alive), _borrow(live.dist), _borrow(live.dist0),
+            _borrow(live.seeds), _borrow(live.crc_table),
+        ),
+        _borrow(S.nic_ip), _borrow(S.load), _borrow(S.rnd),
+    )  # fmt: skip
+
+
+PS_PER_S_BITS = 8 * 1_000_000_000_000  # ps per second, times 8 bits per byte
+NEVER = np.int64(2**62)
+
+
+# pipes ----------------------------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def serialization_ps(wire_bytes, rate_bps):
+    return (wire_bytes * PS_PER_S_BITS + rate_bps - 1) // rate_bps
+
+
+@njit(cache=True, inline="always")
+def want_tx(S, p, t):
+    """Make sure port p looks for work again at time t. Every hop asks this of the port it
+    left, so the event is pushed inline (`push`), not by a call (`schedule`)."""
+    tx_event(S.pt, S.ev, S.g, p, t)
+
+
+@njit(cache=True)
+def wait_tx(pt, ev, g, p, t):
+    """`want_tx` by a call, where a port waits (a pause, a PFC frame sent, a flow without a
+    path): rare on a hop's path, and each of `start_frame`'s copies has less to compile."""
+    tx_event(pt, ev, g, p, t)
+
+
+@njit(cache=True, inline="always")
+def tx_event(pt, ev, g, p, t):
+    if pt[p, PT_TXEV_PS] != t:
+        pt[p, PT_TXEV_PS] = t
+        push(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
+
+
+@njit(cache=True, inline="always")
+def arrive_hint(p, q):
+    """An EV_ARRIVE's b: the port the packet is on and the next one (-1: none), for prefetching."""
+    return p | ((q + 1) << 32)
+
+
+@njit(cache=True, inline="always")
+def prefetch_next(S, ev):
+    """Start loading the rows the near heap's earliest event will touch (see `prefetch`)."""
+    pt, pk = S.pt, S.pk
+    kind = ev[NEAR, 0, E_KIND]
+    a = ev[NEAR, 0, E_A]
+    b = ev[NEAR, 0, E_B]
+    if kind == EV_ARRIVE:
+        prefetch(pk, a, 0)
+        p = b & 0xFFFFFFFF
+        q = (b >> 32) - 1
+        prefetch(pt, p, PT_ALIVE)
+        prefetch(pt, p ^ 1, PT_PFC_ON)
+        prefetch(pt, p ^ 1, PT_HEADROOM_BYTES)
+        if q >= 0:
+            prefetch(pt, q, PT_FREE_AT_PS)
+            prefetch(pt, q, PT_Q0_BYTES)
+    elif kind == EV_TX:
+        prefetch(pt, a, PT_FREE_AT_PS)
+        prefetch(pt, a, PT_Q0_BYTES)
+        prefetch(pt, a, PT_ECN_ON)
+        prefetch(pt, a, PT_KMIN_BYTES)
+        if b >= 0:
+            prefetch(pk, b, 0)
+
+
+@njit(cache=True)
+def record(S, p, kind, f, psn, nbytes, ce, arg, now):
+    g, cap = S.g, S.cap
+    c = g[G_CAPS]
+    if c >= cap.shape[0]:  # the loop keeps room for what one event sends; never reached
+        g[G_OVERFLOW] = 1
+        return
+    cap[c, CP_TIME] = now
+    cap[c, CP_PORT] = p
+    cap[c, CP_KIND] = kind
+    cap[c, CP_FLOW] = f
+    cap[c, CP_PSN] = psn
+    cap[c, CP_BYTES] = nbytes
+    cap[c, CP_CE] = ce
+    cap[c, CP_ARG] = arg
+    g[G_CAPS] = c + 1
+
+
+@njit(cache=True, inline="always")
+def put_on_wire(S, p, i, now):
+    """Port p starts sending packet i: it arrives at the far end after serialization and delay."""
+    g, pt, pk, pc, ev = S.g, S.pt, S.pk, S.pc, S.ev
+    ser = serialization_ps(pk[i, PK_WIRE_BYTES], pt[p, PT_RATE_BPS])
+    pt[p, PT_FREE_AT_PS] = now + ser
+    h = pk[i, PK_HOP] + 1
+    q = pk[i, PK_ROUTE + h] if h < pk[i, PK_NHOPS] else -1
+    push(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
+    pt[p, PT_S_TX_BYTES] += pk[i, PK_WIRE_BYTES]
+    g[G_HOPS] += 1
+    if pt[p, PT_CAPTURE]:
+        record(
+            S, p, pk[i, PK_KIND], pk[i, PK_FLOW], pc[i, PC_PSN], pk[i, PK_BYTES],
+            pk[i, PK_CE], pc[i, PC_ARG], now,
+        )  # fmt: skip
+
+
+@njit(cache=True, inline="always")
+def put_pfc_on_wire(S, p, quanta, now):
+    """Port p sends a PFC frame; its peer's port towards us is paused when it arrives."""
+    g, pt, ev = S.g, S.pt, S.ev
+    ser = serialization_ps(PFC_WIRE_BYTES, pt[p, PT_RATE_BPS])
+    pt[p, PT_FREE_AT_PS] = now + ser
+    schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_PFC, p ^ 1, quanta)
+    pt[p, PT_S_TX_BYTES] += PFC_WIRE_BYTES
+    pt[p, PT_S_PFC] += 1
+    g[G_PFC] += 1
+    if pt[p, PT_CAPTURE]:
+        record(S, p, K_PFC, -1, 0, 0, 0, quanta, now)
+
+
+# packets --------------------------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def alloc(S):
+    """A free packet row. The run loop keeps enough free for what one event allocates;
+    were that ever short, the last row (never in the free list) is handed out as scratch
+    and g[G_OVERFLOW] stops the loop."""
+    g, pk = S.g, S.pk
+    i = g[G_FREE]
+    if i < 0:
+        g[G_OVERFLOW] = 1
+        i = pk.shape[0] - 1
+        pk[i, PK_NEXT] = -1
+        pk[i, PK_CE] = 0
+        pk[i, PK_HOP] = 0
+        return i
+    g[G_FREE] = pk[i, PK_NEXT]
+    g[G_NFREE] -= 1
+    pk[i, PK_NEXT] = -1
+    pk[i, PK_CE] = 0
+    pk[i, PK_HOP] = 0
+    return i
+
+
+@njit(cache=True, inline="always")
+def release_packet(S, i):
+    g, pk = S.g, S.pk
+    pk[i, PK_NEXT] = g[G_FREE]
+    pk[i, PK_KIND] = -1
+    g[G_FREE] = i
+    g[G_NFREE] += 1
+
+
+@njit(cache=True)
+def drop(S, i, p, now):
+    """Packet i is lost at port p; the sender finds out after the retransmission timeout."""
+    g, prm, pt, pk, pc, ev = S.g, S.prm, S.pt, S.pk, S.pc, S.ev
+    pt[p, PT_S_DROPS] += 1
+    g[G_DROPS] += 1
+    kind = pk[i, PK_KIND]
+    f = pk[i, PK_FLOW]
+    if kind == K_DATA:
+        S.fl[f, FL_MAY_REORDER] = 1
+    if kind == K_DATA and prm[P_GO_BACK_N]:
+        schedule(ev, g, now + prm[P_RTO_PS], EV_RTO, f, pc[i, PC_OFFSET_BYTES])
+    elif kind == K_DATA:
+        schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, pk[i, PK_BYTES])
+    elif kind == K_CTS:
+        schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, -pc[i, PC_ARG])
+    elif kind == K_REQ:
+        schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, 0)
+    elif kind == K_ACK and last_ack(S, i):
+        schedule(ev, g, now + prm[P_RTO_PS], EV_ACK_RTO, f, 0)
+    release_packet(S, i)
+
+
+@njit(cache=True, inline="always")
+def last_ack(S, i):
+    """Is packet i the ACK whose return ends its flow (finish at the sender)?"""
+    return (
+        S.prm[P_FINISH_AT_SENDER] == 1
+        and S.pc[i, PC_ARG] == 0
+        and S.pc[i, PC_OFFSET_BYTES] >= S.fl[S.pk[i, PK_FLOW], FL_BYTES]
+    )
+
+
+@njit(cache=True)
+def send_control(S, f, kind, arg, now):
+    """The receiver of flow f (or, for REQ, its sender) sends a control packet. Callers
+    pass int64 for every argument (`np.int64(K_CTS)`, not `K_CTS`): numba compiles a called
+    kernel once per argument type, and a constant is a type of its own (a literal)."""
+    control_packet(S, f, kind, arg, now)
+
+
+@njit(cache=True, inline="always")
+def control_packet(S, f, kind, arg, now):
+    """`send_control`, inlined where an ACK is sent for delivered data (`deliver`)."""
+    pt, fl, pk, pc, path_ptr, path_port = S.pt, S.fl, S.pk, S.pc, S.path_ptr, S.path_port
+    a = path_ptr[f]
+    n = path_ptr[f + 1] - a
+    if n == 0:
+        return
+    i = alloc(S)
+    pk[i, PK_FLOW] = f
+    pk[i, PK_KIND] = kind
+    pk[i, PK_BYTES] = 0
+    pc[i, PC_PSN] = fl[f, FL_PSN]
+    pk[i, PK_NHOPS] = n
+    pc[i, PC_ARG] = arg
+    overhead = S.prm[P_OVERHEAD_BYTES]
+    if kind == K_CNP:
+        pk[i, PK_WIRE_BYTES] = overhead + CNP_EXTRA_BYTES
+    elif kind == K_ACK:
+        pk[i, PK_WIRE_BYTES] = overhead + ACK_EXTRA_BYTES
+        pc[i, PC_OFFSET_BYTES] = fl[f, FL_DELIV_BYTES]  # cumulative: what the receiver has
+    else:
+        pk[i, PK_WIRE_BYTES] = overhead + CTS_EXTRA_BYTES
+    if kind == K_REQ:
+        for j in range(n):
+            pk[i, PK_ROUTE + j] = path_port[a + j]
+    else:
+        for j in range(n):
+            pk[i, PK_ROUTE + j] = path_port[a + n - 1 - j] ^ 1
+    p = pk[i, PK_ROUTE]
+    if not pt[p, PT_ALIVE]:
+        drop(S, i, p, now)
+        return
+    enqueue(pt, pk, p, 0, i, now)
+    start_control(S, p, now)
+
+
+# NIC senders ----------------------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def list_add(S, f):
+    fl, nd, act = S.fl, S.nd, S.act
+    v = fl[f, FL_SRC]
+    c = nd[v, ND_CNT]
+    act[nd[v, ND_OFF] + c] = f
+    fl[f, FL_SLOT] = c
+    nd[v, ND_CNT] = c + 1
+
+
+@njit(cache=True, inline="always")
+def list_remove(S, f):
+    fl, nd, act = S.fl, S.nd, S.act
+    v = fl[f, FL_SRC]
+    off = nd[v, ND_OFF]
+    c = nd[v, ND_CNT] - 1
+    s = fl[f, FL_SLOT]
+    last = act[off + c]
+    act[off + s] = last
+    fl[last, FL_SLOT] = s
+    fl[f, FL_SLOT] = -1
+    nd[v, ND_CNT] = c
+
+
+@njit(cache=True, inline="always")
+def send_data(S, f, p, now):
+    """Flow f puts its next data packet on its NIC's port p."""
+    prm, fl, fr, pk, pc = S.prm, S.fl, S.fr, S.pk, S.pc
+    path_ptr, path_port = S.path_ptr, S.path_port
+    controlled = prm[P_CC] != CC_NONE  # `none` has no hooks: the common path skips them
+    size = min(prm[P_MTU_BYTES], fl[f, FL_UNSENT_BYTES])
+    if controlled:
+        size = congestion.send_allowance(S, f, size)
+    fl[f, FL_UNSENT_BYTES] -= size
+    i = alloc(S)
+    pk[i, PK_FLOW] = f
+    pk[i, PK_KIND] = K_DATA
+    pk[i, PK_BYTES] = size
+    wire = size + prm[P_OVERHEAD_BYTES]
+    pk[i, PK_WIRE_BYTES] = wire
+    psn = fl[f, FL_PSN]
+    pc[i, PC_PSN] = psn
+    pc[i, PC_OFFSET_BYTES] = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES] - size
+    pc[i, PC_ARG] = 0
+    fl[f, FL_PSN] = psn + 1
+    n = -1
+    if prm[P_SPRAY]:
+        ip = S.nic_ip
+        src = fl[f, FL_SRC]
+        dst = fl[f, FL_DST]
+        n = route_packet(
+            src, dst, ip[src], ip[dst], fl[f, FL_SPORT], fl[f, FL_DQPN], psn & 0xFFFFFF,
+            S.rnd, MODE_SPRAY, S.net, S.live, S.load, 0.0, pk[i, PK_ROUTE:],
+        )  # fmt: skip
+    if n <= 0:
+        a = path_ptr[f]
+        n = path_ptr[f + 1] - a
+        for j in range(n):
+            pk[i, PK_ROUTE + j] = path_port[a + j]
+    pk[i, PK_NHOPS] = n
+    rc = fr[f, FR_RC_BPS]
+    fl[f, FL_LAST_TX_PS] = now
+    fl[f, FL_LAST_WIRE_BYTES] = wire
+    fl[f, FL_NEXT_SEND_PS] = now + np.int64(np.ceil(wire * PS_PER_S_BITS / rc))
+    if controlled:
+        congestion.on_sent(S, f, wire)
+    if fl[f, FL_UNSENT_BYTES] == 0:
+        list_remove(S, f)
+        fl[f, FL_STATE] = ST_SENT
+    put_on_wire(S, p, i, now)
+
+
+@njit(cache=True)
+def lose_path(S, f):
+    """Flow f has data to send but no route left (a fault cut its destination off)."""
+    list_remove(S, f)
+    S.fl[f, FL_STATE] = ST_NOPATH
+    S.g[G_STUCK] += 1
+
+
+@njit(cache=True, inline="always")
+def nic_pick(S, p, now):
+    """Round robin over the NIC's flows that may send now; -1 and a wake-up if none may."""
+    fl, nd, act = S.fl, S.nd, S.act
+    v = S.pt[p, PT_NODE]
+    cnt = nd[v, ND_CNT]
+    if cnt == 0:
+        return -1
+    off = nd[v, ND_OFF]
+    rr = nd[v, ND_RR] % cnt
+    controlled = S.prm[P_CC] != CC_NONE
+    soonest = NEVER
+    for j in range(cnt):
+        idx = rr + j
+        if idx >= cnt:
+            idx -= cnt
+        f = act[off + idx]
+        if controlled and not congestion.may_send(S, f):
+            continue
+        t = fl[f, FL_NEXT_SEND_PS]
+        if t <= now:
+            nd[v, ND_RR] = idx + 1
+            return f
+        if t < soonest:
+            soonest = t
+    if soonest < NEVER:
+        want_tx(S, p, soonest)
+    return -1
+
+
+# ports ------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def kick(S, p, now):
+    """Port p starts its next frame if it is free (`start_frame`)."""
+    start_frame(S, p, now)
+
+
+@njit(cache=True, inline="always")
+def kick_sender(S, f, now):
+    """`kick` the NIC port of flow f's sender, as an int64 like every port `kick` is given:
+    numba compiles a called kernel once per argument type, and this one is large."""
+    kick(S, np.int64(S.net.nic_port[S.fl[f, FL_SRC]]), now)
+
+
+@njit(cache=True, inline="always")
+def start_frame(S, p, now):
+    """Port p starts its next frame if it is free: PFC first, then control, then data.
+    Inlined where a hop calls it (the loop, once: after an EV_TX and after a packet is
+    queued by `arrive_at_switch`), with what a NIC calls to send data (`nic_pick`,
+    `send_data`): a call passes every array of the state one field at a time, a large
+    part of a hop's cost."""
+    g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
+    if start_control(S, p, now):
+        return
+    paused = pt[p, PT_PAUSE_UNTIL_PS] > now
+    if pt[p, PT_IS_NIC]:
+        if S.nd[pt[p, PT_NODE], ND_CNT] == 0:
+            return
+        if paused:
+            wait_tx(pt, S.ev, g, p, pt[p, PT_PAUSE_UNTIL_PS])
+            return
+        f = nic_pick(S, p, now)
+        if f >= 0 and S.path_ptr[f + 1] == S.path_ptr[f]:
+            lose_path(S, f)
+            wait_tx(pt, S.ev, g, p, now)  # another flow of this NIC may send
+        elif f >= 0:
+            send_data(S, f, p, now)
+            want_tx(S, p, pt[p, PT_FREE_AT_PS])
+        return
+    if pt[p, PT_HEAD1] < 0:
+        return
+    if paused:
+        wait_tx(pt, S.ev, g, p, pt[p, PT_PAUSE_UNTIL_PS])
+        return
+    i = dequeue(pt, pk, p, 1, now)
+    if pt[p, PT_ECN_ON] and pk[i, PK_CE] == 0:
+        depth = pt[p, PT_Q1_BYTES] + pk[i, PK_WIRE_BYTES]
+        if ecn.should_mark(g, depth, pt[p, PT_KMIN_BYTES], pt[p, PT_KMAX_BYTES], pmax[p]):
+            pk[i, PK_CE] = 1
+            pt[p, PT_S_ECN] += 1
+            g[G_ECN] += 1
+    k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
+    if pt[p, PT_SHARED]:
+        if buffer.release_data(pt, S.nd, p, k, pk[i, PK_WIRE_BYTES]):
+            send_pfc(S, k, 0, now)
+    elif pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
+        send_pfc(S, k, 0, now)
+    put_on_wire(S, p, i, now)
+    want_tx(S, p, pt[p, PT_FREE_AT_PS])
+
+
+@njit(cache=True, inline="always")
+def start_control(S, p, now):
+    """What `start_frame` does before data: True if port p is busy (it looks again when
+    free) or it started a PFC frame or a queued control packet. All it takes to send a
+    control packet just queued."""
+    pt, pk = S.pt, S.pk
+    if pt[p, PT_FREE_AT_PS] > now:
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+        return True
+    if pt[p, PT_PFC_PENDING] >= 0:
+        put_pfc_on_wire(S, p, pt[p, PT_PFC_PENDING], now)
+        pt[p, PT_PFC_PENDING] = -1
+        wait_tx(pt, S.ev, S.g, p, pt[p, PT_FREE_AT_PS])
+        return True
+    if pt[p, PT_HEAD0] >= 0:
+        i = dequeue(pt, pk, p, 0, now)
+        if pt[p, PT_SHARED]:
+            buffer.release_egress(pt, S.nd, p, 0, pk[i, PK_WIRE_BYTES])
+        put_on_wire(S, p, i, now)
+        want_tx(S, p, pt[p, PT_FREE_AT_PS])
+        return True
+    return False
+
+
+@njit(cache=True)
+def send_pfc(S, k, quanta, now):
+    """Switch port k asks its peer to pause for `quanta` (0: resume) as soon as it can."""
+    g, pt, ev = S.g, S.pt, S.ev
+    if not pt[k, PT_ALIVE]:
+        return
+    pt[k, PT_PFC_PENDING] = quanta
+    if quanta > 0 and pt[k, PT_REFRESH] == 0:
+        pt[k, PT_REFRESH] = 1
+        half = pfc.pause_ps(quanta, pt[k, PT_RATE_BPS]) // 2
+        schedule(ev, g, now + max(half, 1), EV_PFC_REFRESH, k, 0)
+    want_tx(S, k, max(now, pt[k, PT_FREE_AT_PS]))
+
+
+@njit(cache=True)
+def shortest_queue(S, s, lj, h):
+    """Adaptive routing at switch s: its live next hop towards leaf lj with the fewest bytes
+    queued (both classes) now; among equally short queues the packet's hash h picks, so
+    packets spread over idle next hops as they would sprayed. -1 if there is none."""
+    net, live, pt = S.net, S.live, S.pt
+    d = live.dist[net.sw_ord[s], lj]
+    shortest = -1
+    ties = 0
+    for k in range(net.adj_ptr[s], net.adj_ptr[s + 1]):
+        q = net.adj_port[k]
+        if is_next_hop(q, lj, d, net, live):
+            depth = pt[q, PT_Q0_BYTES] + pt[q, PT_Q1_BYTES]
+            if shortest < 0 or depth < shortest:
+                shortest = depth
+                ties = 1
+            elif depth == shortest:
+                ties += 1
+    if ties == 0:
+        return -1
+    want = h % np.uint32(ties)
+    i = 0
+    for k in range(net.adj_ptr[s], net.adj_ptr[s + 1]):
+        q = net.adj_port[k]
+        if is_next_hop(q, lj, d, net, live) and pt[q, PT_Q0_BYTES] + pt[q, PT_Q1_BYTES] == shortest:
+            if i == want:
+                return q
+            i += 1
+    return -1
+
+
+@njit(cache=True)
+def adapt_route(S, i, j):
+    """Data packet i is at the switch that sends it out of its route's port j: it goes out of
+    the next hop with the shortest queue now instead (`shortest_queue`), and so at every
+    switch after; the rest of its route is rewritten the same way here and decided again at
+    each switch. The last hop (the leaf's port to the NIC) is fixed."""
+    pk, net, fl = S.pk, S.net, S.fl
+    n = pk[i, PK_NHOPS]
+    f = pk[i, PK_FLOW]
+    src = fl[f, FL_SRC]
+    dst = fl[f, FL_DST]
+    lj = net.leaf_ord[net.nic_switch[dst]]
+    s = net.port_peer[pk[i, PK_ROUTE + j - 1]]
+    seeds, table, ip = S.live.seeds, S.live.crc_table, S.nic_ip
+    psn = S.pc[i, PC_PSN] & 0xFFFFFF
+    while j < n - 1:
+        h = flow_hash(ip[src], ip[dst], fl[f, FL_SPORT], ROCE_UDP_PORT, fl[f, FL_DQPN], psn,
+                      MODE_SPRAY, seeds[s], table)  # fmt: skip
+        q = shortest_queue(S, s, lj, h)
+        if q < 0:
+            return
+        pk[i, PK_ROUTE + j] = q
+        s = net.port_peer[q]
+        j += 1
+
+
+@njit(cache=True, inline="always")
+def arrive_at_switch(S, i, p_in, q, now):
+    """Packet i came over port p_in into a switch and goes out of its port q: True if it is
+    queued there (the loop then starts port q's next frame: `start_frame`, written once in
+    the loop for this and EV_TX, as it is the largest part of the loop to compile). Inlined
+    into the loop, as is `arrive_shared`: a call would pass every array of the state one
+    field at a time."""
+    pt, pk = S.pt, S.pk
+    if not pt[q, PT_ALIVE]:
+        drop(S, i, q, now)
+        return False
+    wire = pk[i, PK_WIRE_BYTES]
+    if pt[q, PT_SHARED]:
+        if not arrive_shared(S, i, p_in ^ 1, q, wire, now):
+            return False
+    elif pk[i, PK_KIND] == K_DATA:
+        k = p_in ^ 1
+        if pt[k, PT_PFC_ON]:
+            verdict = pfc.admit(pt, k, wire)
+            if verdict == pfc.DROP:
+                drop(S, i, q, now)
+                return False
+            if verdict == pfc.ADMIT_XOFF:
+                send_pfc(S, k, pt[k, PT_QUANTA], now)
+        elif pt[q, PT_Q1_BYTES] + wire > pt[q, PT_BUF_BYTES]:
+            drop(S, i, q, now)
+            return False
+        enqueue(pt, pk, q, 1, i, now)
+    else:
+        if pt[q, PT_Q0_BYTES] + wire > pt[q, PT_BUF_BYTES]:
+            drop(S, i, q, now)
+            return False
+        enqueue(pt, pk, q, 0, i, now)
+    return True
+
+
+@njit(cache=True, inline="always")
+def arrive_shared(S, i, k, q, wire, now):
+    """Packet i came in over port k of a shared-buffer switch and goes out of its port q
+    (sim/buffer.py decides whether it fits and whether port k pauses its peer):
+    True if it is queued there, False if it is dropped."""
+    pt, pk = S.pt, S.pk
+    cls = 1 if pk[i, PK_KIND] == K_DATA else 0
+    if cls == 1 and pt[k, PT_PFC_ON]:
+        verdict = buffer.admit_lossless(pt, S.nd, k, wire)
+        if verdict == pfc.DROP:
+            drop(S, i, q, now)
+            return False
+        if verdict == pfc.ADMIT_XOFF:
+            send_pfc(S, k, pt[k, PT_QUANTA], now)
+    elif not buffer.admit_egress(pt, S.nd, q, cls, wire):
+        drop(S, i, q, now)
+        return False
+    enqueue(pt, pk, q, cls, i, now)
+    return True
+
+
+# NIC receivers and flows ------------------------------------------------------------------
+
+
+@njit(cache=True)
+def grant(S, f, now):
+    """The receiver of flow f sends the grants that are due (congestion.next_grant)."""
+    while True:
+        n = congestion.next_grant(S, f)
+        if n <= 0:
+            return
+        send_control(S, f, np.int64(K_CTS), n, now)
+
+
+@njit(cache=True)
+def send_ack(S, f, now):
+    """The receiver of flow f acknowledges every byte it has (one ACK: cumulative). Once a
+    flow or after a lost ACK: `send_control` by a call (`ack` inlines what it does)."""
+    S.fl[f, FL_UNACKED] = 0
+    send_control(S, f, np.int64(K_ACK), np.int64(0), now)
+
+
+@njit(cache=True, inline="always")
+def ack(S, f, now):
+    """`send_ack`, inlined where data is delivered (`deliver`)."""
+    S.fl[f, FL_UNACKED] = 0
+    control_packet(S, f, K_ACK, 0, now)
+
+
+@njit(cache=True)
+def received(S, f, now):
+    """The receiver of flow f has every byte: it sends the flow's one ACK (ack_every =
+    "flow"; a coalescing receiver has just acknowledged the last packet), and the flow
+    is complete here when it finishes at the receiver, else when that ACK returns."""
+    S.fl[f, FL_T_RECEIVED_PS] = now
+    if S.prm[P_ACK_EVERY] == 0:
+        send_ack(S, f, now)
+    if not S.prm[P_FINISH_AT_SENDER]:
+        complete(S, f, now)
+
+
+@njit(cache=True)
+def acknowledged(S, f, now):
+    """The ACK of flow f's last byte reached its sender (finish at the sender). A sender
+    that went back on a NAK sent before that ACK has nothing left to send."""
+    if S.fl[f, FL_SLOT] >= 0:
+        list_remove(S, f)
+    complete(S, f, now)
+
+
+@njit(cache=True)
+def complete(S, f, now):
+    """Flow f ends now (see `received`): the flows waiting on it may start."""
+    g, fl, ev, dep_ptr, dep = S.g, S.fl, S.ev, S.dep_ptr, S.dep
+    if fl[f, FL_STATE] == ST_NOPATH:  # its last bytes arrived after its route was lost
+        g[G_STUCK] -= 1
+    fl[f, FL_STATE] = ST_DONE
+    fl[f, FL_T_END_PS] = now
+    g[G_DONE] += 1
+    for j in range(dep_ptr[f], dep_ptr[f + 1]):
+        h = dep[j]
+        fl[h, FL_DEPS] -= 1
+        if fl[h, FL_DEPS] == 0:
+            schedule(ev, g, max(now, fl[h, FL_EARLIEST_PS]), EV_FLOW_START, h, 0)
+
+
+@njit(cache=True)
+def repace(S, f, now):
+    """Flow f changed rate: its next frame is due one gap (at the new rate) after its last."""
+    fl, fr = S.fl, S.fr
+    gap = np.int64(np.ceil(fl[f, FL_LAST_WIRE_BYTES] * PS_PER_S_BITS / fr[f, FR_RC_BPS]))
+    fl[f, FL_NEXT_SEND_PS] = fl[f, FL_LAST_TX_PS] + gap
+    if fl[f, FL_SLOT] >= 0:
+        kick_sender(S, f, now)
+
+
+@njit(cache=True, inline="always")
+def deliver(S, i, now):
+    """Packet i reached the NIC at the end of its route. Inlined into the loop (see
+    `start_frame`), with the ACK it may send (`ack`)."""
+    g, fl, pk = S.g, S.fl, S.pk
+    f = np.int64(pk[i, PK_FLOW])  # the loop's type for a flow: one compile of what it calls
+    kind = pk[i, PK_KIND]
+    # go-back-N: data out of order (possible only after a loss, a new route or under
+    # spray; the check reads one more row) is dropped, and the first gap NAKed once
+    if (
+        kind == K_DATA
+        and S.prm[P_GO_BACK_N]
+        and (fl[f, FL_MAY_REORDER] or S.prm[P_SPRAY])
+        and S.pc[i, PC_OFFSET_BYTES] != fl[f, FL_DELIV_BYTES]
+    ):
+        gap = S.pc[i, PC_OFFSET_BYTES] > fl[f, FL_DELIV_BYTES]
+        if gap and fl[f, FL_NAKED] == 0 and fl[f, FL_STATE] != ST_DONE:
+            fl[f, FL_NAKED] = 1
+            send_control(S, f, np.int64(K_ACK), fl[f, FL_DELIV_BYTES] + 1, now)
+    elif kind == K_DATA:
+        fl[f, FL_NAKED] = 0
+        fl[f, FL_DELIV_BYTES] += pk[i, PK_BYTES]
+        g[G_PROGRESS_T_PS] = now
+        todo = 0
+        if S.prm[P_CC] != CC_NONE:
+            todo = congestion.on_data(S, f, pk[i, PK_CE], now)
+        if todo & DO_CNP:
+            g[G_CNP] += 1
+            S.pt[S.net.nic_port[fl[f, FL_DST]], PT_S_CNP] += 1
+            send_control(S, f, np.int64(K_CNP), np.int64(0), now)
+        if todo & DO_GRANT:
+            grant(S, f, now)
+        every = S.prm[P_ACK_EVERY]
+        if every > 0:
+            fl[f, FL_UNACKED] += 1
+            if fl[f, FL_UNACKED] >= every or fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES]:
+                ack(S, f, now)
+        if fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES] and fl[f, FL_T_RECEIVED_PS] < 0:
+            received(S, f, now)
+    elif kind == K_ACK and S.pc[i, PC_ARG] > 0:  # a NAK
+        go_back(S, f, S.pc[i, PC_ARG] - 1, now)
+    elif kind == K_ACK:
+        if last_ack(S, i) and fl[f, FL_STATE] != ST_DONE:
+            acknowledged(S, f, now)
+    elif kind == K_CNP:
+        if fl[f, FL_STATE] == ST_ACTIVE and congestion.on_cnp(S, f, now) & DO_REPACE:
+            repace(S, f, now)
+    elif kind == K_CTS:
+        if congestion.on_grant(S, f, S.pc[i, PC_ARG]) & DO_KICK and fl[f, FL_SLOT] >= 0:
+            kick_sender(S, f, now)
+    elif kind == K_REQ and congestion.on_grant_request(S, f) & DO_GRANT:
+        grant(S, f, now)
+    release_packet(S, i)
+
+
+@njit(cache=True)
+def start_flow(S, f, now):
+    g, fl, fr, path_ptr = S.g, S.fl, S.fr, S.path_ptr
+    if path_ptr[f + 1] == path_ptr[f]:
+        fl[f, FL_STATE] = ST_NOPATH
+        g[G_STUCK] += 1
+        return
+    fl[f, FL_T_START_PS] = now
+    fl[f, FL_STATE] = ST_ACTIVE
+    g[G_PROGRESS_T_PS] = now
+    fl[f, FL_UNSENT_BYTES] = fl[f, FL_BYTES]
+    if fl[f, FL_BYTES] == 0:  # nothing to send or acknowledge: done as it starts
+        fl[f, FL_T_RECEIVED_PS] = now
+        if S.prm[P_ACK_EVERY] == 0:
+            send_ack(S, f, now)
+        complete(S, f, now)
+        return
+    fr[f, FR_RC_BPS] = fr[f, FR_LINE_BPS]
+    fr[f, FR_RT_BPS] = fr[f, FR_LINE_BPS]
+    fl[f, FL_NEXT_SEND_PS] = now
+    list_add(S, f)
+    todo = congestion.on_flow_start(S, f)
+    if todo & DO_REQUEST:
+        send_control(S, f, np.int64(K_REQ), np.int64(0), now)
+    if todo & DO_KICK:
+        kick_sender(S, f, now)
+
+
+@njit(cache=True)
+def retransmit(S, f, nbytes, now):
+    """The sender learned of a loss: nbytes > 0 of data to send again; a lost grant
+    (-nbytes) counts as received, a lost request (0) is repeated."""
+    fl = S.fl
+    if fl[f, FL_STATE] == ST_NOPATH:
+        return
+    if nbytes == 0:
+        send_control(S, f, np.int64(K_REQ), np.int64(0), now)
+        return
+    if nbytes < 0:
+        congestion.on_grant(S, f, -nbytes)
+        if fl[f, FL_SLOT] >= 0:
+            kick_sender(S, f, now)
+    else:
+        resend(S, f, nbytes, now)
+
+
+@njit(cache=True)
+def resend(S, f, nbytes, now):
+    """The sender of flow f sends nbytes of its data again."""
+    g, fl = S.g, S.fl
+    fl[f, FL_UNSENT_BYTES] += nbytes
+    g[G_RETX_BYTES] += nbytes
+    congestion.on_resend(S, f, nbytes)
+    if fl[f, FL_SLOT] < 0:
+        fl[f, FL_STATE] = ST_ACTIVE
+        if fl[f, FL_NEXT_SEND_PS] < now:
+            fl[f, FL_NEXT_SEND_PS] = now
+        list_add(S, f)
+    kick_sender(S, f, now)
+
+
+@njit(cache=True)
+def go_back(S, f, offset, now):
+    """Go-back-N: the sender of flow f sends everything again from byte `offset` on."""
+    fl = S.fl
+    state = fl[f, FL_STATE]
+    if state not in (ST_ACTIVE, ST_SENT):
+        return
+    sent = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES]
+    if offset < sent:
+        fl[f, FL_REWIND_PS] = now
+        resend(S, f, sent - offset, now)
+
+
+@njit(cache=True)
+def data_timeout(S, f, offset, now):
+    """Go-back-N: data at `offset` was lost one timeout ago. Unless the sender went back
+    since (a NAK) or the receiver has it, go back to where the receiver is."""
+    fl = S.fl
+    lost_at = now - S.prm[P_RTO_PS]
+    if fl[f, FL_REWIND_PS] < lost_at and fl[f, FL_DELIV_BYTES] <= offset:
+        go_back(S, f, fl[f, FL_DELIV_BYTES], now)
+
+
+# samples ----------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def close_sample(S, now):
+    """Write one row of every port series for [G_SAMPLE_T_PS, now) and open the next."""
+    g, pt, smp = S.g, S.pt, S.smp
+    row = g[G_SAMPLES]
+    span = max(now - g[G_SAMPLE_T_PS], 1)
+    for p in range(pt.shape[0]):
+        settle(pt, p, now)
+        pfc.account_pause(pt, p, now)
+        smp[SM_TX_BYTES, row, p] = pt[p, PT_S_TX_BYTES]
+        smp[SM_QDEPTH_MAX_BYTES, row, p] = pt[p, PT_S_QMAX_BYTES]
+        smp[SM_QDEPTH_MEAN_BYTES, row, p] = pt[p, PT_S_QINT_BYTE_PS] // span
+        smp[SM_ECN_MARKED, row, p] = pt[p, PT_S_ECN]
+        smp[SM_PAUSED_NS, row, p] = pt[p, PT_S_PAUSED_PS] // PS_PER_NS
+        smp[SM_PFC_SENT, row, p] = pt[p, PT_S_PFC]
+        smp[SM_DROPS, row, p] = pt[p, PT_S_DROPS]
+        smp[SM_CNP_SENT, row, p] = pt[p, PT_S_CNP]
+        pt[p, PT_S_TX_BYTES] = 0
+        pt[p, PT_S_QMAX_BYTES] = depth_bytes(pt, p)
+        pt[p, PT_S_QINT_BYTE_PS] = 0
+        pt[p, PT_S_QT_PS] = now
+        pt[p, PT_S_ECN] = 0
+        pt[p, PT_S_PAUSED_PS] = 0
+        pt[p, PT_S_PFC] = 0
+        pt[p, PT_S_DROPS] = 0
+        pt[p, PT_S_CNP] = 0
+    g[G_SAMPLES] = row + 1
+    g[G_SAMPLE_T_PS] = now
+
+
+# faults -------------------------------------------------------------------------------------
+
+
+PURGE_ROOM = 4  # free event rows one purged packet needs: its resend, a PFC resume
+
+
+@njit(cache=True)
+def purge(S, p, now):
+    """Port p went down: what waits in its queues is lost. Returns False when the event
+    list ran out of room first (or other purges wait): the loop finishes it, before any
+    other event, once the engine has grown the list."""
+    g, pt, pk, ev = S.g, S.pt, S.pk, S.ev
+    if g[G_PURGING] > pt[p, PT_PURGE]:
+        return defer_purge(S, p)
+    for cls in range(2):
+        while pt[p, PT_HEAD0 + 2 * cls] >= 0:
+            if g[G_HEAP] + PURGE_ROOM > ev.shape[1]:
+                return defer_purge(S, p)
+            i = dequeue(pt, pk, p, cls, now)
+            if pt[p, PT_SHARED]:
+                k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
+                if cls == 0:
+                    buffer.release_egress(pt, S.nd, p, 0, pk[i, PK_WIRE_BYTES])
+                elif buffer.release_data(pt, S.nd, p, k, pk[i, PK_WIRE_BYTES]):
+                    send_pfc(S, k, 0, now)
+            elif cls == 1 and not pt[p, PT_IS_NIC]:
+                k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
+                if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
+                    send_pfc(S, k, 0, now)
+            drop(S, i, p, now)
+    pt[p, PT_PFC_PENDING] = -1
+    pt[p, PT_XOFF] = 0
+    if pt[p, PT_PURGE]:
+        pt[p, PT_PURGE] = 0
+        g[G_PURGING] -= 1
+    return True
+
+
+@njit(cache=True)
+def defer_purge(S, p):
+    if S.pt[p, PT_PURGE] == 0:
+        S.pt[p, PT_PURGE] = 1
+        S.g[G_PURGING] += 1
+    return False
+
+
+@njit(cache=True)
+def finish_purges(S, now):
+    """Go on with the purges that ran out of room, in port order; False: still no room."""
+    pt = S.pt
+    for p in range(pt.shape[0]):  # noqa: SIM110 (numba compiles no generators)
+        if pt[p, PT_PURGE] and not purge(S, p, now):
+            return False
+    return True
+
+
+@njit(cache=True)
+def any_flow_underway(S):
+    """Is a flow started and not finished (sending, or waiting for its data to arrive)?"""
+    fl = S.fl
+    for f in range(fl.shape[0]):
+        state = fl[f, FL_STATE]
+        if state in (ST_ACTIVE, ST_SENT):
+            return True
+    return False
+
+
+# the loop -----------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def run(S_counted, t_stop, max_events):
+    """Process events in time order; returns why it stopped (see layout.R_*)."""
+    S = borrowed(S_counted)
+    g, prm, pt, fl, pk, ev, smp, cap = S.g, S.prm, S.pt, S.fl, S.pk, S.ev, S.smp, S.cap
+    n_flows = fl.shape[0]
+    done_events = 0
+    event_rows = ev.shape[1] - prm[P_EVENT_RESERVE]  # the event list may hold this many
+    packet_reserve = prm[P_PACKET_RESERVE]
+    while True:
+        if g[G_OVERFLOW] | g[G_PURGING]:
+            if g[G_OVERFLOW]:
+                return R_OVERFLOW
+            if not finish_purges(S, g[G_NOW_PS]):
+                return R_GROW_EVENTS
+        if g[G_DONE] + g[G_STUCK] >= n_flows or g[G_HEAP] == 0:
+            return R_DONE
+        if g[G_HEAP] > event_rows:
+            return R_GROW_EVENTS
+        if g[G_NFREE] < packet_reserve:
+            return R_GROW_PACKETS
+        if g[G_CAPS] + 16 > cap.shape[0]:
+            return R_DRAIN_CAPTURE
+        if g[G_SAMPLES] >= smp.shape[1]:
+            return R_DRAIN_SAMPLES
+        h, now = peek(ev, g)
+        if now > t_stop:
+            return R_STOP
+        if done_events >= max_events:
+            return R_LIMIT
+        kind, a, b = take(ev, g, h)
+        if g[G_HEAP] > g[G_FAR] + g[G_WHEEL]:  # the near heap is not empty
+            prefetch_next(S, ev)
+        g[G_NOW_PS] = now
+        g[G_EVENTS] += 1
+        done_events += 1
+        port = -1  # a port to start its next frame (`start_frame`) after the event
+        if kind == EV_ARRIVE:
+            h = pk[a, PK_HOP]
+            p = pk[a, PK_ROUTE + h]
+            if not pt[p, PT_ALIVE]:
+                drop(S, a, p, now)
+            elif h + 1 == pk[a, PK_NHOPS]:
+                deliver(S, a, now)
+            else:
+                pk[a, PK_HOP] = h + 1
+                if S.prm[P_ADAPTIVE] and pk[a, PK_KIND] == K_DATA:
+                    adapt_route(S, a, h + 1)
+                q = pk[a, PK_ROUTE + h + 1]
+                if arrive_at_switch(S, a, p, q, now):
+                    port = q
+        elif kind == EV_TX:
+            if pt[a, PT_TXEV_PS] == now:
+                pt[a, PT_TXEV_PS] = -1
+            port = a
+        elif kind == EV_FLOW_START:
+            start_flow(S, a, now)
+        elif kind == EV_PFC:
+            if pt[a, PT_ALIVE]:
+                pfc.pause(pt, a, b, now)
+                if b == 0:
+                    kick(S, a, now)
+        elif kind == EV_PFC_REFRESH:
+            pt[a, PT_REFRESH] = 0
+            if pt[a, PT_XOFF] == 1:
+                send_pfc(S, a, pt[a, PT_QUANTA], now)
+        elif kind == EV_CC_TIMER:
+            gen, timer = congestion.timer_of(b)
+            if gen == fl[a, FL_GEN] and fl[a, FL_STATE] == ST_ACTIVE:
+                todo = congestion.on_timer(S, a, timer)
+                if todo & DO_REPACE:
+                    repace(S, a, now)
+                if todo & DO_REARM:
+                    schedule(ev, g, now + congestion.timer_period_ps(S, timer), EV_CC_TIMER, a, b)
+        elif kind == EV_RETX:
+            retransmit(S, a, b, now)
+        elif kind == EV_RTO:
+            data_timeout(S, a, b, now)
+        elif kind == EV_ACK_RTO:
+            if fl[a, FL_STATE] != ST_DONE:  # the sender timed out; the receiver ACKs again
+                send_ack(S, a, now)
+        elif kind == EV_SAMPLE:
+            close_sample(S, now)
+            if g[G_DONE] + g[G_STUCK] < n_flows:
+                idle = g[G_HEAP] == 0  # nothing but sampling would ever happen again
+                if idle or now - g[G_PROGRESS_T_PS] > prm[P_STALL_PS]:
+                    if any_flow_underway(S):
+                        return R_STALLED
+                    if idle:  # what is left waits on flows that found no path
+                        return R_DONE
+                schedule(ev, g, now + prm[P_SAMPLE_PS], EV_SAMPLE, 0, 0)
+        if port >= 0:
+            start_frame(S, port, now)
