@@ -5,6 +5,7 @@ errors in one sentence."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import subprocess
 import sys
@@ -215,3 +216,41 @@ def test_the_api_loads_pandas_only_when_a_table_is_asked_for():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+def test_a_run_without_tables_has_empty_frames_with_the_same_columns(demo, tmp_path):
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(demo.path, bare)
+    for name in ("flows.npz", "ports.npz", "collectives.npz"):
+        (bare / name).unlink()
+    run = aifabric.load(bare)
+    for table in ("flows", "ports", "collectives"):
+        empty, full = getattr(run, table), getattr(demo, table)
+        assert len(empty) == 0 and len(full) > 0, table
+        assert [c for c in full.columns if c not in ("route_epoch", "cnp_sent")] == list(
+            empty.columns
+        ), table
+    m = run.metrics()
+    assert m.flows.count == 0 and m.congestion is None and m.jobs == ()
+
+
+def test_the_report_holds_the_summary_of_the_typed_metrics(demo, tmp_path):
+    from aifabric.analysis.metrics import summary
+
+    out = demo.report(tmp_path / "report.html")
+    text = out.read_text()
+    head = '<script type="application/json" id="aifabric-summary">'
+    start = text.index(head) + len(head)
+    shown = json.loads(html.unescape(text[start : text.index("</script>", start)]))
+    assert shown == summary(demo.metrics()).to_dict()
+    assert [j["name"] for j in shown["jobs"]] == ["allreduce", "incast"]
+
+
+def test_to_dict_leaves_out_what_was_not_measured(demo):
+    d = demo.metrics().to_dict()
+    assert "series" not in d and "low_intervals" not in d["throughput"]
+    assert all("fct_ns" in j and "senders_paused_ns" in j for j in d["jobs"])
+    with_series = demo.metrics(series=True).to_dict()
+    assert len(with_series["series"]["t_ns"]) == len(RunDir(demo.path).ports()["t_ns"])
