@@ -67,11 +67,17 @@ def scenario_of(scenario, *, seed: int | None = None, overrides=(), captures: It
         sc = load_scenario(os.fspath(scenario), seed=seed, overrides=list(overrides))
     else:
         raise AifabricError(
-            f"a scenario is a preset name, a TOML path or a loaded Scenario, not a "
-            f"{type(scenario).__name__}"
+            f"a scenario is a preset name, a TOML path or a loaded Scenario, not {scenario!r}"
         )
     names = [c for item in captures for c in item.split(",") if c]
     return with_captures(sc, names) if names else sc
+
+
+def _path(value, what: str) -> Path:
+    """`value` as a path, or one sentence saying it is none."""
+    if not isinstance(value, str | os.PathLike):
+        raise AifabricError(f"{what} is a path, not {value!r}")
+    return Path(value)
 
 
 def default_output(sc) -> Path:
@@ -106,6 +112,7 @@ def run(
     from aifabric.warmup import ensure_warm
 
     if output is not None:
+        output = _path(output, "output")
         check_run_dir(output, replace=force)
     sc = scenario_of(scenario, seed=seed, overrides=overrides_of(overrides, set), captures=captures)
     if engine == "sim":
@@ -157,13 +164,13 @@ def sweep(
         )
     if not isinstance(spec_or_scenario, str | os.PathLike):
         raise AifabricError(
-            f"a sweep is a spec or a scenario's name or path, not a "
-            f"{type(spec_or_scenario).__name__}"
+            f"a sweep is a spec or a scenario's name or path, not {spec_or_scenario!r}"
         )
     if workers is not None and scheduler is not None:
         raise AifabricError(
             "workers sizes a local cluster; with a scheduler the cluster has its own"
         )
+    output = _path(output, "output")
     source = os.fspath(spec_or_scenario)
     fixed = overrides_of(overrides, set)
     if is_sweep_file(source):
@@ -195,7 +202,7 @@ class Run:
     def __init__(self, path: str | os.PathLike):
         from aifabric.fabric.rundir import Run as RunDir
 
-        self._dir = RunDir(path)
+        self._dir = RunDir(_path(path, "a run directory"))
         self._tables: dict[str, Any] = {}
         self._metrics: dict[tuple, Any] = {}
 

@@ -169,8 +169,10 @@ def test_overrides_as_keywords_and_as_a_mapping_take_effect(tmp_path, monkeypatc
         (lambda: aifabric.run(ONE_FLOW, qps=4), "qps"),
         (lambda: aifabric.run(ONE_FLOW, ecmp__policy="x", set={"ecmp.policy": "y"}), "twice"),
         (lambda: aifabric.run(ONE_FLOW, engine="nope"), "nope"),
-        (lambda: aifabric.run(42), "not a int"),
+        (lambda: aifabric.run(42), "not 42"),
         (lambda: aifabric.load("/nonexistent/run"), "not a run directory"),
+        (lambda: aifabric.load(7), "a run directory is a path, not 7"),
+        (lambda: aifabric.run(ONE_FLOW, output=3.5), "output is a path, not 3.5"),
         (lambda: aifabric.sweep(ONE_FLOW, "/nonexistent", full=True), "full"),
     ],
 )
