@@ -120,8 +120,16 @@ def run(
     path = Path(output) if output is not None else default_output(sc)
     if force:
         remove_run_dir(path)
-    run_scenario(engine, sc, path, options=dict(options or {}), progress=progress)
+    run_scenario(engine, sc, path, options=dict(options or {}), progress=progress, notify=_say)
     return Run(path)
+
+
+def _say(line: str) -> None:
+    """An engine's notice for the person running it (the emulator's, before it builds), on
+    stderr as `aifabric run` prints it."""
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
 
 
 def load(path: str | os.PathLike) -> Run:
