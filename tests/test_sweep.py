@@ -66,7 +66,7 @@ def test_a_sweep_on_a_local_cluster_of_two_workers(tiny, tmp_path):
         assert run.status == "complete"
         assert run.meta["scenario"]["ecmp"]["policy"] == row["ecmp.policy"]
         assert row["scenario_hash"] == scenario_hash(run.meta["scenario"])
-        m = run_metrics(run)
+        m = run_metrics(run).to_dict()
         (op,) = m["collectives"]["ops"]
         assert row["busbw_gbps@allreduce"] == pytest.approx(op["busbw_bps"] / 1e9)
         assert row["fct_p99_ns"] == pytest.approx(m["fct_ns"]["p99"])
