@@ -33,6 +33,7 @@ from aifabric.fabric.files import replace_atomic
 from aifabric.fabric.model import ROLES
 
 COMPRESSION = "zstd"
+ROW_GROUP = 1 << 19  # rows of ports.parquet per row group
 META_KEY = b"aifabric"
 NEVER = ("start_ns", "end_ns")  # -1 in the arrays, null in the tables
 NO_RATE = ("algbw_bps", "busbw_bps")  # 0 in collectives.npz where an op has no time
@@ -121,38 +122,50 @@ def flows_table(cols: dict[str, Any], names: Names):
     return _table(pa, fields, {"dtypes": meta})
 
 
-def ports_table(interval_ns: int, t_ns, port, scale: float, series: dict[str, Any], names: Names):
-    """ports.parquet: one row per recorded port and sample (long form), ports one after
-    another: t_ns, port, its names, the sample's interval and every series."""
+def ports_tables(interval_ns: int, t_ns, port, scale: float, series: dict[str, Any], names: Names):
+    """ports.parquet, one table (a row group) per block of about ROW_GROUP rows: one row per
+    recorded port and sample (long form), ports one after another: t_ns, port, its names,
+    the sample's interval and every series. Blocks keep the copies small: a whole
+    fat-tree-k16 run is 5 M rows, a cluster's a hundred times that."""
     import pyarrow as pa
 
     t_ns, port = np.asarray(t_ns), np.asarray(port)
     samples, ports = len(t_ns), len(port)
-    which = np.repeat(np.arange(ports), samples)
-    fields: dict[str, Any] = {"t_ns": _arrow(pa, np.tile(t_ns, ports))}
-    fields["port"] = _arrow(pa, np.repeat(port, samples))
-    f = names.fabric
-    if f is not None:
-        node, peer = f.port_node[port], f.port_peer[port]
-        roles = list(ROLES)
-        fields["port_name"] = _names(pa, [f.port_names[int(p)] for p in port], which)
-        fields["node_name"] = _names(pa, list(f.node_name), np.repeat(node, samples))
-        fields["peer_name"] = _names(pa, list(f.node_name), np.repeat(peer, samples))
-        fields["node_role"] = _names(pa, roles, np.repeat(f.node_role[node], samples))
-        fields["peer_role"] = _names(pa, roles, np.repeat(f.node_role[peer], samples))
-    fields["interval_ns"] = _arrow(pa, np.full(samples * ports, int(interval_ns), dtype=np.int64))
     for name, values in series.items():
-        values = np.asarray(values)
-        if values.shape != (samples, ports):
+        if np.shape(values) != (samples, ports):
             raise ValueError(f"port series {name} is not one value per sample and port")
-        fields[name] = _arrow(pa, np.ascontiguousarray(values.T).reshape(-1))
     meta = {
         "interval_ns": int(interval_ns),
         "scale": float(scale),
         "port": port.tolist(),
         "dtypes": {"t_ns": t_ns.dtype.str, "port": port.dtype.str, **_dtypes(series)},
     }
-    return _table(pa, fields, meta)
+    f = names.fabric
+    block = max(1, ROW_GROUP // max(samples, 1))
+    for p0 in range(0, max(ports, 1), block):
+        mine = port[p0 : p0 + block]
+        fields: dict[str, Any] = {"t_ns": _arrow(pa, np.tile(t_ns, len(mine)))}
+        fields["port"] = _arrow(pa, np.repeat(mine, samples))
+        if f is not None:
+            node, peer = f.port_node[mine], f.port_peer[mine]
+            fields["port_name"] = _per_port(pa, f.port_names, mine, samples)
+            fields["node_name"] = _per_port(pa, f.node_name, node, samples)
+            fields["peer_name"] = _per_port(pa, f.node_name, peer, samples)
+            fields["node_role"] = _per_port(pa, ROLES, f.node_role[node], samples)
+            fields["peer_role"] = _per_port(pa, ROLES, f.node_role[peer], samples)
+        rows = samples * len(mine)
+        fields["interval_ns"] = _arrow(pa, np.full(rows, int(interval_ns), dtype=np.int64))
+        for name, values in series.items():
+            fields[name] = _arrow(pa, np.asarray(values)[:, p0 : p0 + block].T.reshape(-1))
+        yield _table(pa, fields, meta)
+
+
+def _per_port(pa, names, ids, samples: int):
+    """A dictionary column of `names[ids[k]]`, each repeated for the port's `samples` rows;
+    the dictionary holds only the names used."""
+    used, index = np.unique(np.asarray(ids), return_inverse=True)
+    indices = _arrow(pa, np.repeat(index.astype(np.int32), samples))
+    return pa.DictionaryArray.from_arrays(indices, _strings(pa, [names[int(i)] for i in used]))
 
 
 def collectives_table(cols: dict[str, Any], names: Names):
@@ -176,11 +189,27 @@ def _dtypes(cols: dict[str, Any]) -> dict[str, str]:
     return {k: np.asarray(v).dtype.str for k, v in cols.items()}
 
 
-def write_parquet(path: Path, table) -> None:
-    """`table` as Parquet at `path`, atomically (`replace_atomic`)."""
+def write_parquet(path: Path, tables) -> None:
+    """A table, or tables of one schema (each a row group), as Parquet at `path`,
+    atomically (`replace_atomic`)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    replace_atomic(path, lambda tmp: pq.write_table(table, tmp, compression=COMPRESSION))
+    def write(tmp: str) -> None:
+        if isinstance(tables, pa.Table):
+            pq.write_table(tables, tmp, compression=COMPRESSION)
+            return
+        writer = None
+        try:
+            for table in tables:
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema, compression=COMPRESSION)
+                writer.write_table(table, row_group_size=table.num_rows or None)
+        finally:
+            if writer is not None:
+                writer.close()
+
+    replace_atomic(path, write)
 
 
 def read_parquet(path: Path, columns: list[str] | None = None):

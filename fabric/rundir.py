@@ -264,14 +264,14 @@ class RunWriter:
         unknown = [k for k in series if k not in PORT_SERIES + OPTIONAL_PORT_SERIES]
         if unknown:
             raise ValueError(f"port series {', '.join(unknown)} are not in the run format")
-        from aifabric.fabric.columnar import ports_table, write_parquet
+        from aifabric.fabric.columnar import ports_tables, write_parquet
 
         write_npz(
             self.path / "ports.npz",
             {"interval_ns": interval_ns, "t_ns": t_ns, "port": port, "scale": scale, **series},
         )
-        table = ports_table(interval_ns, t_ns, port, scale, series, self._names())
-        write_parquet(self.path / "ports.parquet", table)
+        tables = ports_tables(interval_ns, t_ns, port, scale, series, self._names())
+        write_parquet(self.path / "ports.parquet", tables)
 
     def collectives(self, **cols) -> None:
         from aifabric.fabric.columnar import collectives_table, write_parquet

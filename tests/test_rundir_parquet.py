@@ -160,3 +160,34 @@ def test_a_port_series_run_without_samples_keeps_its_ports(tmp_path):
     ports = Run(tmp_path / "r").ports()
     assert ports["port"].tolist() == [4, 5, 9] and ports["tx_bytes"].shape == (0, 3)
     assert int(ports["interval_ns"]) == 1000 and float(ports["scale"]) == 1.0
+
+
+def test_port_series_are_written_in_row_groups_of_whole_ports(tmp_path, monkeypatch, get_fabric):
+    """Blocks of ports keep a large run's copies small; the file reads back as one table,
+    ports one after another, and as the same arrays."""
+    from aifabric.fabric import columnar
+
+    fabric = get_fabric("lab-small")
+    samples, port = 5, np.arange(0, fabric.n_ports, 3)
+    monkeypatch.setattr(columnar, "ROW_GROUP", 4 * samples + 1)  # four ports a group
+    rng = np.random.default_rng(7)
+    series = {k: rng.integers(0, 1000, (samples, len(port))) for k in PORT_SERIES}
+    w = RunWriter(tmp_path / "r", "test", {})
+    w.topology(fabric)
+    w.ports(interval_ns=500, t_ns=np.arange(samples) * 500, port=port, **series)
+    w.finish("complete")
+    f = pq.ParquetFile(tmp_path / "r" / "ports.parquet")
+    assert f.metadata.num_row_groups == -(-len(port) // 4) > 1
+    t = f.read()
+    assert t.column("port").to_numpy().tolist() == np.repeat(port, samples).tolist()
+    assert (
+        t.column("t_ns").to_numpy().tolist()
+        == np.tile(np.arange(samples) * 500, len(port)).tolist()
+    )
+    names = t.column("port_name").to_pylist()
+    assert names == [fabric.port_names[p] for p in np.repeat(port, samples)]
+    assert t.column("drops").to_numpy().tolist() == series["drops"].T.reshape(-1).tolist()
+    (tmp_path / "r" / "ports.npz").unlink()
+    back = Run(tmp_path / "r").ports()
+    for k, v in series.items():
+        assert np.array_equal(back[k], v), k
