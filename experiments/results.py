@@ -25,10 +25,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from aifabric.experiments.runner import RESULT_COLUMNS as BOOKKEEPING
 from aifabric.fabric.errors import AifabricError
 
 FILES = ("results.csv", "results.parquet", "results_long.parquet")
-BOOKKEEPING = ("point", "run_dir", "seed", "status", "error", "scenario_hash", "wall_s")
 # what must agree for an earlier run's points to share the table (sweep.json's names)
 SAME_SWEEP = {"scenario": "base scenario", "set": "fixed settings", "keys": "varied keys",
               "engine": "engine"}  # fmt: skip
@@ -179,7 +179,7 @@ def earlier_rows(out: Path, sweep, points) -> list[dict]:
                 f"{out} holds {len(keep)} point{'s' if len(keep) != 1 else ''} of a sweep "
                 f"with other {what} "
                 f"({_show(before)} there, {_show(after)} here): give another output "
-                "directory, or remove its results files to start the table afresh"
+                f"directory, or remove its {', '.join(FILES)} to start the table afresh"
             )
     return keep
 

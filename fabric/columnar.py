@@ -4,20 +4,23 @@ DuckDB, pandas and Arrow read, and the same arrays read back from them.
 The tables hold what the `.npz` arrays hold, column for column, plus readable names beside
 ids where the run has them (its topology and its jobs' names), so that a query needs no
 lookup: `src_name` beside `src`, `port_name` beside `port`, `job_name` beside `job`. Names
-are dictionary-encoded (one copy of each string per file). Where an array says "never"
+are dictionary-encoded (one copy of each string per column chunk). Where an array says "never"
 with -1 (a flow that did not start or finish, an op that did not end) the table has a
 null, and a rate of an op without a time (0 in collectives.npz) is a null too, so that SQL
 aggregates skip them; `*_arrays` turns them back.
 
 Per-port series are in long form: one row per port and sample, ports one after another
 (each port's samples in time order), so `GROUP BY port_name` and a filter on a port read
-contiguous rows. The file's key-value metadata (`aifabric`, JSON) records the interval,
-the emulation scale and the recorded ports, so that the arrays come back whole even for a
-run without samples.
+contiguous rows (and a port's slowly changing counters compress together: 5.6 times
+smaller than time-major on fat-tree-k16); a row group holds whole ports, about ROW_GROUP
+rows. The file's key-value metadata (`aifabric`, JSON) records the interval, the emulation
+scale, the recorded ports and the arrays' dtypes, so that the arrays come back whole, even
+for a run without samples.
 
-Files are zstd-compressed: in these tables it is the smallest of pyarrow's codecs at about
-snappy's speed (figures in the branch's note). pyarrow is imported here only, when a run
-writes or reads a table.
+Files are zstd-compressed at pyarrow's default level: the smallest of its codecs on these
+tables, within 15% of the fastest's write time (benchmarks/parquet-2026-12-01.md). pyarrow
+is imported here only, when a run writes or reads a table, and arrays are built from numpy
+buffers, since `pyarrow.array` would import pandas.
 """
 
 from __future__ import annotations

@@ -216,7 +216,7 @@ def test_a_different_sweep_into_a_folder_with_points_is_refused(tmp_path):
     assert r.exit_code == 1, r.output
     assert r.output.strip() == (
         f"Error: {out} holds 1 point of a sweep with other varied keys (ecmp.policy there, "
-        "workload.qps here): give another output directory, or remove its results files to "
-        "start the table afresh"
+        "workload.qps here): give another output directory, or remove its results.csv, "
+        "results.parquet, results_long.parquet to start the table afresh"
     )
     assert {f: (out / f).read_bytes() for f in before} == before
