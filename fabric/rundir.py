@@ -47,9 +47,9 @@ beside ids, and null where an array says "never" with -1:
                          interval_ns, then every series of ports.npz (tx_bytes ...
                          drops, cnp_sent where recorded); key-value metadata `aifabric`
                          (JSON): interval_ns, scale, the recorded ports, the arrays' dtypes
-    collectives.parquet  one row per op: every collectives.npz array (end_ns null where
-                         -1; algbw_bps and busbw_bps null where the op has no time, 0 in
-                         the npz), job_name
+    collectives.parquet  one row per op: every collectives.npz array (start_ns, end_ns
+                         null where -1; algbw_bps and busbw_bps null where the op has no
+                         time, 0 in the npz), job_name
 
 Names come from topology.json's fabric and run.json's workload; a run written without
 them (a test's writer) has the ids alone. The `.npz` files stay: numpy alone loads them,
