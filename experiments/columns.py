@@ -11,17 +11,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from aifabric.fabric.scenario import job_names
 
-def job_names(workload: dict) -> list[str]:
-    """A name per job: its `name`, else its collective, pattern or model; made unique."""
-    bodies = workload.get("jobs") if isinstance(workload.get("jobs"), list) else [workload]
-    names = []
-    for i, body in enumerate(bodies):
-        name = body.get("name") or next(
-            (str(body[k]) for k in ("collective", "pattern", "model") if k in body), f"job{i}"
-        )
-        names.append(name if name not in names else f"{name}{i}")
-    return names
+# the unit of each metric point_metrics writes, as results_long.parquet's `unit` says it
+UNITS = {
+    "completion_ns": "ns", "flows_unfinished": "flows", "fct_p50_ns": "ns", "fct_p99_ns": "ns",
+    "ecn_marked": "packets", "cnp_sent": "packets", "pfc_frames": "frames", "paused_ns": "ns",
+    "drops": "packets", "max_queue_bytes": "bytes", "ecmp_max_mean": "ratio",
+    "ecmp_jain": "ratio", "ecmp_collisions": "flows", "ecmp_collisions_expected": "flows",
+    "time_ns": "ns", "ideal_ns": "ns", "efficiency": "ratio", "senders_paused_ns": "ns",
+    "busbw_gbps": "Gbit/s", "algbw_gbps": "Gbit/s",
+}  # fmt: skip
+SUFFIX_UNITS = {"_ns": "ns", "_bytes": "bytes", "_gbps": "Gbit/s", "_bps": "bit/s", "_s": "s"}
+
+
+def unit_of(metric: str) -> str:
+    """A metric's unit: from UNITS, else from its name's suffix, else ""."""
+    if metric in UNITS:
+        return UNITS[metric]
+    return next((u for suffix, u in SUFFIX_UNITS.items() if metric.endswith(suffix)), "")
 
 
 def point_metrics(path, scenario, groups) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
     DIR/sweep.json     the sweep as run: base scenario, keys, seeds, report settings
     DIR/results.csv    one row per finished run (RESULT_COLUMNS, the varied keys, metrics)
+    DIR/results.parquet           the same, typed
+    DIR/results_long.parquet      one row per run, job and metric (aifabric.experiments.results)
     DIR/runs/NAME/     each point's run directory (aifabric.fabric.rundir)
 
 Points run on a Dask `LocalCluster` (one single-threaded worker process per
@@ -11,15 +13,15 @@ machines) and return the point's metrics; the client builds the table and
 rewrites it atomically after every point, so an interrupted sweep leaves a
 table that agrees with its run directories. Run again, a sweep skips every
 point whose run directory is complete and records the same scenario (its
-hash), and runs the rest.
+hash), and runs the rest. Run again with another grid (or other seeds), the table keeps the
+points the earlier grid made beside the new ones; a different sweep (base scenario, fixed
+settings, varied keys or engine) in a folder that holds points is refused in one sentence.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
-import io
 import json
 import logging
 import os
@@ -99,33 +101,15 @@ def reusable_row(sweep: Sweep, point: Point, path: Path) -> dict | None:
     return row
 
 
-def write_table(path: Path, sweep: Sweep, points: list[Point], rows: dict[int, dict]) -> None:
-    """results.csv: one row per finished point, in point order; written atomically."""
-    from aifabric.fabric.files import write_atomic
+def write_table(
+    path: Path, sweep: Sweep, points: list[Point], rows: dict[int, dict], earlier=()
+) -> None:
+    """The results tables beside `path` (results.csv): one row per finished point, in point
+    order, then the `earlier` rows kept from another grid (aifabric.experiments.results);
+    each file written atomically."""
+    from aifabric.experiments.results import write_tables
 
-    keys = sweep.keys
-    metric_cols: dict[str, None] = {}
-    for i in sorted(rows):
-        for col in rows[i]:
-            if col not in RESULT_COLUMNS:
-                metric_cols[col] = None
-    cols = ["point", *keys, "seed", "status", "error", *sorted(metric_cols), "scenario_hash"]
-    cols += ["wall_s", "run_dir"]
-    out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for i in sorted(rows):
-        p = points[i]
-        w.writerow(
-            {
-                **{k: ("" if v is None else v) for k, v in rows[i].items()},
-                **p.labels,
-                "point": p.index,
-                "seed": p.seed,
-                "run_dir": f"runs/{p.name}",
-            }
-        )
-    write_atomic(path, out.getvalue())
+    write_tables(path.parent, sweep, points, rows, list(earlier))
 
 
 @dataclass
@@ -216,13 +200,15 @@ def run_sweep(
     Ctrl-C cancels what is queued or running and leaves results.csv holding
     exactly the points that finished; the same call again resumes.
     """
+    from aifabric.experiments.results import earlier_rows
     from aifabric.fabric.rundir import remove_run_dir, write_json
 
     out = Path(out)
+    points = sweep.points()
+    earlier = earlier_rows(out, sweep, points)  # before sweep.json says what it was
     out.mkdir(parents=True, exist_ok=True)
     (out / "runs").mkdir(exist_ok=True)
     write_json(out / "sweep.json", sweep.to_dict())
-    points = sweep.points()
     table = out / "results.csv"
     rows: dict[int, dict] = {}
     todo = []
@@ -233,7 +219,7 @@ def run_sweep(
         else:
             rows[p.index] = row
     progress = Progress(len(points), len(rows), started=time.monotonic())
-    write_table(table, sweep, points, rows)
+    write_table(table, sweep, points, rows, earlier)
     show = echo or (lambda text: None)
     show(f"{sweep.name}: {len(points)} points, {len(rows)} already done, {len(todo)} to run")
     interrupted = False
@@ -262,7 +248,7 @@ def run_sweep(
                 rows[p.index] = row
                 progress.done += 1
                 progress.failed += row.get("status") == "failed"
-                write_table(table, sweep, points, rows)
+                write_table(table, sweep, points, rows, earlier)
                 show(progress.line())
         except KeyboardInterrupt:
             interrupted = True
@@ -277,7 +263,7 @@ def run_sweep(
                         row = reusable_row(sweep, p, out / "runs" / p.name)
                         if row is not None:
                             rows[p.index] = row
-            write_table(table, sweep, points, rows)
+            write_table(table, sweep, points, rows, earlier)
     return {
         "points": len(points),
         "done": len(rows),
@@ -286,6 +272,7 @@ def run_sweep(
         "failed": sum(1 for r in rows.values() if r.get("status") == "failed"),
         "interrupted": interrupted,
         "results": str(table),
+        "earlier": len(earlier),
     }
 
 
