@@ -233,6 +233,33 @@ def test_watch_once_on_a_run_in_progress(tmp_path):
     assert re.search(r"ring\s+│\s+1/2 ", r.output) and re.search(r"incast\s+│\s+0/1 ", r.output)
 
 
+def test_ctrl_c_stops_the_watching_quietly(tmp_path):
+    import signal
+
+    from aifabric.topologies import load_fabric
+
+    writer = RunWriter(tmp_path / "run", "sim", {"name": "by-hand"})  # running: this process
+    try:
+        fabric = load_fabric("lab-small")
+        zero = np.zeros(fabric.n_ports, dtype=np.int64)
+        live_mod.LiveStream(writer.path, "sim", fabric, [0], [10]).write(
+            now_ns=10, events=1, flows_done=0, delivered=[0], done=[False], queue_bytes=zero,
+            totals={name: zero for name in live_mod.TOTALS},
+        )  # fmt: skip
+        watcher = subprocess.Popen(
+            [sys.executable, "-m", "aifabric", "watch", str(writer.path), "--every", "0.2"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(4)  # the command loads and follows: the run is still running
+        assert watcher.poll() is None, watcher.communicate()
+        watcher.send_signal(signal.SIGINT)
+        out, err = watcher.communicate(timeout=30)
+    finally:
+        writer.finish("complete")
+    assert watcher.returncode in (0, 130), err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
 # --- sweeps ------------------------------------------------------------------------------------
 
 
@@ -348,3 +375,59 @@ def test_bad_input_is_one_sentence(tmp_path, make, says):
     assert r.exit_code == 1, r.output
     assert says in r.output and "Traceback" not in r.output, r.output
     assert len(r.output.strip().splitlines()) == 1, r.output
+
+
+# --- the emulator ------------------------------------------------------------------------------
+
+
+def _emulator_unavailable() -> str | None:
+    import os
+
+    if os.geteuid() != 0:
+        return "the Mininet engine needs root"
+    from aifabric.emu import available
+
+    return available()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.skipif(_emulator_unavailable() is not None, reason=str(_emulator_unavailable()))
+def test_the_emulators_monitor_streams_records_that_end_at_its_run_directory(tmp_path, monkeypatch):
+    import threading
+
+    from aifabric.engines import run_scenario
+    from aifabric.scenarios import scenario_from_dict
+
+    written = []  # (thread, record) of every record, as it was written
+    write = live_mod.LiveStream.write
+
+    def noted(self, **kw):
+        rec = write(self, **kw)
+        written.append((threading.current_thread().name, rec))
+        return rec
+
+    monkeypatch.setattr(live_mod.LiveStream, "write", noted)
+    monkeypatch.setattr(live_mod, "EVERY_S", 0.25)
+    sc = scenario_from_dict(
+        {"scenario": {"topology": "lab-small"}, "congestion_control": {"kind": "none"},
+         "workload": {"pattern": "incast", "gpus": 16, "size": "2MiB"}}, "emu-live",
+    )  # fmt: skip
+    out = tmp_path / "run"
+    summary = run_scenario("mininet", sc, out, options={"timeout_s": 300})
+    assert summary["status"] == "complete", summary
+    mid = [r for who, r in written if not r["final"]]
+    assert len(mid) >= 3 and {who for who, r in written if not r["final"]} == {"aifabric-monitor"}
+    for name in live_mod.TOTALS:
+        values = [r["totals"][name] for r in mid]
+        assert values == sorted(values), name
+    assert [r["simulated_ns"] for r in mid] == sorted(r["simulated_ns"] for r in mid)
+    last = live_mod.read_live(out)
+    assert last["final"] and last["engine"] == "mininet" and last["events"] is None
+    ports = Run(out).ports()
+    for name in live_mod.TOTALS:
+        assert last["totals"][name] == int(ports[name].sum()), name
+    assert last["totals"]["pfc_sent"] == summary["pfc_frames"] > 0
+    assert last["flows_done"] == summary["flows_done"] == len(sc.flows)
+    (job,) = last["jobs"]
+    assert job["delivered_bytes"] == summary["bytes_received"] == int(sc.flows.bytes.sum())
