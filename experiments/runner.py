@@ -168,6 +168,7 @@ def default_workers() -> int:
 
 DASHBOARD = ":8787"  # Dask's usual port; a free one when another cluster has it
 NO_BOKEH = "the Dask dashboard needs bokeh: pip install 'aifabric[sweep]'"
+NO_DASHBOARD = "the Dask scheduler serves no dashboard"
 
 
 def has_bokeh() -> bool:
@@ -179,11 +180,13 @@ def has_bokeh() -> bool:
 
 
 def dashboard(client) -> str:
-    """One line on the cluster's dashboard: its address, or that it needs bokeh. The
-    scheduler's HTTP server runs either way; its dashboard pages only where the scheduler
-    can import bokeh (asked of the scheduler: another machine's for --scheduler)."""
+    """One line on the cluster's dashboard: its address, or why there is none. The
+    scheduler's HTTP server runs either way, its dashboard pages only where it can import
+    bokeh and was not told to go without: the page itself says which."""
+    import urllib.error
+    import urllib.request
 
-    def served() -> bool:  # nested: sent by value, so a scheduler needs no aifabric for it
+    def pages() -> bool:  # nested: sent by value, so a scheduler needs no aifabric for it
         try:
             import distributed.dashboard.scheduler  # noqa: F401 - what a scheduler serves it with
         except ImportError:
@@ -191,10 +194,23 @@ def dashboard(client) -> str:
         return True
 
     try:
-        link = client.dashboard_link if client.run_on_scheduler(served) else None
+        http = "dashboard" in client.scheduler_info().get("services", {})
+        link = client.dashboard_link if http else None
     except Exception:  # noqa: BLE001 - a scheduler that cannot answer serves no dashboard
         link = None
-    return f"Dask dashboard: {link}" if link else NO_BOKEH
+    if not link:
+        return NO_DASHBOARD
+    try:
+        with urllib.request.urlopen(link, timeout=10):
+            return f"Dask dashboard: {link}"
+    except urllib.error.HTTPError:
+        pass  # the server answers without the pages
+    except (OSError, ValueError):
+        return f"Dask dashboard (where the scheduler says; not reachable from here): {link}"
+    try:
+        return NO_BOKEH if not client.run_on_scheduler(pages) else NO_DASHBOARD
+    except Exception:  # noqa: BLE001
+        return NO_DASHBOARD
 
 
 def connect(workers: int | None = None, scheduler: str | None = None):
