@@ -5,6 +5,8 @@
     DIR/results.parquet           the same, typed
     DIR/results_long.parquet      one row per run, job and metric (aifabric.experiments.results)
     DIR/runs/NAME/     each point's run directory (aifabric.fabric.rundir)
+    DIR/sweep.lock     locked by the process running the sweep, removed when it ends
+                       (`aifabric watch` tells a sweep in progress from a stopped one by it)
 
 Points run on a Dask `LocalCluster` (one single-threaded worker process per
 core unless told otherwise) or on an existing cluster by its scheduler's
@@ -37,6 +39,7 @@ from aifabric.experiments.spec import Point, Sweep
 from aifabric.fabric.errors import AifabricError
 
 BAR = 24  # characters of the progress bar
+SWEEP_LOCK = "sweep.lock"
 RESULT_COLUMNS = ("point", "run_dir", "seed", "status", "error", "scenario_hash", "wall_s")
 
 
@@ -147,8 +150,58 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
+DASHBOARD = ":8787"  # Dask's usual port; a free one when another cluster has it
+NO_BOKEH = "the Dask dashboard needs bokeh: pip install 'aifabric[sweep]'"
+NO_DASHBOARD = "the Dask scheduler serves no dashboard"
+
+
+def has_bokeh() -> bool:
+    try:
+        import bokeh  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def dashboard(client) -> str:
+    """One line on the cluster's dashboard: its address, or why there is none. The
+    scheduler's HTTP server runs either way, its dashboard pages only where it can import
+    bokeh and was not told to go without: the page itself says which."""
+    import urllib.error
+    import urllib.request
+
+    def pages() -> bool:  # nested: sent by value, so a scheduler needs no aifabric for it
+        try:
+            import distributed.dashboard.scheduler  # noqa: F401 - what a scheduler serves it with
+        except ImportError:
+            return False
+        return True
+
+    try:
+        http = "dashboard" in client.scheduler_info().get("services", {})
+        link = client.dashboard_link if http else None
+    except Exception:  # noqa: BLE001 - a scheduler that cannot answer serves no dashboard
+        link = None
+    if not link:
+        return NO_DASHBOARD
+    try:
+        with urllib.request.urlopen(link, timeout=10):
+            return f"Dask dashboard: {link}"
+    except urllib.error.HTTPError:
+        pass  # the server answers without the pages
+    except (OSError, ValueError):
+        return f"Dask dashboard (where the scheduler says; not reachable from here): {link}"
+    try:
+        return NO_BOKEH if not client.run_on_scheduler(pages) else NO_DASHBOARD
+    except Exception:  # noqa: BLE001
+        return NO_DASHBOARD
+
+
 def connect(workers: int | None = None, scheduler: str | None = None):
-    """(client, cluster): to `scheduler` if given (cluster None), else a new LocalCluster."""
+    """(client, cluster): to `scheduler` if given (cluster None), else a new LocalCluster
+    serving the Dask dashboard (where bokeh is installed)."""
+    import warnings
+
     from dask.distributed import Client, LocalCluster
 
     if scheduler:
@@ -156,12 +209,14 @@ def connect(workers: int | None = None, scheduler: str | None = None):
             return Client(scheduler, timeout="10s"), None
         except (OSError, TimeoutError) as e:
             raise AifabricError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
-    with _workers_ignore_ctrl_c():
+    # "port 8787 is in use ... on port N instead": the line printed says where it is
+    with _workers_ignore_ctrl_c(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Port .* is already in use")
         cluster = LocalCluster(
             n_workers=workers or default_workers(),
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=DASHBOARD if has_bokeh() else None,
             memory_limit=0,
             # CRITICAL: a point's failure reaches the table through its future; what the
             # workers log themselves is noise, e.g. a heartbeat that finds the scheduler
@@ -196,17 +251,28 @@ def run_sweep(
     echo=None,
 ) -> dict:
     """Run every point not already done; returns counts and whether it was interrupted.
+    `echo(text, keep=False)` is told how it goes (`stderr_progress`).
 
     Ctrl-C cancels what is queued or running and leaves results.csv holding
     exactly the points that finished; the same call again resumes.
     """
     from aifabric.experiments.results import earlier_rows
-    from aifabric.fabric.rundir import remove_run_dir, write_json
+    from aifabric.fabric.rundir import hold_lock, release_lock
 
     out = Path(out)
     points = sweep.points()
     earlier = earlier_rows(out, sweep, points)  # before sweep.json says what it was
     out.mkdir(parents=True, exist_ok=True)
+    lock = hold_lock(out / SWEEP_LOCK, f"{out} is being written by another sweep")
+    try:
+        return _run_sweep(sweep, out, points, earlier, workers, scheduler, echo)
+    finally:
+        release_lock(out / SWEEP_LOCK, lock)
+
+
+def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, echo) -> dict:
+    from aifabric.fabric.rundir import remove_run_dir, write_json
+
     (out / "runs").mkdir(exist_ok=True)
     write_json(out / "sweep.json", sweep.to_dict())
     table = out / "results.csv"
@@ -220,13 +286,17 @@ def run_sweep(
             rows[p.index] = row
     progress = Progress(len(points), len(rows), started=time.monotonic())
     write_table(table, sweep, points, rows, earlier)
-    show = echo or (lambda text: None)
-    show(f"{sweep.name}: {len(points)} points, {len(rows)} already done, {len(todo)} to run")
+    show = echo or (lambda text, keep=False: None)
+    show(
+        f"{sweep.name}: {len(points)} points, {len(rows)} already done, {len(todo)} to run",
+        keep=True,
+    )
     interrupted = False
     if todo:
         for p in todo:
             remove_run_dir(out / "runs" / p.name)
         client, cluster = connect(workers, scheduler)
+        show(dashboard(client), keep=True)
         futures = {}
         try:
             from dask.distributed import as_completed
@@ -277,11 +347,12 @@ def run_sweep(
 
 
 def stderr_progress():
-    """Progress on stderr: redrawn in place on a terminal, one line per update otherwise."""
+    """Progress on stderr: redrawn in place on a terminal, one line per update otherwise;
+    a line shown with `keep` (the sweep's size, the dashboard's address) stays."""
     tty = sys.stderr.isatty()
 
-    def show(text: str) -> None:
-        if tty:
+    def show(text: str, keep: bool = False) -> None:
+        if tty and not keep:
             sys.stderr.write("\r" + text + "   ")
         else:
             sys.stderr.write(text + "\n")

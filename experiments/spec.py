@@ -119,6 +119,21 @@ class Sweep:
                 )
         return out
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Sweep:
+        """The sweep `to_dict` wrote (a sweep directory's sweep.json)."""
+
+        def pairs(table: dict) -> dict[str, list[tuple[Any, Any]]]:
+            return {k: [tuple(p) for p in v] for k, v in table.items()}
+
+        return cls(
+            name=d["name"], scenario=d["scenario"], seeds=tuple(d["seeds"]),
+            fixed=dict(d.get("set", {})), grid=pairs(d.get("grid", {})),
+            zip=pairs(d.get("zip", {})), metrics=tuple(d.get("metrics", METRIC_GROUPS)),
+            engine=d.get("engine", "sim"), description=d.get("description", ""),
+            report=dict(d.get("report", {})),
+        )  # fmt: skip
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,

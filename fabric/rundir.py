@@ -29,6 +29,12 @@ temporary file renamed into place, so a reader never sees half of one):
                      (busbw / algbw, recorded also for ops that did not finish; runs
                      written before it was recorded lack it)
     captures/*.pcap  packet captures where taken
+    live.json        while the engine runs, its figures so far, rewritten at most once a
+                     second (aifabric.fabric.live: simulated time, events, flows done,
+                     the series' totals, each job's delivered bytes and rate, the
+                     busiest ports); a last time, with final true, after the results
+                     above are written. What `aifabric watch` shows of a run in
+                     progress; readers of a finished run need only the files above
 
 The same flows, port series and collectives are also tables, for DuckDB, pandas and
 Arrow (`aifabric.fabric.columnar`; Parquet, zstd): each NAME.parquet holds NAME.npz's
@@ -315,6 +321,46 @@ def _lock_held(path: Path, meta: dict) -> bool:
         if not isinstance(pid, int) or host != socket.gethostname():
             return True  # nothing to tell by: take run.json's word
         return Path(f"/proc/{pid}").exists()
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def hold_lock(path: str | Path, busy: str) -> int:
+    """Create the lock file `path` and lock it for this process, which keeps it until
+    `release_lock` or its end; `busy` is the sentence when another process holds it."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise AifabricError(f"cannot write {path}: {why_not_written(path, e)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AifabricError(busy) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def release_lock(path: str | Path, fd: int) -> None:
+    Path(path).unlink(missing_ok=True)
+    os.close(fd)
+
+
+def lock_held(path: str | Path) -> bool:
+    """Whether a live process holds the lock file `path` (`hold_lock`; False when absent)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
     except OSError:
         return True
     try:
