@@ -3,7 +3,7 @@
     DIR/sweep.json     the sweep as run: base scenario, keys, seeds, report settings
     DIR/results.csv    one row per finished run (RESULT_COLUMNS, the varied keys, metrics)
     DIR/results.parquet           the same, typed
-    DIR/results_long.parquet      one row per run, job and metric (aifabric.experiments.results)
+    DIR/results_long.parquet      one row per run, job and metric (experiments/results_table.py)
     DIR/runs/NAME/     each point's run directory (aifabric.fabric.rundir)
     DIR/sweep.lock     locked by the process running the sweep, removed when it ends
                        (`aifabric watch` tells a sweep in progress from a stopped one by it)
@@ -108,9 +108,9 @@ def write_table(
     path: Path, sweep: Sweep, points: list[Point], rows: dict[int, dict], earlier=()
 ) -> None:
     """The results tables beside `path` (results.csv): one row per finished point, in point
-    order, then the `earlier` rows kept from another grid (aifabric.experiments.results);
+    order, then the `earlier` rows kept from another grid (aifabric.experiments.results_table);
     each file written atomically."""
-    from aifabric.experiments.results import write_tables
+    from aifabric.experiments.results_table import write_tables
 
     write_tables(path.parent, sweep, points, rows, list(earlier))
 
@@ -256,7 +256,7 @@ def run_sweep(
     Ctrl-C cancels what is queued or running and leaves results.csv holding
     exactly the points that finished; the same call again resumes.
     """
-    from aifabric.experiments.results import earlier_rows
+    from aifabric.experiments.results_table import earlier_rows
     from aifabric.fabric.rundir import hold_lock, release_lock
 
     out = Path(out)

@@ -96,10 +96,10 @@ def test_results_parquet_is_results_csv_typed_and_the_long_form_holds_every_valu
 
 def test_every_metric_a_run_gives_has_a_unit(swept):
     from aifabric.experiments.columns import UNITS
-    from aifabric.experiments.results import split_column
+    from aifabric.experiments.results_table import split_column
 
     csv = pd.read_csv(swept / "results.csv")
-    from aifabric.experiments.results import BOOKKEEPING
+    from aifabric.experiments.results_table import BOOKKEEPING
 
     metrics = {split_column(c)[0] for c in csv.columns if c not in BOOKKEEPING}
     metrics.discard("ecmp")  # the varied key ecmp.policy
