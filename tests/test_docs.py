@@ -22,6 +22,7 @@ from aifabric.fabric.checkout import FOLDERS
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "NOTES.md"]
+PAGES += [ROOT / "ARCHITECTURE.md"]
 MAX_README_LINES = 350
 
 # Named by the pages but built on other branches of issue 24 (the Python API's page, the live
