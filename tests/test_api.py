@@ -225,8 +225,9 @@ def test_a_run_without_tables_has_empty_frames_with_the_same_columns(demo, tmp_p
 
     bare = tmp_path / "bare"
     shutil.copytree(demo.path, bare)
-    for name in ("flows.npz", "ports.npz", "collectives.npz"):
-        (bare / name).unlink()
+    for name in ("flows", "ports", "collectives"):  # neither the arrays nor their tables
+        (bare / f"{name}.npz").unlink()
+        (bare / f"{name}.parquet").unlink()
     run = aifabric.load(bare)
     for table in ("flows", "ports", "collectives"):
         empty, full = getattr(run, table), getattr(demo, table)

@@ -130,7 +130,7 @@ def test_a_run_without_its_npz_files_reads_the_same_from_its_parquet(two_jobs, t
             assert b[key].dtype == a[key].dtype, (name, key)
             assert b[key].shape == a[key].shape, (name, key)
             assert np.array_equal(a[key], b[key]), (name, key)
-    first, second = run_metrics(two_jobs), run_metrics(Run(copy))
+    first, second = run_metrics(two_jobs).to_dict(), run_metrics(Run(copy)).to_dict()
     first.pop("path"), second.pop("path")
     assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
 
