@@ -1,7 +1,7 @@
 """Results across seeds: per-configuration statistics and effects, with 95% t-intervals.
 
 A configuration is one combination of the varied keys; its seeds are the
-sample. The interval is Student's t: mean +- t(0.975, n-1) s / sqrt(n), with
+sample. The interval is Student's t (scipy.stats.t): mean +- t(0.975, n-1) s / sqrt(n), with
 s the sample standard deviation (n-1 in the denominator). An effect compares
 a configuration with the baseline in the same group (the other varied keys
 equal), seed by seed: the relative change (x - b) / b of each seed's pair,
@@ -16,35 +16,13 @@ from typing import Any
 import numpy as np
 
 
-def t_cdf_two_sided(t: float, dof: int) -> float:
-    """P(|T| < t) for Student's t with `dof` degrees of freedom (a closed form for whole dof:
-    Abramowitz and Stegun 26.7.3 and 26.7.4)."""
-    theta = math.atan(t / math.sqrt(dof))
-    c2 = math.cos(theta) ** 2
-    if dof % 2:
-        total, term = 0.0, math.cos(theta)
-        for k in range(1, (dof - 1) // 2 + 1):
-            total += term
-            term *= c2 * (2 * k) / (2 * k + 1)
-        return 2 / math.pi * (theta + math.sin(theta) * total) if dof > 1 else 2 * theta / math.pi
-    total, term = 0.0, 1.0
-    for k in range(1, dof // 2 + 1):
-        total += term
-        term *= c2 * (2 * k - 1) / (2 * k)
-    return math.sin(theta) * total
-
-
 def t_quantile(dof: int, level: float = 0.95) -> float:
     """The t value with P(|T| < t) = level (the two-sided `level` interval's multiplier)."""
+    from scipy.stats import t as student_t
+
     if dof < 1:
         raise ValueError("a t interval needs at least two values")
-    lo, hi = 0.0, 1.0
-    while t_cdf_two_sided(hi, dof) < level:
-        hi *= 2
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if t_cdf_two_sided(mid, dof) < level else (lo, mid)
-    return (lo + hi) / 2
+    return float(student_t.ppf((1 + level) / 2, dof))
 
 
 def describe(values) -> dict[str, Any]:
