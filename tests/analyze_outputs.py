@@ -1,7 +1,8 @@
 """What `aifabric analyze` prints (text, --json, --json --series) for every scenario preset
 and every capture of tests/data: the outputs `tests/test_analyze_outputs.py` holds equal,
-byte for byte, to those recorded in tests/data/analyze/ (written by the code before the
-metrics became typed results).
+byte for byte, to those recorded in tests/data/analyze/ (first written by the code before
+the metrics became typed results; re-recorded once when rich took over the tables' layout,
+the --json outputs then differing only by the `cost_ns` that hot ports' rows used to carry).
 
     .venv/bin/python -m tests.analyze_outputs     re-record them (after a deliberate change)
 
