@@ -44,11 +44,14 @@ class RunCommand(click.Command):
 
 
 class _ProgressPrinter:
-    """One progress line on stderr, redrawn at most 5 times a second; the last one is final."""
+    """The run's progress on stderr, redrawn at most 5 times a second; the last one is final.
+    On a terminal a rich progress bar of the flows done, with the simulated time and the
+    events so far; otherwise one line per update (a log keeps each)."""
 
     def __init__(self):
         self.last = 0.0
-        self.drawn = False
+        self.bar = None
+        self.task = None
 
     def __call__(self, p, final: bool = False) -> None:
         from aifabric.fabric.units import format_time
@@ -57,12 +60,30 @@ class _ProgressPrinter:
         if not final and t - self.last < 0.2:
             return
         self.last = t
-        line = (
-            f"\r  simulated {format_time(p.now_ns):>9}  flows {p.flows_done:,}/{p.flows:,}"
-            f"  events {p.events:,}   "
-        )
-        sys.stderr.write(line + ("\n" if final else ""))
-        sys.stderr.flush()
+        so_far = f"simulated {format_time(p.now_ns):>9}  events {p.events:,}"
+        if not sys.stderr.isatty():
+            sys.stderr.write(f"  {so_far}  flows {p.flows_done:,}/{p.flows:,}\n")
+            sys.stderr.flush()
+            return
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.bar = Progress(
+                TextColumn("  flows"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[so_far]}"), console=Console(stderr=True),
+            )  # fmt: skip
+            self.bar.start()
+            self.task = self.bar.add_task("flows", total=p.flows, so_far=so_far)
+        self.bar.update(self.task, completed=p.flows_done, so_far=so_far)
+        if final:
+            self.close()
+
+    def close(self) -> None:
+        """Give the terminal back (also when the run stops early)."""
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
 
 
 FLAGS = {"max_wall_s": "--max-wall"}  # engine option -> its flag, where the names differ
@@ -179,15 +200,19 @@ def run(
                 stop.enter("replace", "shielded")
                 remove_run_dir(path)  # only now: a mistake above keeps the old run
                 stop.enter("load", "abortable")
-            summary = run_scenario(
-                engine_name,
-                sc,
-                path,
-                options=options,
-                progress=_ProgressPrinter(),
-                stop=stop,
-                notify=lambda line: click.echo(line, err=True),
-            )
+            printer = _ProgressPrinter()
+            try:
+                summary = run_scenario(
+                    engine_name,
+                    sc,
+                    path,
+                    options=options,
+                    progress=printer,
+                    stop=stop,
+                    notify=lambda line: click.echo(line, err=True),
+                )
+            finally:
+                printer.close()
         except Interrupted:
             click.echo("interrupted before the run started; nothing was written", err=True)
             ctx.exit(EXIT_INTERRUPTED)

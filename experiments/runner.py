@@ -38,7 +38,6 @@ from typing import Any
 from aifabric.experiments.spec import Point, Sweep
 from aifabric.fabric.errors import AifabricError
 
-BAR = 24  # characters of the progress bar
 SWEEP_LOCK = "sweep.lock"
 RESULT_COLUMNS = ("point", "run_dir", "seed", "status", "error", "scenario_hash", "wall_s")
 
@@ -130,10 +129,8 @@ class Progress:
         eta = ""
         if self.done and left:
             eta = f"  about {_duration(elapsed / self.done * left)} left"
-        filled = round(BAR * finished / self.total) if self.total else BAR
-        bar = "#" * filled + "." * (BAR - filled)
         return (
-            f"  [{bar}] {finished}/{self.total} points done  {self.failed} failed"
+            f"  {finished}/{self.total} points done  {self.failed} failed"
             f"  {_duration(elapsed)} elapsed{eta}"
         )
 
@@ -251,7 +248,8 @@ def run_sweep(
     echo=None,
 ) -> dict:
     """Run every point not already done; returns counts and whether it was interrupted.
-    `echo(text, keep=False)` is told how it goes (`stderr_progress`).
+    `echo(text, keep=False)` is told how it goes, and `echo(progress)` the points so far
+    (a `Progress`; `stderr_progress` draws it).
 
     Ctrl-C cancels what is queued or running and leaves results.csv holding
     exactly the points that finished; the same call again resumes.
@@ -267,6 +265,7 @@ def run_sweep(
     try:
         return _run_sweep(sweep, out, points, earlier, workers, scheduler, echo)
     finally:
+        getattr(echo, "close", lambda: None)()
         release_lock(out / SWEEP_LOCK, lock)
 
 
@@ -308,7 +307,7 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
                     sweep.metrics, key=f"aifabric-point-{p.index}-{time.time_ns()}", pure=False,
                 )  # fmt: skip
                 futures[fut] = p
-            show(progress.line())
+            show(progress)
             for fut in as_completed(futures):
                 p = futures[fut]
                 try:
@@ -319,7 +318,7 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
                 progress.done += 1
                 progress.failed += row.get("status") == "failed"
                 write_table(table, sweep, points, rows, earlier)
-                show(progress.line())
+                show(progress)
         except KeyboardInterrupt:
             interrupted = True
             client.cancel(list(futures))
@@ -347,15 +346,46 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
 
 
 def stderr_progress():
-    """Progress on stderr: redrawn in place on a terminal, one line per update otherwise;
-    a line shown with `keep` (the sweep's size, the dashboard's address) stays."""
-    tty = sys.stderr.isatty()
+    """Progress on stderr: `show(text, keep=False)` prints a line (one shown with `keep`, the
+    sweep's size or the dashboard's address, stays), `show(progress)` the points so far: a
+    rich progress bar redrawn in place on a terminal, one line per update otherwise."""
+    if not sys.stderr.isatty():
 
-    def show(text: str, keep: bool = False) -> None:
-        if tty and not keep:
-            sys.stderr.write("\r" + text + "   ")
-        else:
-            sys.stderr.write(text + "\n")
-        sys.stderr.flush()
+        def plain(item, keep: bool = False) -> None:
+            sys.stderr.write((item.line() if isinstance(item, Progress) else item) + "\n")
+            sys.stderr.flush()
 
+        return plain
+
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.progress import Progress as Bar
+
+    bar = Bar(
+        TextColumn("  points"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(), TimeRemainingColumn(),
+        console=Console(stderr=True), transient=False,
+    )  # fmt: skip
+    task = None
+
+    def show(item, keep: bool = False) -> None:
+        nonlocal task
+        if not isinstance(item, Progress):
+            bar.console.print(item, markup=False, highlight=False)
+            return
+        finished = item.reused + item.done
+        if task is None:
+            bar.start()
+            task = bar.add_task("points", total=item.total, completed=finished, failed=0)
+        bar.update(task, completed=finished, failed=item.failed)
+        if finished >= item.total:
+            bar.stop()
+
+    show.close = bar.stop  # an interrupted sweep gives the terminal back
     return show

@@ -332,9 +332,9 @@ def test_the_progress_line_counts_points_failures_and_time_left():
 
     # 2 points from before, 2 run in 10 s (one failed): 4 left at 5 s each
     line = Progress(total=8, reused=2, done=2, failed=1, started=time.monotonic() - 10).line()
-    assert line.startswith("  [" + "#" * 12 + "." * 12 + "] 4/8 points done  1 failed")
+    assert line.startswith("  4/8 points done  1 failed")
     assert line.endswith("0m10s elapsed  about 0m20s left")
     fresh = Progress(total=8, reused=2, started=time.monotonic()).line()
     assert "2/8 points done  0 failed" in fresh and "left" not in fresh  # nothing run: no guess
     done = Progress(total=2, reused=0, done=2, started=time.monotonic() - 5).line()
-    assert "[" + "#" * 24 + "] 2/2" in done and "left" not in done
+    assert "2/2 points done" in done and "left" not in done
