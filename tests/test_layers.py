@@ -140,7 +140,17 @@ def test_the_folders_are_the_layers_and_the_wheel_maps_them():
     assert set(MAY_USE) == LAYERS | {"aifabric"}
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert setuptools["package-dir"] == FOLDERS
-    assert sorted(setuptools["packages"]) == sorted(FOLDERS)
+    assert sorted(p for p in setuptools["packages"] if p in FOLDERS) == sorted(FOLDERS)
+    # every folder of a layer that holds data files (presets, specs) is a package of data
+    held = {
+        path.parent.relative_to(ROOT)
+        for folder in FOLDERS.values()
+        for path in (ROOT / folder).rglob("*.toml")
+    }
+    data = {"aifabric." + ".".join(folder.parts) for folder in held}
+    assert set(setuptools["packages"]) - set(FOLDERS) == data
+    for package in data:
+        assert setuptools["package-data"][package] == ["*.toml"], package
     assert all(p.partition(".")[0] == "aifabric" for p in setuptools["package-data"])
 
 
