@@ -53,7 +53,8 @@ def sweep_output(output: str, force: bool) -> None:
         raise AifabricError("the sweep folder's name is empty")
     if path.exists() and not path.is_dir():
         raise AifabricError(f"cannot write the sweep into {output}: it is not a folder")
-    if path.is_dir() and not (path / "sweep.json").is_file() and any(path.iterdir()) and not force:
+    ours = (path / "sweep.json").is_file() or (path / "sweep.lock").is_file()
+    if path.is_dir() and not ours and any(path.iterdir()) and not force:
         raise AifabricError(
             f"{output} is a folder but not a sweep's (no sweep.json); give --force to write "
             "a sweep into it (its sweep.json, results.csv, report.html and runs/ are the sweep's)"
