@@ -53,9 +53,26 @@ def main() -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+# The Python API (`aifabric.api`), loaded on first use: `import aifabric` and the command
+# line stay as cheap as they were.
+API = ("run", "load", "sweep", "open_sweep", "Run", "Sweep")
+
+
 def __getattr__(name: str):
     if name == "__version__":
         from aifabric.fabric import __version__
 
         return __version__
+    if name in API:
+        from aifabric import api
+
+        return getattr(api, name)
+    if name == "AifabricError":
+        from aifabric.fabric.errors import AifabricError
+
+        return AifabricError
     raise AttributeError(f"module 'aifabric' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *API, "AifabricError", "__version__"])

@@ -336,4 +336,5 @@ from aifabric import (  # noqa: E402, F401
     cli_run,
     cli_sweep,
     cli_traffic,
+    cli_watch,
 )

@@ -63,8 +63,8 @@ def analyze(target, rate, top, series, as_json):
     m, warnings = targets.analyze(target, rate_bps=rate, top=top, series=series and as_json)
     _warn(warnings)
     if as_json:
-        emit_json(m)
-    elif m["source"] == "capture":
+        emit_json(m.to_dict())
+    elif m.source == "capture":
         click.echo(render.capture_text(m))
     else:
         click.echo(render.run_text(m, top))
@@ -126,7 +126,7 @@ def compare(targets, by, rate, as_json):
             rows.append(group_summary(name, summaries))
     _warn(warnings)
     if as_json:
-        emit_json(rows)
+        emit_json([r.to_dict() for r in rows])
     else:
         click.echo(render.compare_text(rows))
 

@@ -152,9 +152,9 @@ def run(
     """Run SCENARIO (a scenario preset or a TOML file) and write a run directory."""
     from pathlib import Path
 
+    from aifabric.api import default_output, scenario_of
     from aifabric.engines import EXIT_INTERRUPTED, Interrupted, Stop, run_scenario
     from aifabric.fabric.rundir import check_run_dir, remove_run_dir
-    from aifabric.scenarios import load_scenario, with_captures
     from aifabric.scenarios.overrides import parse_assignment
     from aifabric.warmup import ensure_warm
 
@@ -172,17 +172,13 @@ def run(
         try:
             stop.enter("load", "abortable")
             overrides = [parse_assignment(text) for text in assignments]
-            sc = load_scenario(scenario, seed=seed, overrides=overrides)
-            names = [c for item in captures for c in item.split(",") if c]
-            if names:
-                sc = with_captures(sc, names)
+            sc = scenario_of(scenario, seed=seed, overrides=overrides, captures=captures)
             loaded()
             stop.enter("compile", "compiling")
             ensure_warm(should_stop=stop.is_set)  # an empty kernel cache: compile it all now
             stop.enter("load", "abortable")  # raises if a signal came while compiling
             notice_compiles()  # and any compile after
-            stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-            path = Path(output or f"runs/{sc.name}-{stamp}")
+            path = Path(output) if output else default_output(sc)
             if force:
                 stop.enter("replace", "shielded")
                 remove_run_dir(path)  # only now: a mistake above keeps the old run

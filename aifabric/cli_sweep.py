@@ -71,7 +71,8 @@ def sweep():
 
 output_option = click.option(
     "-o", "--output", required=True, type=click.Path(file_okay=False),
-    help="The sweep's folder: sweep.json, results.csv and runs/ (created, or resumed).",
+    help="The sweep's folder: sweep.json, results.csv, results.parquet, results_long.parquet "
+    "and runs/ (created, resumed, or extended by another grid).",
 )  # fmt: skip
 
 

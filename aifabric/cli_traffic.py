@@ -201,7 +201,7 @@ def traffic_export(workload, fabric_name, seed, output, force, **options):
 @force_option
 def traffic_import(matrix, fabric_name, seed, output, force):
     """Convert a traffic matrix (.npz flow table, .csv or htsim connection matrix) into the
-    flow table of a fabric. See the README's "Traffic matrices" for the formats."""
+    flow table of a fabric. docs/traffic.md describes the formats."""
     from aifabric.topologies import load_fabric
     from aifabric.traffic import import_flows
 

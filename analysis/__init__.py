@@ -6,7 +6,9 @@
   reference the fast reader is tested against.
 - `metrics`: metrics of a capture or of a run directory (per job and per op: time, ideal,
   efficiency, busbw; hot spots and PFC victims; throughput), and the summary `compare`
-  shows.
+  shows, as the typed results of `results` (frozen dataclasses; `to_dict()` is the JSON).
+- `frames`: a run directory's flows, per-port samples and collectives as pandas
+  DataFrames (what `aifabric.Run` returns).
 - `ecmp`: ECMP spread over the next hops flows could take, beside uniform hashing.
 - `report`: the self-contained Plotly HTML report.
 - `render`, `table`: the analyses as text for the terminal.

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from aifabric.fabric.imbalance import imbalance
+from aifabric.analysis import results as R
 
 QP_KEY = ("src", "dst", "sport", "dqpn")
 TRIALS = 256
@@ -93,25 +93,25 @@ def _uniform_draws(cand_ptr, flat, weight, rng) -> tuple[np.ndarray, np.ndarray,
     return ports, by, count
 
 
-def _expected(draws: np.ndarray, ports: np.ndarray, bins: np.ndarray) -> dict:
+def _expected(draws: np.ndarray, ports: np.ndarray, bins: np.ndarray) -> R.UniformReference:
     """The mean over the draws of `imbalance`'s max/mean, CV and Jain of loads on `bins`."""
     x = draws[:, np.searchsorted(ports, bins)]
     mean = x.mean(axis=1)
     ok = mean > 0  # an empty draw is perfectly balanced, as `imbalance` has it
     safe = np.where(ok, mean, 1.0)
     sq = (x**2).sum(axis=1)
-    return {
-        "max_mean": float(np.where(ok, x.max(axis=1) / safe, 1.0).mean()),
-        "cv": float(np.where(ok, x.std(axis=1) / safe, 0.0).mean()),
-        "jain": float(
+    return R.UniformReference(
+        max_mean=float(np.where(ok, x.max(axis=1) / safe, 1.0).mean()),
+        cv=float(np.where(ok, x.std(axis=1) / safe, 0.0).mean()),
+        jain=float(
             np.where(ok, x.sum(axis=1) ** 2 / (x.shape[1] * np.where(ok, sq, 1.0)), 1.0).mean()
         ),
-    }
+    )
 
 
 def ecmp_metrics(
     fabric, flows: dict, routing, ports: np.ndarray, epoch: np.ndarray | None = None
-) -> dict:
+) -> R.Ecmp:
     """Per tier (up and down) and per switch: the spread of the QPs that had a choice.
     `routing` is one Routing, or one per epoch of a run with faults, `epoch` (per flow)
     saying which chose each flow's route."""
@@ -123,7 +123,7 @@ def ecmp_metrics(
     epoch = np.clip(np.asarray(epoch, dtype=np.int64), 0, len(routings) - 1)
     qp, chosen, cand_ptr, flat, qp_bytes = _choices(fabric, routings, epoch, flows, ports)
     if not len(qp):
-        return {"tiers": [], "switches": [], "choices": 0}
+        return R.Ecmp()
     labels = tier_of_ports(fabric)
     weight = qp_bytes[qp]
     n_ports = fabric.n_ports
@@ -136,50 +136,48 @@ def ecmp_metrics(
     switches, tiers = [], []
     for label in sorted(np.unique(tier), key=lambda x: (x % 4 < x // 4, x // 4, x % 4)):
         in_tier = np.flatnonzero(tier == label)
-        rows = []
+        rows, tier_bins = [], []
         for s in np.unique(node[in_tier]):
             mine = in_tier[node[in_tier] == s]
             bins = np.unique(np.concatenate([flat[cand_ptr[i] : cand_ptr[i + 1]] for i in mine]))
             m = len(np.unique(qp[mine]))
             occupied = int(np.count_nonzero(count[bins]))
+            tier_bins.append(bins)
             rows.append(
-                {
-                    "switch": fabric.node_name[s],
-                    "tier": tier_name(int(label)),
-                    "links": len(bins),
-                    "ports": [fabric.port_name(p) for p in bins],
-                    "qps": m,
-                    "bytes_per_link": [int(x) for x in by[bins]],
-                    "qps_per_link": [int(x) for x in count[bins]],
-                    "bytes": imbalance(by[bins]),
-                    "bytes_expected": _expected(u_by, cands, bins),
-                    "qps_imbalance": imbalance(count[bins]),
-                    "qps_expected": _expected(u_count, cands, bins),
-                    "collisions": m - occupied,
-                    "collisions_expected": expected_collisions(m, len(bins)),
-                    "_bins": bins,
-                }
+                R.EcmpSwitch(
+                    switch=fabric.node_name[s],
+                    tier=tier_name(int(label)),
+                    links=len(bins),
+                    ports=tuple(fabric.port_name(p) for p in bins),
+                    qps=m,
+                    bytes_per_link=tuple(int(x) for x in by[bins]),
+                    qps_per_link=tuple(int(x) for x in count[bins]),
+                    bytes=R.Imbalance.of(by[bins]),
+                    bytes_expected=_expected(u_by, cands, bins),
+                    qps_imbalance=R.Imbalance.of(count[bins]),
+                    qps_expected=_expected(u_count, cands, bins),
+                    collisions=m - occupied,
+                    collisions_expected=expected_collisions(m, len(bins)),
+                )
             )
-        bins = np.unique(np.concatenate([r.pop("_bins") for r in rows]))
+        bins = np.unique(np.concatenate(tier_bins))
         switches += rows
         tiers.append(
-            {
-                "tier": tier_name(int(label)),
-                "switches": len(rows),
-                "links": len(bins),
-                "links_in_tier": int(np.count_nonzero(labels == label)),
-                "links_used": int(np.count_nonzero(count[bins])),
-                "qps": int(sum(r["qps"] for r in rows)),
-                "bytes": imbalance(by[bins]),
-                "bytes_expected": _expected(u_by, cands, bins),
-                "qps_imbalance": imbalance(count[bins]),
-                "qps_expected": _expected(u_count, cands, bins),
-                "switch_max_mean": float(np.mean([r["bytes"]["max_mean"] for r in rows])),
-                "switch_max_mean_expected": float(
-                    np.mean([r["bytes_expected"]["max_mean"] for r in rows])
-                ),
-                "collisions": int(sum(r["collisions"] for r in rows)),
-                "collisions_expected": float(sum(r["collisions_expected"] for r in rows)),
-            }
+            R.EcmpTier(
+                tier=tier_name(int(label)),
+                switches=len(rows),
+                links=len(bins),
+                links_in_tier=int(np.count_nonzero(labels == label)),
+                links_used=int(np.count_nonzero(count[bins])),
+                qps=int(sum(r.qps for r in rows)),
+                bytes=R.Imbalance.of(by[bins]),
+                bytes_expected=_expected(u_by, cands, bins),
+                qps_imbalance=R.Imbalance.of(count[bins]),
+                qps_expected=_expected(u_count, cands, bins),
+                switch_max_mean=float(np.mean([r.bytes.max_mean for r in rows])),
+                switch_max_mean_expected=float(np.mean([r.bytes_expected.max_mean for r in rows])),
+                collisions=int(sum(r.collisions for r in rows)),
+                collisions_expected=float(sum(r.collisions_expected for r in rows)),
+            )
         )
-    return {"tiers": tiers, "switches": switches, "choices": int(len(qp))}
+    return R.Ecmp(tiers=tuple(tiers), switches=tuple(switches), choices=int(len(qp)))

@@ -1,8 +1,9 @@
 """Metrics of congestion, ECMP imbalance and completion, from captures and run directories.
 
-Both entry points return plain dicts of JSON-able values (what `analyze --json`
-prints); `summary()` reduces either to the few numbers `compare` puts side by
-side, per job where a run has jobs (jobs are never averaged together).
+Both entry points return typed results (`aifabric.analysis.results`: `RunMetrics`,
+`CaptureMetrics`), whose `to_dict()` is what `analyze --json` prints; `summary()`
+reduces either to the few numbers `compare` puts side by side (`Summary`), per job
+where a run has jobs (jobs are never averaged together).
 
 Conventions:
 
@@ -23,15 +24,17 @@ Conventions:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from numba import njit
 
 from aifabric.analysis import capture as C
+from aifabric.analysis import results as R
 from aifabric.analysis.ecmp import expected_collisions
 from aifabric.fabric._numba_cache import lean_loads
 from aifabric.fabric.completion import algbw_bps
 from aifabric.fabric.errors import AifabricError
-from aifabric.fabric.imbalance import imbalance
 
 lean_loads()  # cached kernels load without numba's typing and lowering tables
 
@@ -43,20 +46,20 @@ DEFAULT_RATE_BPS = 100 * 10**9
 # --- small pure functions ---------------------------------------------------------------
 
 
-def distribution(values) -> dict:
+def distribution(values) -> R.Distribution:
     """count, mean, p50, p90, p99 and max of a sample (linear-interpolated percentiles)."""
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
-        return {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None, "max": None}
+        return R.Distribution(count=0, mean=None, p50=None, p90=None, p99=None, max=None)
     p50, p90, p99 = np.percentile(x, [50, 90, 99])
-    return {
-        "count": int(x.size),
-        "mean": float(x.mean()),
-        "p50": float(p50),
-        "p90": float(p90),
-        "p99": float(p99),
-        "max": float(x.max()),
-    }
+    return R.Distribution(
+        count=int(x.size),
+        mean=float(x.mean()),
+        p50=float(p50),
+        p90=float(p90),
+        p99=float(p99),
+        max=float(x.max()),
+    )
 
 
 def pause_ns(time_ns, iface, enable, quanta, rate_bps: int) -> np.ndarray:
@@ -175,7 +178,7 @@ def capture_metrics(
     top: int = 10,
     nic_names: dict[int, str] | None = None,
     series: bool = False,
-) -> dict:
+) -> R.CaptureMetrics:
     """Metrics of one capture. `nic_names` maps IPv4 addresses to NIC names (a run's fabric)."""
     n = len(cap)
     kind = cap.kind
@@ -186,51 +189,36 @@ def capture_metrics(
     t0 = int(t[timed].min()) if timed.any() else 0
     t1 = int(t[timed].max()) if timed.any() else 0
     duration = t1 - t0
-    out: dict = {
-        "source": "capture",
-        "file": cap.path.name,
-        "format": cap.format,
-        "problem": cap.problem,
-        "packets": n,
-        "bytes": int(length.sum()),
-        "captured_bytes": int(cap.caplen.astype(np.int64).sum()),
-        "cut_headers": int(np.count_nonzero(cap.flags & C.FLAG_CUT)),
-        "interfaces": cap.n_ifaces,
-        "start_ns": t0,
-        "duration_ns": duration,
-        "kinds": {name: int(counts[i]) for i, name in enumerate(C.KIND_NAMES)},
-    }
-
     # ECN over IP packets; CE-marked fraction among all IP packets and among ECN-capable ones
     ip = cap.ipver != 0
     ecn = np.bincount(cap.ecn[ip], minlength=4)
     n_ip = int(ip.sum())
     capable = int(ecn[1] + ecn[2] + ecn[3])
-    out["ecn"] = {
-        "ip_packets": n_ip,
-        "not_ect": int(ecn[0]),
-        "ect1": int(ecn[1]),
-        "ect0": int(ecn[2]),
-        "ce": int(ecn[3]),
-        "ce_fraction": float(ecn[3] / n_ip) if n_ip else 0.0,
-        "ce_fraction_of_ect": float(ecn[3] / capable) if capable else 0.0,
-    }
+    ecn_figures = R.CaptureEcn(
+        ip_packets=n_ip,
+        not_ect=int(ecn[0]),
+        ect1=int(ecn[1]),
+        ect0=int(ecn[2]),
+        ce=int(ecn[3]),
+        ce_fraction=float(ecn[3] / n_ip) if n_ip else 0.0,
+        ce_fraction_of_ect=float(ecn[3] / capable) if capable else 0.0,
+    )
 
     roce = kind == C.KIND_ROCE
     cnp = kind == C.KIND_CNP
-    out["roce"] = {
-        "packets": int(roce.sum()),
-        "bytes": int(length[roce].sum()),
-        "fecn": int(cap.fecn[roce].sum()),
-        "becn": int(cap.becn[roce | cnp].sum()),
-    }
+    roce_figures = R.CaptureRoce(
+        packets=int(roce.sum()),
+        bytes=int(length[roce].sum()),
+        fecn=int(cap.fecn[roce].sum()),
+        becn=int(cap.becn[roce | cnp].sum()),
+    )
     n_cnp = int(cnp.sum())
-    out["cnp"] = {
-        "count": n_cnp,
-        "rate_per_s": float(n_cnp * 1e9 / duration) if duration > 0 else 0.0,
-        "per_roce_packet": float(n_cnp / roce.sum()) if roce.any() else 0.0,
-        "qps": int(len(np.unique(cap.dqpn[cnp]))) if n_cnp else 0,
-    }
+    cnp_figures = R.CaptureCnp(
+        count=n_cnp,
+        rate_per_s=float(n_cnp * 1e9 / duration) if duration > 0 else 0.0,
+        per_roce_packet=float(n_cnp / roce.sum()) if roce.any() else 0.0,
+        qps=int(len(np.unique(cap.dqpn[cnp]))) if n_cnp else 0,
+    )
 
     pfc = kind == C.KIND_PFC
     en = cap.pfc_enable[pfc]
@@ -238,48 +226,50 @@ def capture_metrics(
     per_prio = [int(((en >> k) & 1).sum()) for k in range(8)]
     xoff = [int((((en >> k) & 1) & (q[:, k] > 0)).sum()) for k in range(8)]
     paused = pause_ns(t[pfc], cap.iface[pfc], en, q, rate_bps)
-    out["pfc"] = {
-        "frames": int(pfc.sum()),
-        "frames_per_priority": per_prio,
-        "xoff_per_priority": xoff,
-        "xon_per_priority": [a - b for a, b in zip(per_prio, xoff, strict=True)],
-        "quanta_per_priority": [int(q[:, k].astype(np.int64).sum()) for k in range(8)],
-        "paused_ns_per_priority": [int(x) for x in paused],
-        "rate_bps": int(rate_bps),
-    }
+    pfc_figures = R.CapturePfc(
+        frames=int(pfc.sum()),
+        frames_per_priority=tuple(per_prio),
+        xoff_per_priority=tuple(xoff),
+        xon_per_priority=tuple(a - b for a, b in zip(per_prio, xoff, strict=True)),
+        quanta_per_priority=tuple(int(q[:, k].astype(np.int64).sum()) for k in range(8)),
+        paused_ns_per_priority=tuple(int(x) for x in paused),
+        rate_bps=int(rate_bps),
+    )
     pause = kind == C.KIND_PAUSE
     pq = cap.quanta[pause]
-    out["pause"] = {
-        "frames": int(pause.sum()),
-        "quanta": int(pq[:, 0].astype(np.int64).sum()),
-        "paused_ns": int(
+    pause_figures = R.CapturePause(
+        frames=int(pause.sum()),
+        quanta=int(pq[:, 0].astype(np.int64).sum()),
+        paused_ns=int(
             pause_ns(t[pause], cap.iface[pause], np.ones(int(pause.sum()), np.uint8), pq, rate_bps)[
                 0
             ]
         ),
-    }
+    )
 
-    out["flows"], out["fct_ns"], flows_if = _capture_flows(cap, top, nic_names)
+    flows, fct, flows_if = _capture_flows(cap, top, nic_names)
 
     # per interface: bytes and flows (the uplinks when each interface is one)
     ifc = cap.iface.astype(np.int64)
     k_if = max(cap.n_ifaces, 1)
     by_if = np.bincount(ifc, weights=length, minlength=k_if)
-    out["per_interface"] = {
-        "bytes": [int(x) for x in by_if],
-        "packets": [int(x) for x in np.bincount(ifc, minlength=k_if)],
-        "imbalance": imbalance(by_if) if k_if > 1 else None,
-    }
+    per_interface = R.PerInterface(
+        bytes=tuple(int(x) for x in by_if),
+        packets=tuple(int(x) for x in np.bincount(ifc, minlength=k_if)),
+        imbalance=R.Imbalance.of(by_if) if k_if > 1 else None,
+    )
     if k_if > 1:
         # each interface an uplink: flows are the balls ECMP threw (see the module docstring)
         balls = int(flows_if.sum())
-        out["per_interface"].update(
-            flows=[int(x) for x in flows_if],
-            flows_imbalance=imbalance(flows_if),
+        per_interface = replace(
+            per_interface,
+            flows=tuple(int(x) for x in flows_if),
+            flows_imbalance=R.Imbalance.of(flows_if),
             collisions=balls - int(np.count_nonzero(flows_if)),
             collisions_expected=expected_collisions(balls, k_if),
         )
 
+    timeline = None
     if series and duration > 0:
         b = bin_ns or _nice_bin(duration)
         slot = np.where(timed, (t - t0) // b, 0)
@@ -290,15 +280,37 @@ def capture_metrics(
         np.add.at(ce, slot[ip & (cap.ecn == 3)], 1)
         cn = np.bincount(slot[cnp], minlength=nb)
         pf = np.bincount(slot[pfc], minlength=nb)
-        out["series"] = {
-            "bin_ns": int(b),
-            "t_ns": [int(t0 + i * b) for i in range(nb)],
-            "throughput_bps": thr.tolist(),
-            "ce": ce.tolist(),
-            "cnp": cn.tolist(),
-            "pfc": pf.tolist(),
-        }
-    return out
+        timeline = R.CaptureSeries(
+            bin_ns=int(b),
+            t_ns=tuple(int(t0 + i * b) for i in range(nb)),
+            throughput_bps=tuple(tuple(row) for row in thr.tolist()),
+            ce=tuple(ce.tolist()),
+            cnp=tuple(cn.tolist()),
+            pfc=tuple(pf.tolist()),
+        )
+    return R.CaptureMetrics(
+        source="capture",
+        file=cap.path.name,
+        format=cap.format,
+        problem=cap.problem,
+        packets=n,
+        bytes=int(length.sum()),
+        captured_bytes=int(cap.caplen.astype(np.int64).sum()),
+        cut_headers=int(np.count_nonzero(cap.flags & C.FLAG_CUT)),
+        interfaces=cap.n_ifaces,
+        start_ns=t0,
+        duration_ns=duration,
+        kinds={name: int(counts[i]) for i, name in enumerate(C.KIND_NAMES)},
+        ecn=ecn_figures,
+        roce=roce_figures,
+        cnp=cnp_figures,
+        pfc=pfc_figures,
+        pause=pause_figures,
+        flows=flows,
+        fct_ns=fct,
+        per_interface=per_interface,
+        series=timeline,
+    )
 
 
 def flow_durations(cap: C.Capture) -> np.ndarray:
@@ -313,7 +325,7 @@ def _capture_flows(cap: C.Capture, top: int, nic_names, durations: bool = False)
     if sel.size == 0:
         if durations:
             return np.zeros(0, np.int64)
-        return {"count": 0, "top": []}, distribution([]), np.zeros(k_if, np.int64)
+        return R.CaptureFlows(count=0, top=()), distribution([]), np.zeros(k_if, np.int64)
     src_lo, dst_lo = cap.src_lo[sel], cap.dst_lo[sel]
     src_hi, dst_hi = cap.src_hi[sel], cap.dst_hi[sel]
     ports = (cap.sport[sel].astype(np.uint64) << np.uint64(16)) | cap.dport[sel].astype(np.uint64)
@@ -343,22 +355,22 @@ def _capture_flows(cap: C.Capture, top: int, nic_names, durations: bool = False)
             src = nic_names.get(src, src)
             dst = nic_names.get(dst, dst)
         rows.append(
-            {
-                "src": src,
-                "dst": dst,
-                "sport": int(cap.sport[i]),
-                "dport": int(cap.dport[i]),
-                "dqpn": int(cap.dqpn[i]),
-                "packets": int(pk[f]),
-                "bytes": int(by[f]),
-                "ce": int(ce[f]),
-                "first_ns": int(t_first[f]),
-                "duration_ns": int(fct[f]),
-            }
+            R.CaptureFlow(
+                src=src,
+                dst=dst,
+                sport=int(cap.sport[i]),
+                dport=int(cap.dport[i]),
+                dqpn=int(cap.dqpn[i]),
+                packets=int(pk[f]),
+                bytes=int(by[f]),
+                ce=int(ce[f]),
+                first_ns=int(t_first[f]),
+                duration_ns=int(fct[f]),
+            )
         )
     pairs = np.unique(inv * k_if + cap.iface[sel].astype(np.int64))
     flows_if = np.bincount(pairs % k_if, minlength=k_if)
-    return {"count": int(nf), "top": rows}, distribution(fct), flows_if
+    return R.CaptureFlows(count=int(nf), top=tuple(rows)), distribution(fct), flows_if
 
 
 # --- run directories ---------------------------------------------------------------------
@@ -392,7 +404,7 @@ def flow_ports(fabric, src, path_ptr, path_link) -> np.ndarray:
     return out
 
 
-def pause_spread(fabric, ports: dict) -> list[dict]:
+def pause_spread(fabric, ports: dict) -> list[R.PausedPort]:
     """Which paused port was paused because of which (see `_cause`), in time order.
 
     Port P (node X towards Y) is paused by PFC frames Y sends when its ingress
@@ -437,7 +449,7 @@ def pause_spread(fabric, ports: dict) -> list[dict]:
             }
         )
     _chains(rows)
-    return rows
+    return [R.PausedPort(**r) for r in rows]
 
 
 def _chains(rows: list[dict]) -> None:
@@ -462,16 +474,18 @@ def _chains(rows: list[dict]) -> None:
             row["hops_from_root"], row["root"] = hops, root
 
 
-def senders_paused(fabric, ports: dict, flows: dict, jobs: list[dict]) -> None:
-    """Each job's `senders_paused_ns`: PFC pause time on the ports of the NICs it sends
-    from, summed over them. A job's NICs are its own (jobs share none), so a bystander's
-    above zero means pauses that began elsewhere reached it."""
+def senders_paused(fabric, ports: dict, flows: dict, jobs: list[R.Job]) -> list[R.Job]:
+    """The jobs with their `senders_paused_ns`: PFC pause time on the ports of the NICs each
+    sends from, summed over them. A job's NICs are its own (jobs share none), so a
+    bystander's above zero means pauses that began elsewhere reached it."""
     col = {int(p): j for j, p in enumerate(ports["port"].astype(np.int64))}
     total = ports["paused_ns"].sum(axis=0)
+    out = []
     for job in jobs:
-        src = np.unique(flows["src"][flows["job"] == job["job"]])
+        src = np.unique(flows["src"][flows["job"] == job.job])
         cols = [col[int(fabric.nic_port[s])] for s in src if int(fabric.nic_port[s]) in col]
-        job["senders_paused_ns"] = int(total[cols].sum()) if cols else None
+        out.append(replace(job, senders_paused_ns=int(total[cols].sum()) if cols else None))
+    return out
 
 
 def recorded(run, key: str):
@@ -528,81 +542,59 @@ def _routings(run, fabric, flows: dict) -> tuple[list, np.ndarray]:
     return routings, epoch
 
 
-def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | None = None) -> dict:
+def run_metrics(
+    run, *, top: int = 10, series: bool = False, rate_bps: int | None = None
+) -> R.RunMetrics:
     """Metrics of a run directory (any engine); `rate_bps` times its captures' PFC quanta
     (default: the fabric's slowest link)."""
     from aifabric.analysis.ecmp import ecmp_metrics
     from aifabric.fabric.export import fabric_from_topology
 
     fabric = fabric_from_topology(run.topology())
-    out: dict = {
-        "source": "run",
-        "path": str(run.path),
-        "engine": run.engine,
-        "status": run.status,
-        "fabric": fabric.name,
-        "scenario": {
-            k: v
-            for k, v in run.meta.get("scenario", {}).items()
-            if isinstance(v, str | int | float)
-        },
-    }
     flows = run.flows()
     has_flows = flows is not None and len(flows["src"]) > 0
     if has_flows:
         done = flows["end_ns"] >= 0
         fct = (flows["end_ns"] - flows["start_ns"])[done]
-        out["flows"] = {
-            "count": int(len(done)),
-            "finished": int(done.sum()),
-            "bytes": int(flows["bytes"].sum()),
-        }
-        out["fct_ns"] = distribution(fct)
+        totals = R.FlowTotals(
+            count=int(len(done)), finished=int(done.sum()), bytes=int(flows["bytes"].sum())
+        )
+        fct_ns = distribution(fct)
         ports_used = flow_ports(fabric, flows["src"], flows["path_ptr"], flows["path_link"])
         routings, epoch = _routings(run, fabric, flows)
-        out["ecmp"] = ecmp_metrics(fabric, flows, routings, ports_used, epoch)
+        ecmp = ecmp_metrics(fabric, flows, routings, ports_used, epoch)
     else:
-        out["flows"] = {"count": 0, "finished": 0, "bytes": 0}
-        out["fct_ns"] = distribution([])
-        out["ecmp"] = {"tiers": [], "switches": [], "choices": 0}
+        totals = R.FlowTotals(count=0, finished=0, bytes=0)
+        fct_ns = distribution([])
+        ecmp = R.Ecmp()
 
     ports = run.ports()
     # An emulated run divides every rate by `scale` and stretches time by it; it records
     # fabric time and bytes, so every figure here is the fabric's, and `scale` converts.
     scale = float(ports["scale"]) if ports is not None and "scale" in ports else 1.0
-    out["emulation_scale"] = scale
     cnp = recorded(run, "cnp_sent")
     has_ports = ports is not None and ports["port"].size > 0
     if cnp is None and has_ports and "cnp_sent" in ports:
         cnp = int(ports["cnp_sent"].sum())
-    out["pause_spread"] = pause_spread(fabric, ports) if has_ports else []
+    cnp = None if cnp is None else int(cnp)
+    spread = pause_spread(fabric, ports) if has_ports else []
     if has_ports:
-        out["congestion"], out["hotspots"] = _port_metrics(fabric, ports, out["pause_spread"], top)
-        out["congestion"]["cnp_sent"] = None if cnp is None else int(cnp)
+        congestion, hotspots = _port_metrics(fabric, ports, spread, top, cnp)
     else:
-        out["congestion"] = None
-        out["hotspots"] = []
-    out["cnp_sent"] = None if cnp is None else int(cnp)
+        congestion, hotspots = None, []
 
     col = run.collectives()
     jobs_seen = list(flows["job"]) if has_flows else []
     if col is not None:
         jobs_seen += list(col["job"])
     names = job_names(run, jobs_seen)
-    out["collectives"] = _collectives(col, flows if has_flows else None, fabric, names, scale)
-    out["jobs"] = _jobs(out["collectives"]["ops"], flows if has_flows else None, names)
+    collectives = _collectives(col, flows if has_flows else None, fabric, names, scale)
+    jobs = _jobs(collectives.ops, flows if has_flows else None, names)
     if has_ports and has_flows:
-        senders_paused(fabric, ports, flows, out["jobs"])
-        out["throughput"] = _throughput(fabric, ports, flows, out["jobs"], top, series)
+        jobs = senders_paused(fabric, ports, flows, jobs)
+        throughput = _throughput(fabric, ports, flows, jobs, top, series)
     else:
-        out["throughput"] = {
-            "low_utilization": LOW_UTILIZATION,
-            "worst_intervals": [],
-            "jobs": [],
-            "busiest": [],
-        }
-    if series and has_ports:
-        out["series"] = _port_series(fabric, ports)
+        throughput = R.Throughput(low_utilization=LOW_UTILIZATION)
 
     caps = []
     for path in run.captures():
@@ -615,14 +607,37 @@ def run_metrics(run, *, top: int = 10, series: bool = False, rate_bps: int | Non
         caps.append(
             capture_metrics(cap, rate_bps=rate, top=top, nic_names=nic_names, series=series)
         )
-    out["captures"] = caps
-    return out
+    return R.RunMetrics(
+        source="run",
+        path=str(run.path),
+        engine=run.engine,
+        status=run.status,
+        fabric=fabric.name,
+        scenario={
+            k: v
+            for k, v in run.meta.get("scenario", {}).items()
+            if isinstance(v, str | int | float)
+        },
+        flows=totals,
+        fct_ns=fct_ns,
+        ecmp=ecmp,
+        emulation_scale=scale,
+        pause_spread=tuple(spread),
+        congestion=congestion,
+        hotspots=tuple(hotspots),
+        cnp_sent=cnp,
+        collectives=collectives,
+        jobs=tuple(jobs),
+        throughput=throughput,
+        series=_port_series(fabric, ports) if series and has_ports else None,
+        captures=tuple(caps),
+    )
 
 
 MIN_QUEUE_DELAY_NS = 1000  # a shorter queue (~50 KB at 400G) costs no one anything worth a row
 
 
-def _port_metrics(fabric, ports: dict, spread: list[dict], top: int):
+def _port_metrics(fabric, ports: dict, spread: list[R.PausedPort], top: int, cnp: int | None):
     """Per port figures, totals, and the hot spots: the ports that caused what the run lost.
 
     A hot spot's cost is the pause time it caused (every port paused in chains
@@ -650,93 +665,99 @@ def _port_metrics(fabric, ports: dict, spread: list[dict], top: int):
     qmean = ports["qdepth_mean_bytes"].astype(np.float64)
     caused: dict[str, int] = {}
     for r in spread:
-        if r["root"] is not None:
-            caused[r["root"]] = caused.get(r["root"], 0) + r["paused_ns"]
-    victims = {r["port"] for r in spread}
+        if r.root is not None:
+            caused[r.root] = caused.get(r.root, 0) + r.paused_ns
+    victims = {r.port for r in spread}
     rows = []
     for j, p in enumerate(port):
         dq = distribution(qmax[:, j])
         delay = 8e9 / rate[j]
         rows.append(
-            {
-                "port": names[p],
-                "port_id": int(p),
-                "tx_bytes": int(tx[:, j].sum()),
-                "utilization": float(util[j]),
-                "peak_utilization": float(peak_util[j]),
-                "qdepth_bytes": dq,
-                "queue_delay_max_ns": float(dq["max"] * delay) if nsamp else 0.0,
-                "queue_delay_mean_ns": float(qmean[:, j].mean() * delay) if nsamp else 0.0,
-                "ecn_marked": int(marked[j]),
-                "ecn_fraction_est": float(marked[j] / est_packets[j]) if est_packets[j] else 0.0,
-                "paused_ns": int(paused[j]),
-                "paused_fraction": float(paused[j] / span_ns),
-                "pause_caused_ns": int(caused.get(names[p], 0)),
-                "pfc_sent": int(pfc[j]),
-                "drops": int(drops[j]),
-            }
+            R.PortFigures(
+                port=names[p],
+                port_id=int(p),
+                tx_bytes=int(tx[:, j].sum()),
+                utilization=float(util[j]),
+                peak_utilization=float(peak_util[j]),
+                qdepth_bytes=dq,
+                queue_delay_max_ns=float(dq.max * delay) if nsamp else 0.0,
+                queue_delay_mean_ns=float(qmean[:, j].mean() * delay) if nsamp else 0.0,
+                ecn_marked=int(marked[j]),
+                ecn_fraction_est=float(marked[j] / est_packets[j]) if est_packets[j] else 0.0,
+                paused_ns=int(paused[j]),
+                paused_fraction=float(paused[j] / span_ns),
+                pause_caused_ns=int(caused.get(names[p], 0)),
+                pfc_sent=int(pfc[j]),
+                drops=int(drops[j]),
+            )
         )
-    congestion = {
-        "interval_ns": interval,
-        "samples": nsamp,
-        "ports": len(port),
-        "ecn_marked": int(marked.sum()),
-        "ecn_fraction_est": float(marked.sum() / est_packets.sum()) if est_packets.sum() else 0.0,
-        "paused_ns": int(paused.sum()),
-        "paused_ports": int(np.count_nonzero(paused)),
-        "pfc_frames": int(pfc.sum()),
-        "drops": int(drops.sum()),
-        "qdepth_max_bytes": int(qmax.max()) if qmax.size else 0,
-        "per_port": rows,
-    }
+    congestion = R.Congestion(
+        interval_ns=interval,
+        samples=nsamp,
+        ports=len(port),
+        ecn_marked=int(marked.sum()),
+        ecn_fraction_est=float(marked.sum() / est_packets.sum()) if est_packets.sum() else 0.0,
+        paused_ns=int(paused.sum()),
+        paused_ports=int(np.count_nonzero(paused)),
+        pfc_frames=int(pfc.sum()),
+        drops=int(drops.sum()),
+        qdepth_max_bytes=int(qmax.max()) if qmax.size else 0,
+        per_port=tuple(rows),
+        cnp_sent=cnp,
+    )
 
     def hot(r):
-        queued = r["queue_delay_max_ns"] >= MIN_QUEUE_DELAY_NS
-        trouble = queued or r["ecn_marked"] or r["drops"]
-        return r["pause_caused_ns"] or (r["port"] not in victims and trouble)
+        queued = r.queue_delay_max_ns >= MIN_QUEUE_DELAY_NS
+        trouble = queued or r.ecn_marked or r.drops
+        return r.pause_caused_ns or (r.port not in victims and trouble)
 
-    busy = [r for r in rows if hot(r)]
-    for r in busy:
-        r["cost_ns"] = r["pause_caused_ns"] + r["queue_delay_max_ns"]
-    busy.sort(key=lambda r: (-r["cost_ns"], -r["ecn_marked"], -r["drops"], r["port_id"]))
+    def cost(r):
+        return r.pause_caused_ns + r.queue_delay_max_ns
+
+    busy = sorted(
+        (r for r in rows if hot(r)), key=lambda r: (-cost(r), -r.ecn_marked, -r.drops, r.port_id)
+    )
     ranked = [
-        {
-            "rank": i + 1,
-            "port": r["port"],
-            "cost_ns": r["cost_ns"],
-            "pause_caused_ns": r["pause_caused_ns"],
-            "queue_delay_max_ns": r["queue_delay_max_ns"],
-            "queue_delay_mean_ns": r["queue_delay_mean_ns"],
-            "qdepth_max_bytes": int(r["qdepth_bytes"]["max"]),
-            "ecn_marked": r["ecn_marked"],
-            "drops": r["drops"],
-            "paused_ns": r["paused_ns"],
-            "utilization": r["utilization"],
-        }
+        R.Hotspot(
+            rank=i + 1,
+            port=r.port,
+            cost_ns=cost(r),
+            pause_caused_ns=r.pause_caused_ns,
+            queue_delay_max_ns=r.queue_delay_max_ns,
+            queue_delay_mean_ns=r.queue_delay_mean_ns,
+            qdepth_max_bytes=int(r.qdepth_bytes.max),
+            ecn_marked=r.ecn_marked,
+            drops=r.drops,
+            paused_ns=r.paused_ns,
+            utilization=r.utilization,
+        )
         for i, r in enumerate(busy[:top])
     ]
     return congestion, ranked
 
 
-def _port_series(fabric, ports: dict) -> dict:
+def _port_series(fabric, ports: dict) -> R.PortSeries:
     port = ports["port"].astype(np.int64)
     interval = int(ports["interval_ns"])
     rate = fabric.port_rate_bps[port].astype(np.float64)
-    out = {
-        "t_ns": ports["t_ns"].astype(np.int64).tolist(),
-        "interval_ns": interval,
-        "ports": [fabric.port_name(p) for p in port],
-        "port_ids": port.tolist(),
-        "utilization": (ports["tx_bytes"] * 8 * 1e9 / interval / rate).T.tolist(),
-        "qdepth_max_bytes": ports["qdepth_max_bytes"].T.tolist(),
-        "ecn_marked": ports["ecn_marked"].sum(axis=1).tolist(),
-        "paused_ns": ports["paused_ns"].sum(axis=1).tolist(),
-        "paused_ports": np.count_nonzero(ports["paused_ns"], axis=1).tolist(),
-        "pfc_sent": ports["pfc_sent"].sum(axis=1).tolist(),
-    }
-    if "cnp_sent" in ports:  # engines that sample CNPs per port
-        out["cnp_sent"] = ports["cnp_sent"].sum(axis=1).tolist()
-    return out
+
+    def rows(a):
+        return tuple(tuple(r) for r in a.tolist())
+
+    return R.PortSeries(
+        t_ns=tuple(ports["t_ns"].astype(np.int64).tolist()),
+        interval_ns=interval,
+        ports=tuple(fabric.port_name(p) for p in port),
+        port_ids=tuple(port.tolist()),
+        utilization=rows((ports["tx_bytes"] * 8 * 1e9 / interval / rate).T),
+        qdepth_max_bytes=rows(ports["qdepth_max_bytes"].T),
+        ecn_marked=tuple(ports["ecn_marked"].sum(axis=1).tolist()),
+        paused_ns=tuple(ports["paused_ns"].sum(axis=1).tolist()),
+        paused_ports=tuple(np.count_nonzero(ports["paused_ns"], axis=1).tolist()),
+        pfc_sent=tuple(ports["pfc_sent"].sum(axis=1).tolist()),
+        # engines that sample CNPs per port
+        cnp_sent=tuple(ports["cnp_sent"].sum(axis=1).tolist()) if "cnp_sent" in ports else None,
+    )
 
 
 def _ideal_ns(fabric, flows: dict | None, op: int) -> int | None:
@@ -765,11 +786,11 @@ def _busbw_factor(col: dict, i: int) -> float | None:
     return busbw / algbw if algbw > 0 else None
 
 
-def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) -> dict:
+def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) -> R.Collectives:
     """Per op: time, algbw and busbw (nccl-tests, computed here from start and end), its
     ideal time at line rate and the efficiency ideal / actual."""
     if col is None or not len(col["op"]):
-        return {"count": 0, "finished": 0, "ops": []}
+        return R.Collectives()
     ops = []
     for i in range(len(col["op"])):
         start, end = int(col["start_ns"][i]), int(col["end_ns"][i])
@@ -780,76 +801,78 @@ def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) 
         ideal = _ideal_ns(fabric, flows, int(col["op"][i]))
         job = int(col["job"][i])
         ops.append(
-            {
-                "op": int(col["op"][i]),
-                "job": job,
-                "job_name": names.get(job, f"job {job}"),
-                "kind": str(col["kind"][i]),
-                "algorithm": str(col["algorithm"][i]),
-                "bytes": nbytes,
-                "ranks": int(col["ranks"][i]),
-                "start_ns": start,
-                "end_ns": end,
-                "time_ns": dur,
-                "ideal_ns": ideal,
-                "efficiency": ideal / dur if dur and ideal is not None else None,
-                "algbw_bps": algbw,
-                "busbw_factor": factor,
-                "busbw_bps": algbw * factor if algbw is not None and factor is not None else None,
+            R.Collective(
+                op=int(col["op"][i]),
+                job=job,
+                job_name=names.get(job, f"job {job}"),
+                kind=str(col["kind"][i]),
+                algorithm=str(col["algorithm"][i]),
+                bytes=nbytes,
+                ranks=int(col["ranks"][i]),
+                start_ns=start,
+                end_ns=end,
+                time_ns=dur,
+                ideal_ns=ideal,
+                efficiency=ideal / dur if dur and ideal is not None else None,
+                algbw_bps=algbw,
+                busbw_factor=factor,
+                busbw_bps=algbw * factor if algbw is not None and factor is not None else None,
                 # what the emulated links carried (rates divided by the scale)
-                "busbw_emulated_bps": (
+                busbw_emulated_bps=(
                     algbw * factor / scale if algbw is not None and factor is not None else None
                 ),
-            }
+            )
         )
-    return {
-        "count": len(ops),
-        "finished": sum(o["time_ns"] is not None for o in ops),
-        "ops": ops,
-    }
+    return R.Collectives(
+        count=len(ops), finished=sum(o.time_ns is not None for o in ops), ops=tuple(ops)
+    )
 
 
-def _jobs(ops: list[dict], flows: dict | None, names: dict[int, str]) -> list[dict]:
+def _jobs(ops, flows: dict | None, names: dict[int, str]) -> list[R.Job]:
     """Per job: its ops one after another (time, ideal, efficiency, busbw of its ops) and
     its flows' completion times. Jobs are never averaged together."""
-    jobs = sorted(set(names) | {o["job"] for o in ops})
+    jobs = sorted(set(names) | {o.job for o in ops})
     out = []
     for j in jobs:
-        mine = [o for o in ops if o["job"] == j]
-        done = [o for o in mine if o["time_ns"] is not None]
+        mine = [o for o in ops if o.job == j]
+        done = [o for o in mine if o.time_ns is not None]
         fin = len(done) == len(mine) and mine
-        start = min((o["start_ns"] for o in mine if o["start_ns"] >= 0), default=None)
-        end = max((o["end_ns"] for o in mine), default=None) if fin else None
-        ideal = sum(o["ideal_ns"] or 0 for o in mine) if mine else None
+        start = min((o.start_ns for o in mine if o.start_ns >= 0), default=None)
+        end = max((o.end_ns for o in mine), default=None) if fin else None
+        ideal = sum(o.ideal_ns or 0 for o in mine) if mine else None
         time = end - start if end is not None and start is not None else None
-        row = {
-            "job": j,
-            "name": names.get(j, f"job {j}"),
-            "kinds": sorted({o["kind"] for o in mine}),
-            "ops": len(mine),
-            "ops_finished": len(done),
-            "bytes": sum(o["bytes"] for o in mine),
-            "start_ns": start,
-            "end_ns": end,
-            "time_ns": time,
-            "ideal_ns": ideal,
-            "efficiency": ideal / time if time and ideal else None,
-            "algbw_bps": distribution([o["algbw_bps"] for o in done]),
-            "busbw_bps": distribution([o["busbw_bps"] for o in done]),
-            "busbw_emulated_bps": distribution([o["busbw_emulated_bps"] for o in done]),
-        }
+        fct = receivers = None
         if flows is not None:
             sel = (flows["job"] == j) & (flows["end_ns"] >= 0)
-            row["fct_ns"] = distribution((flows["end_ns"] - flows["start_ns"])[sel])
-            row["receivers"] = int(len(np.unique(flows["dst"][flows["job"] == j])))
-        out.append(row)
+            fct = distribution((flows["end_ns"] - flows["start_ns"])[sel])
+            receivers = int(len(np.unique(flows["dst"][flows["job"] == j])))
+        out.append(
+            R.Job(
+                job=j,
+                name=names.get(j, f"job {j}"),
+                kinds=tuple(sorted({o.kind for o in mine})),
+                ops=len(mine),
+                ops_finished=len(done),
+                bytes=sum(o.bytes for o in mine),
+                start_ns=start,
+                end_ns=end,
+                time_ns=time,
+                ideal_ns=ideal,
+                efficiency=ideal / time if time and ideal else None,
+                algbw_bps=distribution([o.algbw_bps for o in done]),
+                busbw_bps=distribution([o.busbw_bps for o in done]),
+                busbw_emulated_bps=distribution([o.busbw_emulated_bps for o in done]),
+                fct_ns=fct,
+                receivers=receivers,
+            )
+        )
     return out
 
 
 LOW_UTILIZATION = 0.5  # a job's receivers below half their line rate: a worst interval
 
 
-def _throughput(fabric, ports: dict, flows: dict, jobs: list[dict], top: int, series: bool):
+def _throughput(fabric, ports: dict, flows: dict, jobs: list[R.Job], top: int, series: bool):
     """Receive throughput of every job (its receivers' downlinks, which carry only its
     flows: jobs share no NIC), the busiest links, and each job's stretches of intervals
     below `LOW_UTILIZATION` of its receivers' line rate while it ran (the `top` longest;
@@ -861,7 +884,7 @@ def _throughput(fabric, ports: dict, flows: dict, jobs: list[dict], top: int, se
     tx = ports["tx_bytes"].astype(np.int64)
     out_jobs, worst = [], []
     for job in jobs:
-        dst = np.unique(flows["dst"][flows["job"] == job["job"]])
+        dst = np.unique(flows["dst"][flows["job"] == job.job])
         downs = [int(fabric.nic_port[d]) ^ 1 for d in dst]
         cols = [col[p] for p in downs if p in col]
         if not cols:
@@ -869,116 +892,116 @@ def _throughput(fabric, ports: dict, flows: dict, jobs: list[dict], top: int, se
         rx = tx[:, cols].sum(axis=1)
         cap_bps = float(fabric.port_rate_bps[[port[c] for c in cols]].sum())
         util = rx * 8e9 / interval / cap_bps
-        row = {
-            "job": job["job"],
-            "name": job["name"],
-            "receivers": len(cols),
-            "line_rate_bps": cap_bps,
-            "rx_bytes": int(rx.sum()),
-        }
-        if series:
-            row["rx_bytes_per_interval"] = rx.tolist()
-            row["utilization"] = util.tolist()
-        out_jobs.append(row)
-        start = job["start_ns"] if job["start_ns"] is not None else 0
-        end = job["end_ns"] if job["end_ns"] is not None else int(t_ns[-1]) + interval
+        out_jobs.append(
+            R.JobThroughput(
+                job=job.job,
+                name=job.name,
+                receivers=len(cols),
+                line_rate_bps=cap_bps,
+                rx_bytes=int(rx.sum()),
+                rx_bytes_per_interval=tuple(rx.tolist()) if series else None,
+                utilization=tuple(util.tolist()) if series else None,
+            )
+        )
+        start = job.start_ns if job.start_ns is not None else 0
+        end = job.end_ns if job.end_ns is not None else int(t_ns[-1]) + interval
         inside = (t_ns >= start) & (t_ns + interval <= end)
         low = inside & (util < LOW_UTILIZATION)
         edges = np.flatnonzero(np.diff(np.concatenate([[0], low.astype(np.int8), [0]])))
         for a, b in zip(edges[::2], edges[1::2], strict=True):
             worst.append(
-                {
-                    "job": job["job"],
-                    "name": job["name"],
-                    "start_ns": int(t_ns[a]),
-                    "end_ns": int(t_ns[b - 1]) + interval,
-                    "intervals": int(b - a),
-                    "utilization": float(util[a:b].mean()),
-                    "rx_bps": float(rx[a:b].sum() * 8e9 / ((b - a) * interval)),
-                }
+                R.LowInterval(
+                    job=job.job,
+                    name=job.name,
+                    start_ns=int(t_ns[a]),
+                    end_ns=int(t_ns[b - 1]) + interval,
+                    intervals=int(b - a),
+                    utilization=float(util[a:b].mean()),
+                    rx_bps=float(rx[a:b].sum() * 8e9 / ((b - a) * interval)),
+                )
             )
-    worst.sort(key=lambda w: (-w["intervals"], w["utilization"], w["start_ns"]))
+    worst.sort(key=lambda w: (-w.intervals, w.utilization, w.start_ns))
     total = tx.sum(axis=0)
     busiest = []
     for j in np.argsort(-total, kind="stable")[:top]:
         if not total[j]:
             break
-        row = {"port": fabric.port_name(int(port[j])), "tx_bytes": int(total[j])}
+        link = R.BusyLink(port=fabric.port_name(int(port[j])), tx_bytes=int(total[j]))
         if series:
             rate = float(fabric.port_rate_bps[port[j]])
-            row["tx_bytes_per_interval"] = tx[:, j].tolist()
-            row["utilization"] = (tx[:, j] * 8e9 / interval / rate).tolist()
-        busiest.append(row)
-    out = {
-        "low_utilization": LOW_UTILIZATION,
-        "worst_intervals": worst[:top],
-        "jobs": out_jobs,
-        "busiest": busiest,
-    }
-    if series:  # every stretch, for a chart that shades them all
-        out["low_intervals"] = sorted(worst, key=lambda w: (w["start_ns"], w["job"]))
-    return out
+            link = replace(
+                link,
+                tx_bytes_per_interval=tuple(tx[:, j].tolist()),
+                utilization=tuple((tx[:, j] * 8e9 / interval / rate).tolist()),
+            )
+        busiest.append(link)
+    return R.Throughput(
+        low_utilization=LOW_UTILIZATION,
+        worst_intervals=tuple(worst[:top]),
+        jobs=tuple(out_jobs),
+        busiest=tuple(busiest),
+        # every stretch, for a chart that shades them all
+        low_intervals=tuple(sorted(worst, key=lambda w: (w.start_ns, w.job))) if series else None,
+    )
 
 
 # --- the few numbers compare shows ---------------------------------------------------------
 
 
-def summary(m: dict) -> dict:
+def summary(m: R.RunMetrics | R.CaptureMetrics) -> R.Summary:
     """Headline numbers of a run's or a capture's metrics (None where not measured); a run's
     collective figures per job, under `jobs`."""
-    if m["source"] == "capture":
-        imb = m["per_interface"]["imbalance"] or {}
-        return {
-            "name": m["file"],
-            "jobs": [],
-            "ecmp_tier": "interfaces" if imb else None,
-            "ecmp_max_mean": imb.get("max_mean"),
-            "ecmp_max_mean_expected": None,
-            "ecmp_collisions": m["per_interface"].get("collisions"),
-            "ecmp_collisions_expected": m["per_interface"].get("collisions_expected"),
-            "ecn_marked": m["ecn"]["ce"],
-            "ecn_fraction": m["ecn"]["ce_fraction"],
-            "cnp": m["cnp"]["count"],
-            "pfc_frames": m["pfc"]["frames"],
-            "paused_ns": int(sum(m["pfc"]["paused_ns_per_priority"])),
-            "drops": None,
-            "max_queue_bytes": None,
-            "fct_p50_ns": m["fct_ns"]["p50"],
-            "fct_p99_ns": m["fct_ns"]["p99"],
-        }
-    tiers = m["ecmp"]["tiers"]
+    if m.source == "capture":
+        imb = m.per_interface.imbalance
+        return R.Summary(
+            name=m.file,
+            jobs=(),
+            ecmp_tier="interfaces" if imb else None,
+            ecmp_max_mean=imb.max_mean if imb else None,
+            ecmp_max_mean_expected=None,
+            ecmp_collisions=m.per_interface.collisions,
+            ecmp_collisions_expected=m.per_interface.collisions_expected,
+            ecn_marked=m.ecn.ce,
+            ecn_fraction=m.ecn.ce_fraction,
+            cnp=m.cnp.count,
+            pfc_frames=m.pfc.frames,
+            paused_ns=int(sum(m.pfc.paused_ns_per_priority)),
+            drops=None,
+            max_queue_bytes=None,
+            fct_p50_ns=m.fct_ns.p50,
+            fct_p99_ns=m.fct_ns.p99,
+        )
+    tiers = m.ecmp.tiers
     # the tier furthest above what uniform hashing gives the same QPs on the same links
-    worst = max(
-        tiers, key=lambda t: t["bytes"]["max_mean"] / t["bytes_expected"]["max_mean"], default=None
+    worst = max(tiers, key=lambda t: t.bytes.max_mean / t.bytes_expected.max_mean, default=None)
+    cong = m.congestion
+    return R.Summary(
+        name=m.path.rstrip("/").split("/")[-1],
+        jobs=tuple(
+            R.JobSummary(
+                job=j.job,
+                name=j.name,
+                kind="+".join(j.kinds) or "-",
+                busbw_bps=j.busbw_bps.mean,
+                time_ns=j.time_ns,
+                ideal_ns=j.ideal_ns,
+                efficiency=j.efficiency,
+                fct_p99_ns=j.fct_ns.p99 if j.fct_ns is not None else None,
+            )
+            for j in m.jobs
+        ),
+        ecmp_tier=worst.tier if worst else None,
+        ecmp_max_mean=worst.bytes.max_mean if worst else None,
+        ecmp_max_mean_expected=worst.bytes_expected.max_mean if worst else None,
+        ecmp_collisions=worst.collisions if worst else None,
+        ecmp_collisions_expected=worst.collisions_expected if worst else None,
+        ecn_marked=cong.ecn_marked if cong else None,
+        ecn_fraction=cong.ecn_fraction_est if cong else None,
+        cnp=m.cnp_sent,
+        pfc_frames=cong.pfc_frames if cong else None,
+        paused_ns=cong.paused_ns if cong else None,
+        drops=cong.drops if cong else None,
+        max_queue_bytes=cong.qdepth_max_bytes if cong else None,
+        fct_p50_ns=m.fct_ns.p50,
+        fct_p99_ns=m.fct_ns.p99,
     )
-    cong = m["congestion"] or {}
-    return {
-        "name": m["path"].rstrip("/").split("/")[-1],
-        "jobs": [
-            {
-                "job": j["job"],
-                "name": j["name"],
-                "kind": "+".join(j["kinds"]) or "-",
-                "busbw_bps": j["busbw_bps"]["mean"],
-                "time_ns": j["time_ns"],
-                "ideal_ns": j["ideal_ns"],
-                "efficiency": j["efficiency"],
-                "fct_p99_ns": (j.get("fct_ns") or {}).get("p99"),
-            }
-            for j in m["jobs"]
-        ],
-        "ecmp_tier": worst["tier"] if worst else None,
-        "ecmp_max_mean": worst["bytes"]["max_mean"] if worst else None,
-        "ecmp_max_mean_expected": worst["bytes_expected"]["max_mean"] if worst else None,
-        "ecmp_collisions": worst["collisions"] if worst else None,
-        "ecmp_collisions_expected": worst["collisions_expected"] if worst else None,
-        "ecn_marked": cong.get("ecn_marked"),
-        "ecn_fraction": cong.get("ecn_fraction_est"),
-        "cnp": m.get("cnp_sent"),
-        "pfc_frames": cong.get("pfc_frames"),
-        "paused_ns": cong.get("paused_ns"),
-        "drops": cong.get("drops"),
-        "max_queue_bytes": cong.get("qdepth_max_bytes"),
-        "fct_p50_ns": m["fct_ns"]["p50"],
-        "fct_p99_ns": m["fct_ns"]["p99"],
-    }

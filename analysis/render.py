@@ -1,13 +1,15 @@
 """The analyses as text for the terminal: `analyze` of a run or a capture, `compare`,
 and `crosscheck`'s report.
 
-Every function takes the dicts of `aifabric.analysis.metrics` and returns a string; the
+Every function takes the results of `aifabric.analysis.metrics` (`aifabric.analysis.results`)
+and returns a string; the
 CLI only prints it. `fmt` is the one formatter of a figure by its kind (the
 report's summary uses it too).
 """
 
 from __future__ import annotations
 
+from aifabric.analysis import results as R
 from aifabric.analysis.table import render
 from aifabric.fabric.rundir import SIZE_IN_ALL
 from aifabric.fabric.units import format_rate, format_size, format_time
@@ -49,107 +51,106 @@ def _vs(observed, expected, kind: str = "ratio") -> str:
 DIST_HEAD = ["", "count", "mean", "p50", "p90", "p99", "max"]
 
 
-def _dist_row(label: str, d: dict, kind: str = "time") -> list:
+def _dist_row(label: str, d: R.Distribution, kind: str = "time") -> list:
     return (
-        [label, f"{d['count']:,}"]
-        + [fmt(d[k], kind) for k in ("mean", "p50", "p90", "p99")]
-        + [fmt(d["max"], kind)]
+        [label, f"{d.count:,}"]
+        + [fmt(getattr(d, k), kind) for k in ("mean", "p50", "p90", "p99")]
+        + [fmt(d.max, kind)]
     )
 
 
-def capture_text(m: dict) -> str:
+def capture_text(m: R.CaptureMetrics) -> str:
     out = [
-        f"{m['file']} ({m['format']}): {m['packets']:,} packets, {m['bytes']:,} bytes on the wire "
-        f"({m['captured_bytes']:,} captured), {fmt(m['duration_ns'], 'time')}, "
-        f"{m['interfaces']} interface(s)"
+        f"{m.file} ({m.format}): {m.packets:,} packets, {m.bytes:,} bytes on the wire "
+        f"({m.captured_bytes:,} captured), {fmt(m.duration_ns, 'time')}, "
+        f"{m.interfaces} interface(s)"
     ]
-    if m["cut_headers"]:
-        out.append(f"{m['cut_headers']:,} packets had headers cut by the snap length")
-    if not m["packets"]:
+    if m.cut_headers:
+        out.append(f"{m.cut_headers:,} packets had headers cut by the snap length")
+    if not m.packets:
         return "\n".join(out)
-    out += ["", render(["kind", "packets"], [[k, f"{v:,}"] for k, v in m["kinds"].items() if v])]
-    e = m["ecn"]
+    out += ["", render(["kind", "packets"], [[k, f"{v:,}"] for k, v in m.kinds.items() if v])]
+    e = m.ecn
     out += [
         "",
         render(
             ["IP packets", "not-ECT", "ECT(0)", "ECT(1)", "CE", "CE share", "CE of ECT"],
             [
                 [
-                    f"{e['ip_packets']:,}",
-                    f"{e['not_ect']:,}",
-                    f"{e['ect0']:,}",
-                    f"{e['ect1']:,}",
-                    f"{e['ce']:,}",
-                    f"{100 * e['ce_fraction']:.2f}%",
-                    f"{100 * e['ce_fraction_of_ect']:.2f}%",
+                    f"{e.ip_packets:,}",
+                    f"{e.not_ect:,}",
+                    f"{e.ect0:,}",
+                    f"{e.ect1:,}",
+                    f"{e.ce:,}",
+                    f"{100 * e.ce_fraction:.2f}%",
+                    f"{100 * e.ce_fraction_of_ect:.2f}%",
                 ]
             ],
         ),
     ]
-    c, p, pa = m["cnp"], m["pfc"], m["pause"]
+    c, p, pa = m.cnp, m.pfc, m.pause
     out += [
         "",
-        f"RoCEv2 {m['roce']['packets']:,} packets (FECN {m['roce']['fecn']:,}, "
-        f"BECN {m['roce']['becn']:,}); CNP {c['count']:,} ({c['rate_per_s']:,.0f}/s, "
-        f"{c['qps']} QPs)",
-        f"802.3x PAUSE {pa['frames']:,} frames, {pa['quanta']:,} quanta, "
-        f"{fmt(pa['paused_ns'], 'time')} paused (not counted as PFC)",
+        f"RoCEv2 {m.roce.packets:,} packets (FECN {m.roce.fecn:,}, "
+        f"BECN {m.roce.becn:,}); CNP {c.count:,} ({c.rate_per_s:,.0f}/s, "
+        f"{c.qps} QPs)",
+        f"802.3x PAUSE {pa.frames:,} frames, {pa.quanta:,} quanta, "
+        f"{fmt(pa.paused_ns, 'time')} paused (not counted as PFC)",
     ]
-    if p["frames"]:
+    if p.frames:
         rows = [
             [
                 str(k),
-                f"{p['frames_per_priority'][k]:,}",
-                f"{p['xoff_per_priority'][k]:,}",
-                f"{p['xon_per_priority'][k]:,}",
-                f"{p['quanta_per_priority'][k]:,}",
-                fmt(p["paused_ns_per_priority"][k], "time"),
+                f"{p.frames_per_priority[k]:,}",
+                f"{p.xoff_per_priority[k]:,}",
+                f"{p.xon_per_priority[k]:,}",
+                f"{p.quanta_per_priority[k]:,}",
+                fmt(p.paused_ns_per_priority[k], "time"),
             ]
             for k in range(8)
-            if p["frames_per_priority"][k]
+            if p.frames_per_priority[k]
         ]
         out += [
             "",
             render(
                 ["priority", "PFC frames", "XOFF", "XON", "quanta", "paused"],
                 rows,
-                title=f"802.1Qbb PFC: {p['frames']:,} frames "
-                f"(time at {fmt(p['rate_bps'], 'rate')})",
+                title=f"802.1Qbb PFC: {p.frames:,} frames (time at {fmt(p.rate_bps, 'rate')})",
             ),
         ]
-    f = m["flows"]
-    if f["count"]:
+    f = m.flows
+    if f.count:
         out += [
             "",
             render(
                 ["src", "dst", "sport", "dQPN", "packets", "bytes", "CE", "duration"],
                 [
                     [
-                        r["src"],
-                        r["dst"],
-                        r["sport"],
-                        f"0x{r['dqpn']:06x}",
-                        f"{r['packets']:,}",
-                        f"{r['bytes']:,}",
-                        f"{r['ce']:,}",
-                        fmt(r["duration_ns"], "time"),
+                        r.src,
+                        r.dst,
+                        r.sport,
+                        f"0x{r.dqpn:06x}",
+                        f"{r.packets:,}",
+                        f"{r.bytes:,}",
+                        f"{r.ce:,}",
+                        fmt(r.duration_ns, "time"),
                     ]
-                    for r in f["top"]
+                    for r in f.top
                 ],
-                title=f"{f['count']:,} flows, the largest:",
+                title=f"{f.count:,} flows, the largest:",
             ),
             "",
-            render(DIST_HEAD, [_dist_row("flow duration", m["fct_ns"])]),
+            render(DIST_HEAD, [_dist_row("flow duration", m.fct_ns)]),
         ]
-    pi = m["per_interface"]
-    imb = pi["imbalance"]
+    pi = m.per_interface
+    imb = pi.imbalance
     if imb:
         out += [
             "",
-            f"bytes per interface {pi['bytes']}: max/mean {imb['max_mean']:.2f}, "
-            f"CV {imb['cv']:.3f}, Jain {imb['jain']:.3f}",
-            f"flows per interface {pi['flows']}: {pi['collisions']} collisions "
-            f"(uniform hashing {pi['collisions_expected']:.1f})",
+            f"bytes per interface {list(pi.bytes)}: max/mean {imb.max_mean:.2f}, "
+            f"CV {imb.cv:.3f}, Jain {imb.jain:.3f}",
+            f"flows per interface {list(pi.flows)}: {pi.collisions} collisions "
+            f"(uniform hashing {pi.collisions_expected:.1f})",
         ]
     return "\n".join(out)
 
@@ -158,12 +159,12 @@ def capture_text(m: dict) -> str:
 BYTES_ARE = "a collective's bytes are its message per rank, a pattern's or matrix's all its flows'"
 
 
-def bytes_are(op: dict) -> str:
+def bytes_are(op: R.Collective) -> str:
     """Whether an op's bytes are all its flows' or each rank's (BYTES_ARE)."""
-    return "in all" if op["kind"] in SIZE_IN_ALL else "per rank"
+    return "in all" if op.kind in SIZE_IN_ALL else "per rank"
 
 
-def _jobs_table(m: dict, scale: float) -> str:
+def _jobs_table(m: R.RunMetrics, scale: float) -> str:
     emulated = scale > 1
     return render(
         ["job", "kind", "ops", "time", "ideal", "efficiency", "algbw", "busbw"]
@@ -171,89 +172,89 @@ def _jobs_table(m: dict, scale: float) -> str:
         + ["flow p99"],
         [
             [
-                j["name"],
-                "+".join(j["kinds"]) or "-",
-                f"{j['ops_finished']}/{j['ops']}",
-                fmt(j["time_ns"], "time"),
-                fmt(j["ideal_ns"], "time"),
-                fmt(j["efficiency"], "pct"),
-                fmt(j["algbw_bps"]["mean"], "rate"),
-                fmt(j["busbw_bps"]["mean"], "rate"),
+                j.name,
+                "+".join(j.kinds) or "-",
+                f"{j.ops_finished}/{j.ops}",
+                fmt(j.time_ns, "time"),
+                fmt(j.ideal_ns, "time"),
+                fmt(j.efficiency, "pct"),
+                fmt(j.algbw_bps.mean, "rate"),
+                fmt(j.busbw_bps.mean, "rate"),
             ]
-            + ([fmt(j["busbw_emulated_bps"]["mean"], "rate")] if emulated else [])
-            + [fmt((j.get("fct_ns") or {}).get("p99"), "time")]
-            for j in m["jobs"]
+            + ([fmt(j.busbw_emulated_bps.mean, "rate")] if emulated else [])
+            + [fmt(j.fct_ns.p99 if j.fct_ns is not None else None, "time")]
+            for j in m.jobs
         ],
         title="jobs (ideal: the busiest NIC's bytes at line rate; efficiency ideal / time; "
         f"nccl-tests algbw and busbw, mean over the job's ops; {BYTES_ARE})",
     )
 
 
-def _ops_table(m: dict, scale: float) -> str:
+def _ops_table(m: R.RunMetrics, scale: float) -> str:
     emulated = scale > 1
     return render(
         ["op", "job", "kind", "ranks", "bytes", "time", "ideal", "efficiency", "algbw", "busbw"]
         + (["busbw emulated"] if emulated else []),
         [
             [
-                o["op"],
-                o["job_name"],
-                o["kind"],
-                o["ranks"],
-                f"{o['bytes']:,} {bytes_are(o)}",
-                fmt(o["time_ns"], "time"),
-                fmt(o["ideal_ns"], "time"),
-                fmt(o["efficiency"], "pct"),
-                fmt(o["algbw_bps"], "rate"),
-                fmt(o["busbw_bps"], "rate"),
+                o.op,
+                o.job_name,
+                o.kind,
+                o.ranks,
+                f"{o.bytes:,} {bytes_are(o)}",
+                fmt(o.time_ns, "time"),
+                fmt(o.ideal_ns, "time"),
+                fmt(o.efficiency, "pct"),
+                fmt(o.algbw_bps, "rate"),
+                fmt(o.busbw_bps, "rate"),
             ]
-            + ([fmt(o["busbw_emulated_bps"], "rate")] if emulated else [])
-            for o in m["collectives"]["ops"]
+            + ([fmt(o.busbw_emulated_bps, "rate")] if emulated else [])
+            for o in m.collectives.ops
         ],
         title=f"collectives, per op (nccl-tests algbw and busbw; {BYTES_ARE})",
     )
 
 
-def _ecmp_table(m: dict) -> str:
+def _ecmp_table(m: R.RunMetrics) -> str:
     return render(
         ["tier", "switches", "links", "used", "QPs", "collisions", "max/mean",
          "per switch max/mean", "Jain"],
         [
             [
-                t["tier"],
-                t["switches"],
-                f"{t['links']}/{t['links_in_tier']}",
-                t["links_used"],
-                f"{t['qps']:,}",
-                _vs(t["collisions"], t["collisions_expected"]).replace(".00 (", " ("),
-                _vs(t["bytes"]["max_mean"], t["bytes_expected"]["max_mean"]),
-                _vs(t["switch_max_mean"], t["switch_max_mean_expected"]),
-                _vs(t["bytes"]["jain"], t["bytes_expected"]["jain"]),
+                t.tier,
+                t.switches,
+                f"{t.links}/{t.links_in_tier}",
+                t.links_used,
+                f"{t.qps:,}",
+                _vs(t.collisions, t.collisions_expected).replace(".00 (", " ("),
+                _vs(t.bytes.max_mean, t.bytes_expected.max_mean),
+                _vs(t.switch_max_mean, t.switch_max_mean_expected),
+                _vs(t.bytes.jain, t.bytes_expected.jain),
             ]
-            for t in m["ecmp"]["tiers"]
+            for t in m.ecmp.tiers
         ],
         title="ECMP: bytes over the links each tier's QPs could take, observed (uniform "
         "hashing of the same QPs on the same next hops)",
     )  # fmt: skip
 
 
-def _switch_table(m: dict, top: int) -> str:
+def _switch_table(m: R.RunMetrics, top: int) -> str:
     rows = sorted(
-        m["ecmp"]["switches"],
-        key=lambda r: (-r["bytes"]["max_mean"] / r["bytes_expected"]["max_mean"], r["switch"]),
+        m.ecmp.switches,
+        key=lambda r: (-r.bytes.max_mean / r.bytes_expected.max_mean, r.switch),
     )[:top]
     return render(
         ["switch", "tier", "QPs", "links", "used", "collisions", "max/mean", "Jain"],
         [
             [
-                r["switch"],
-                r["tier"],
-                r["qps"],
-                r["links"],
-                sum(1 for x in r["qps_per_link"] if x),
-                _vs(r["collisions"], r["collisions_expected"]).replace(".00 (", " ("),
-                _vs(r["bytes"]["max_mean"], r["bytes_expected"]["max_mean"]),
-                _vs(r["bytes"]["jain"], r["bytes_expected"]["jain"]),
+                r.switch,
+                r.tier,
+                r.qps,
+                r.links,
+                sum(1 for x in r.qps_per_link if x),
+                _vs(r.collisions, r.collisions_expected).replace(".00 (", " ("),
+                _vs(r.bytes.max_mean, r.bytes_expected.max_mean),
+                _vs(r.bytes.jain, r.bytes_expected.jain),
             ]
             for r in rows
         ],
@@ -261,52 +262,52 @@ def _switch_table(m: dict, top: int) -> str:
     )
 
 
-def _hotspot_table(m: dict) -> str:
+def _hotspot_table(m: R.RunMetrics) -> str:
     return render(
         ["#", "port", "cost", "pause caused", "max queue", "queue delay", "ECN marks", "drops",
          "utilization"],
         [
             [
-                h["rank"],
-                h["port"],
-                fmt(h["cost_ns"], "time"),
-                fmt(h["pause_caused_ns"], "time"),
-                fmt(h["qdepth_max_bytes"], "size"),
-                fmt(h["queue_delay_max_ns"], "time"),
-                f"{h['ecn_marked']:,}",
-                f"{h['drops']:,}",
-                fmt(h["utilization"], "pct"),
+                h.rank,
+                h.port,
+                fmt(h.cost_ns, "time"),
+                fmt(h.pause_caused_ns, "time"),
+                fmt(h.qdepth_max_bytes, "size"),
+                fmt(h.queue_delay_max_ns, "time"),
+                f"{h.ecn_marked:,}",
+                f"{h.drops:,}",
+                fmt(h.utilization, "pct"),
             ]
-            for h in m["hotspots"]
+            for h in m.hotspots
         ],
         title="hot spots, by cost: the pause time they caused plus their deepest queue as "
         "delay (victims of PFC are listed below, not here)",
     )  # fmt: skip
 
 
-def _spread_table(m: dict, top: int) -> list[str]:
-    spread = m["pause_spread"]
+def _spread_table(m: R.RunMetrics, top: int) -> list[str]:
+    spread = m.pause_spread
     # the ports furthest upstream from where their pause began, then in time order
-    shown = sorted(spread, key=lambda r: (-r["hops_from_root"], r["first_pause_ns"]))
-    shown = sorted(shown[:top], key=lambda r: (r["first_pause_ns"], r["port"]))
-    roots = {r["root"] for r in spread if r["root"]}
+    shown = sorted(spread, key=lambda r: (-r.hops_from_root, r.first_pause_ns))
+    shown = sorted(shown[:top], key=lambda r: (r.first_pause_ns, r.port))
+    roots = {r.root for r in spread if r.root}
     out = [
         render(
             ["victim port", "first pause", "paused", "cause", "because of", "root cause", "hops"],
             [
                 [
-                    r["port"],
-                    fmt(r["first_pause_ns"], "time"),
-                    fmt(r["paused_ns"], "time"),
-                    r["cause"],
-                    r["because_of"] or "-",
-                    r["root"] or "-",
-                    r["hops_from_root"],
+                    r.port,
+                    fmt(r.first_pause_ns, "time"),
+                    fmt(r.paused_ns, "time"),
+                    r.cause,
+                    r.because_of or "-",
+                    r.root or "-",
+                    r.hops_from_root,
                 ]
                 for r in shown
             ],
             title=f"victims of PFC: {len(spread):,} paused ports, {len(roots):,} root "
-            f"cause(s), longest chain {max(r['hops_from_root'] for r in spread)} hops",
+            f"cause(s), longest chain {max(r.hops_from_root for r in spread)} hops",
         )
     ]
     if len(spread) > len(shown):
@@ -314,63 +315,63 @@ def _spread_table(m: dict, top: int) -> list[str]:
     return out
 
 
-def _worst_table(m: dict) -> str:
-    th = m["throughput"]
+def _worst_table(m: R.RunMetrics) -> str:
+    th = m.throughput
     return render(
         ["job", "from", "to", "receivers' utilization", "received, all receivers"],
         [
             [
-                w["name"],
-                fmt(w["start_ns"], "time"),
-                fmt(w["end_ns"], "time"),
-                fmt(w["utilization"], "pct"),
-                fmt(w["rx_bps"], "rate"),
+                w.name,
+                fmt(w.start_ns, "time"),
+                fmt(w.end_ns, "time"),
+                fmt(w.utilization, "pct"),
+                fmt(w.rx_bps, "rate"),
             ]
-            for w in th["worst_intervals"]
+            for w in th.worst_intervals
         ],
         title=f"worst intervals: where a running job's receivers took less than "
-        f"{100 * th['low_utilization']:.0f}% of their line rate",
+        f"{100 * th.low_utilization:.0f}% of their line rate",
     )
 
 
-def run_text(m: dict, top: int = 10) -> str:
+def run_text(m: R.RunMetrics, top: int = 10) -> str:
     out = [
-        f"run {m['path']}: {m['fabric']}, engine {m['engine']}, status {m['status']}; "
-        f"{m['flows']['count']:,} flows ({m['flows']['finished']:,} finished)"
+        f"run {m.path}: {m.fabric}, engine {m.engine}, status {m.status}; "
+        f"{m.flows.count:,} flows ({m.flows.finished:,} finished)"
     ]
-    scale = m.get("emulation_scale", 1.0)
+    scale = m.emulation_scale
     if scale > 1:
         out.append(
             f"emulated with link rates divided by {scale:,.0f} and time stretched by it; "
             "figures are in fabric time and rates (busbw also as the emulated links carried it)"
         )
-    if m["jobs"]:
+    if m.jobs:
         out += ["", _jobs_table(m, scale)]
-    if m["collectives"]["count"] > len(m["jobs"]):
+    if m.collectives.count > len(m.jobs):
         out += ["", _ops_table(m, scale)]
-    if m["throughput"]["worst_intervals"]:
+    if m.throughput.worst_intervals:
         out += ["", _worst_table(m)]
-    if m["ecmp"]["tiers"]:
+    if m.ecmp.tiers:
         out += ["", _ecmp_table(m), "", _switch_table(m, min(top, 5))]
-    cong = m["congestion"]
+    cong = m.congestion
     if cong:
-        cnp = "-" if m.get("cnp_sent") is None else f"{m['cnp_sent']:,}"
+        cnp = "-" if m.cnp_sent is None else f"{m.cnp_sent:,}"
         out += [
             "",
-            f"congestion: {cong['ecn_marked']:,} ECN marks (~{100 * cong['ecn_fraction_est']:.2f}%"
-            f" of packets), {cnp} CNPs, {cong['pfc_frames']:,} PFC frames, "
-            f"{fmt(cong['paused_ns'], 'time')} paused on {cong['paused_ports']} ports, "
-            f"{cong['drops']:,} drops, deepest queue {fmt(cong['qdepth_max_bytes'], 'size')}",
+            f"congestion: {cong.ecn_marked:,} ECN marks (~{100 * cong.ecn_fraction_est:.2f}%"
+            f" of packets), {cnp} CNPs, {cong.pfc_frames:,} PFC frames, "
+            f"{fmt(cong.paused_ns, 'time')} paused on {cong.paused_ports} ports, "
+            f"{cong.drops:,} drops, deepest queue {fmt(cong.qdepth_max_bytes, 'size')}",
         ]
-    if m["hotspots"]:
+    if m.hotspots:
         out += ["", _hotspot_table(m)]
-    if m["pause_spread"]:
+    if m.pause_spread:
         out += [""] + _spread_table(m, top)
-    if m["flows"]["count"]:
-        rows = [_dist_row("all flows", m["fct_ns"])]
-        rows += [_dist_row(j["name"], j["fct_ns"]) for j in m["jobs"] if "fct_ns" in j]
+    if m.flows.count:
+        rows = [_dist_row("all flows", m.fct_ns)]
+        rows += [_dist_row(j.name, j.fct_ns) for j in m.jobs if j.fct_ns is not None]
         out += ["", render(["flow completion"] + DIST_HEAD[1:], rows)]
-    for c in m["captures"]:
+    for c in m.captures:
         out += ["", capture_text(c)]
     return "\n".join(out)
 
@@ -395,45 +396,48 @@ JOB_ROWS = (
 )
 
 
-def summary_rows(s: list[dict]) -> list[list[str]]:
+def _half(x, key: str):
+    """The half-width of a pooled figure's 95% interval (a group of runs), else None."""
+    return (x.spread or {}).get(key)
+
+
+def summary_rows(s: list[R.Summary]) -> list[list[str]]:
     """Label and one cell per summary (`metrics.summary`): per job first, then the ECMP
     tier furthest above uniform hashing, then the run-wide figures."""
     jobs: list[str] = []
     for x in s:
-        jobs += [j["name"] for j in x["jobs"] if j["name"] not in jobs]
+        jobs += [j.name for j in x.jobs if j.name not in jobs]
     rows = []
     for name in jobs:
-        mine = [next((j for j in x["jobs"] if j["name"] == name), None) for x in s]
-        kind = next(j["kind"] for j in mine if j)
+        mine = [next((j for j in x.jobs if j.name == name), None) for x in s]
+        kind = next(j.kind for j in mine if j)
         for key, label, k in JOB_ROWS:
             rows.append(
                 [f"job {name} ({kind}): {label}"]
-                + [_cell(j[key], k, j.get("spread", {}).get(key)) if j else "-" for j in mine]
+                + [_cell(getattr(j, key), k, _half(j, key)) if j else "-" for j in mine]
             )
-    rows.append(["ECMP tier furthest from uniform"] + [x["ecmp_tier"] or "-" for x in s])
+    rows.append(["ECMP tier furthest from uniform"] + [x.ecmp_tier or "-" for x in s])
     rows.append(
-        ["  its max/mean (uniform)"]
-        + [_vs(x["ecmp_max_mean"], x["ecmp_max_mean_expected"]) for x in s]
+        ["  its max/mean (uniform)"] + [_vs(x.ecmp_max_mean, x.ecmp_max_mean_expected) for x in s]
     )
     rows.append(
         ["  its collisions (uniform)"]
         + [
             "-"
-            if x["ecmp_collisions"] is None
-            else f"{fmt(x['ecmp_collisions'], 'int')} "
-            f"({fmt(x['ecmp_collisions_expected'], 'ratio')})"
+            if x.ecmp_collisions is None
+            else f"{fmt(x.ecmp_collisions, 'int')} ({fmt(x.ecmp_collisions_expected, 'ratio')})"
             for x in s
         ]
     )
     rows += [
-        [label] + [_cell(x[key], kind, x.get("spread", {}).get(key)) for x in s]
+        [label] + [_cell(getattr(x, key), kind, _half(x, key)) for x in s]
         for key, label, kind in SUMMARY_ROWS
     ]
     return rows
 
 
-def compare_text(s: list[dict]) -> str:
-    return render([""] + [x["name"] for x in s], summary_rows(s))
+def compare_text(s: list[R.Summary]) -> str:
+    return render([""] + [x.name for x in s], summary_rows(s))
 
 
 def crosscheck_text(r: dict, scenario: str, fabric: str, switch: str) -> str:

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import replace
 
 import numpy as np
 
+from aifabric.analysis import results as R
 from aifabric.analysis.metrics import run_metrics, summary
 from aifabric.analysis.render import SUMMARY_ROWS, bytes_are, fmt
 from aifabric.fabric.model import Role
@@ -101,32 +103,32 @@ JOB_COLUMNS = (
 )
 
 
-def _summary_tables(s: dict) -> str:
+def _summary_tables(s: R.Summary) -> str:
     out = []
-    if s["jobs"]:
+    if s.jobs:
         head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in JOB_COLUMNS)
         rows = []
-        for j in s["jobs"]:
+        for j in s.jobs:
             cells = "".join(
-                f'<td class="num">{fmt(j[key], kind)}</td>'
+                f'<td class="num">{fmt(getattr(j, key), kind)}</td>'
                 if kind
-                else f"<td>{html.escape(str(j[key]))}</td>"
+                else f"<td>{html.escape(str(getattr(j, key)))}</td>"
                 for key, _, kind in JOB_COLUMNS
             )
-            rows.append(f"<tr><th>{html.escape(j['name'])}</th>{cells}</tr>")
+            rows.append(f"<tr><th>{html.escape(j.name)}</th>{cells}</tr>")
         out.append(
             f'<table class="summary" id="jobs"><tr><th>job</th>{head}</tr>{"".join(rows)}</table>'
         )
     rows = [
-        f'<tr><th>{html.escape(label)}</th><td class="num">{fmt(s[key], kind)}</td></tr>'
+        f'<tr><th>{html.escape(label)}</th><td class="num">{fmt(getattr(s, key), kind)}</td></tr>'
         for key, label, kind in SUMMARY_ROWS
     ]
-    if s["ecmp_tier"]:
+    if s.ecmp_tier:
         rows.insert(
             0,
-            f"<tr><th>ECMP tier furthest from uniform hashing: {html.escape(s['ecmp_tier'])}"
-            f'</th><td class="num">max/mean {fmt(s["ecmp_max_mean"], "ratio")} (uniform '
-            f"{fmt(s['ecmp_max_mean_expected'], 'ratio')})</td></tr>",
+            f"<tr><th>ECMP tier furthest from uniform hashing: {html.escape(s.ecmp_tier)}"
+            f'</th><td class="num">max/mean {fmt(s.ecmp_max_mean, "ratio")} (uniform '
+            f"{fmt(s.ecmp_max_mean_expected, 'ratio')})</td></tr>",
         )
     out.append('<table class="summary" id="run">' + "".join(rows) + "</table>")
     return "".join(out)
@@ -142,33 +144,33 @@ def _layout(fig, title: str, height: int = 420):
     return fig
 
 
-def _time_axis(series: dict) -> list[float]:
-    t = np.asarray(series["t_ns"], dtype=np.int64)
+def _time_axis(series: R.PortSeries | R.CaptureSeries) -> list[float]:
+    t = np.asarray(series.t_ns, dtype=np.int64)
     return ((t - (t[0] if t.size else 0)) / 1e3).tolist()
 
 
-def _throughput_figures(m: dict, series: dict) -> list:
+def _throughput_figures(m: R.RunMetrics, series: R.PortSeries) -> list:
     import plotly.graph_objects as go
 
     t = _time_axis(series)
-    th = m["throughput"]
+    th = m.throughput
     figs = []
     fig = go.Figure()
-    for j in th["jobs"]:
+    for j in th.jobs:
         fig.add_trace(
             go.Scatter(
                 x=t,
-                y=(100 * np.asarray(j["utilization"])).tolist(),
-                name=f"{j['name']} ({j['receivers']} receivers)",
-                customdata=j["rx_bytes_per_interval"],
+                y=(100 * np.asarray(j.utilization)).tolist(),
+                name=f"{j.name} ({j.receivers} receivers)",
+                customdata=j.rx_bytes_per_interval,
                 hovertemplate="%{x:.0f} us: %{y:.1f}% of line rate, %{customdata:,} bytes"
                 "<extra>%{fullData.name}</extra>",
             )
         )
-    for w in th["low_intervals"]:
+    for w in th.low_intervals:
         fig.add_vrect(
-            x0=(w["start_ns"] - series["t_ns"][0]) / 1e3,
-            x1=(w["end_ns"] - series["t_ns"][0]) / 1e3,
+            x0=(w.start_ns - series.t_ns[0]) / 1e3,
+            x1=(w.end_ns - series.t_ns[0]) / 1e3,
             fillcolor="red",
             opacity=0.08,
             line_width=0,
@@ -179,32 +181,32 @@ def _throughput_figures(m: dict, series: dict) -> list:
         _layout(
             fig,
             "Throughput into each job's receivers (shaded: below "
-            f"{100 * th['low_utilization']:.0f}% while the job ran)",
+            f"{100 * th.low_utilization:.0f}% while the job ran)",
         )
     )
     fig = go.Figure()
-    for b in th["busiest"][:BUSIEST_LINKS]:
+    for b in th.busiest[:BUSIEST_LINKS]:
         fig.add_trace(
             go.Scatter(
                 x=t,
-                y=(100 * np.asarray(b["utilization"])).tolist(),
-                name=b["port"],
-                customdata=b["tx_bytes_per_interval"],
+                y=(100 * np.asarray(b.utilization)).tolist(),
+                name=b.port,
+                customdata=b.tx_bytes_per_interval,
                 hovertemplate="%{x:.0f} us: %{y:.1f}%, %{customdata:,} bytes"
                 "<extra>%{fullData.name}</extra>",
             )
         )
     fig.update_xaxes(title="time (us)")
     fig.update_yaxes(title="% of line rate", range=[0, 105])
-    figs.append(_layout(fig, f"The {min(len(th['busiest']), BUSIEST_LINKS)} busiest links"))
+    figs.append(_layout(fig, f"The {min(len(th.busiest), BUSIEST_LINKS)} busiest links"))
     return figs
 
 
-def _fabric_figure(fabric, m: dict):
+def _fabric_figure(fabric, m: R.RunMetrics):
     import plotly.colors as pc
     import plotly.graph_objects as go
 
-    series = m.get("series")
+    series = m.series
     roles = fabric.node_role.astype(int)
     x = np.zeros(fabric.n_nodes)
     y = roles.astype(float)
@@ -213,9 +215,9 @@ def _fabric_figure(fabric, m: dict):
         x[ids] = (np.arange(len(ids)) + 0.5) / len(ids)
     util = np.zeros(fabric.n_links)
     if series is not None:
-        u = np.asarray(series["utilization"], dtype=float)
-        mean = u.mean(axis=1) if u.size else np.zeros(len(series["port_ids"]))
-        for p, val in zip(series["port_ids"], mean, strict=True):
+        u = np.asarray(series.utilization, dtype=float)
+        mean = u.mean(axis=1) if u.size else np.zeros(len(series.port_ids))
+        for p, val in zip(series.port_ids, mean, strict=True):
             util[p // 2] = max(util[p // 2], val)
     fig = go.Figure()
     edges = np.linspace(0, max(1.0, float(util.max()) if util.size else 1.0), 11)
@@ -244,8 +246,8 @@ def _fabric_figure(fabric, m: dict):
                 name=f"{100 * edges[k]:.0f}-{100 * edges[k + 1]:.0f}%",
             )
         )
-    hot = {h["port"] for h in m["hotspots"][:5]}
-    paused = {r["port"] for r in m["pause_spread"]}
+    hot = {h.port for h in m.hotspots[:5]}
+    paused = {r.port for r in m.pause_spread}
     labelled = set()
     for ports, name, color, symbol in (
         (hot, "hot spot (queue, pauses caused)", "#d62728", "x"),
@@ -306,47 +308,47 @@ def _fabric_figure(fabric, m: dict):
     return _layout(fig, "Fabric: links coloured by mean utilization (busier direction)", 520)
 
 
-def _uplink_figures(ecmp: dict) -> list:
+def _uplink_figures(ecmp: R.Ecmp) -> list:
     import plotly.graph_objects as go
 
     figs = []
-    for tier in ecmp["tiers"]:
+    for tier in ecmp.tiers:
         fig = go.Figure()
-        rows = [r for r in ecmp["switches"] if r["tier"] == tier["tier"]]
+        rows = [r for r in ecmp.switches if r.tier == tier.tier]
         shown = ""
         if len(rows) > MAX_UPLINK_SWITCHES:
             shown = f" ({MAX_UPLINK_SWITCHES} most unbalanced of {len(rows)} switches)"
-            rows = sorted(rows, key=lambda r: -r["bytes"]["max_mean"])[:MAX_UPLINK_SWITCHES]
+            rows = sorted(rows, key=lambda r: -r.bytes.max_mean)[:MAX_UPLINK_SWITCHES]
         for r in rows:
             fig.add_trace(
                 go.Bar(
-                    x=r["ports"],
-                    y=r["bytes_per_link"],
-                    name=r["switch"],
-                    customdata=r["qps_per_link"],
+                    x=r.ports,
+                    y=r.bytes_per_link,
+                    name=r.switch,
+                    customdata=r.qps_per_link,
                     hovertemplate="%{x}: %{y:,} bytes, %{customdata} QPs<extra></extra>",
                 )
             )
-        b, e = tier["bytes"], tier["bytes_expected"]
+        b, e = tier.bytes, tier.bytes_expected
         fig.update_layout(showlegend=False, yaxis_title="bytes")
         figs.append(
             _layout(
                 fig,
-                f"{tier['tier']}: {tier['qps']} QPs had a choice of {tier['links']} links; "
-                f"max/mean {b['max_mean']:.2f} (uniform {e['max_mean']:.2f}), per switch "
-                f"{tier['switch_max_mean']:.2f} ({tier['switch_max_mean_expected']:.2f}), "
-                f"collisions {tier['collisions']} ({tier['collisions_expected']:.1f}){shown}",
+                f"{tier.tier}: {tier.qps} QPs had a choice of {tier.links} links; "
+                f"max/mean {b.max_mean:.2f} (uniform {e.max_mean:.2f}), per switch "
+                f"{tier.switch_max_mean:.2f} ({tier.switch_max_mean_expected:.2f}), "
+                f"collisions {tier.collisions} ({tier.collisions_expected:.1f}){shown}",
                 460,
             )
         )
     return figs
 
 
-def _heatmap(series: dict):
+def _heatmap(series: R.PortSeries):
     import plotly.graph_objects as go
 
-    q = np.asarray(series["qdepth_max_bytes"], dtype=float)
-    names = series["ports"]
+    q = np.asarray(series.qdepth_max_bytes, dtype=float)
+    names = series.ports
     peak = q.max(axis=1) if q.size else np.zeros(len(names))
     order = np.argsort(-peak, kind="stable")
     keep = order[:HEATMAP_PORTS]
@@ -399,7 +401,7 @@ def _count_ticks(fig, counts, row: int) -> None:
     fig.update_yaxes(rangemode="tozero", tickformat=",d", tick0=0, dtick=step, row=row, col=1)
 
 
-def _ecn_pfc_figure(series: dict, cnp_sent):
+def _ecn_pfc_figure(series: R.PortSeries, cnp_sent):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -410,20 +412,22 @@ def _ecn_pfc_figure(series: dict, cnp_sent):
         shared_xaxes=True,
         vertical_spacing=0.06,
         subplot_titles=(
-            "ECN-marked packets" + (" and CNPs" if "cnp_sent" in series else "") + " per interval",
+            "ECN-marked packets"
+            + (" and CNPs" if series.cnp_sent is not None else "")
+            + " per interval",
             "PFC frames sent per interval",
             "ports paused (any time in the interval)",
         ),
     )
-    fig.add_trace(go.Scatter(x=t, y=series["ecn_marked"], name="ECN-marked packets"), 1, 1)
-    if "cnp_sent" in series:
-        fig.add_trace(go.Scatter(x=t, y=series["cnp_sent"], name="CNPs"), 1, 1)
-    fig.add_trace(go.Bar(x=t, y=series["pfc_sent"], name="PFC frames sent"), 2, 1)
+    fig.add_trace(go.Scatter(x=t, y=series.ecn_marked, name="ECN-marked packets"), 1, 1)
+    if series.cnp_sent is not None:
+        fig.add_trace(go.Scatter(x=t, y=series.cnp_sent, name="CNPs"), 1, 1)
+    fig.add_trace(go.Bar(x=t, y=series.pfc_sent, name="PFC frames sent"), 2, 1)
     fig.add_trace(
         go.Scatter(
             x=t,
-            y=series["paused_ports"],
-            customdata=series["paused_ns"],
+            y=series.paused_ports,
+            customdata=series.paused_ns,
             name="ports paused",
             line={"shape": "hv"},
             hovertemplate="%{x:.0f} us: %{y} ports, %{customdata:,} ns paused in all"
@@ -432,16 +436,17 @@ def _ecn_pfc_figure(series: dict, cnp_sent):
         3,
         1,
     )
-    _count_ticks(fig, [series["ecn_marked"], series.get("cnp_sent", [])], 1)
-    _count_ticks(fig, [series["pfc_sent"]], 2)
-    _count_ticks(fig, [series["paused_ports"]], 3)
+    _count_ticks(fig, [series.ecn_marked, series.cnp_sent or []], 1)
+    _count_ticks(fig, [series.pfc_sent], 2)
+    _count_ticks(fig, [series.paused_ports], 3)
     fig.update_xaxes(title="time (us)", row=3, col=1)
     cnp = "CNPs not recorded" if cnp_sent is None else f"{cnp_sent:,} CNPs sent"
-    when = "" if "cnp_sent" in series or cnp_sent is None else " (the run records their total)"
+    counted = series.cnp_sent is not None or cnp_sent is None
+    when = "" if counted else " (the run records their total)"
     return _layout(fig, f"ECN, CNPs and PFC over time: {cnp}{when}", 640)
 
 
-def _fct_figure(groups: list[tuple[str, np.ndarray]], d: dict):
+def _fct_figure(groups: list[tuple[str, np.ndarray]], d: R.Distribution):
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -461,36 +466,36 @@ def _fct_figure(groups: list[tuple[str, np.ndarray]], d: dict):
     fig.update_xaxes(type="log", title="flow completion time (us, log scale)")
     fig.update_yaxes(range=[0, 1.02], tickvals=[0, 0.25, 0.5, 0.75, 0.9, 1], title="CDF")
     p = (
-        f"p50 {format_time(int(d['p50']))}, p99 {format_time(int(d['p99']))}"
-        if d["count"]
+        f"p50 {format_time(int(d.p50))}, p99 {format_time(int(d.p99))}"
+        if d.count
         else "no finished flows"
     )
-    return _layout(fig, f"Flow completion times, CDF per job ({d['count']:,} flows; {p})")
+    return _layout(fig, f"Flow completion times, CDF per job ({d.count:,} flows; {p})")
 
 
-def _collective_figure(coll: dict):
+def _collective_figure(coll: R.Collectives):
     import plotly.graph_objects as go
 
-    ops = [o for o in coll["ops"] if o["start_ns"] >= 0]
+    ops = [o for o in coll.ops if o.start_ns >= 0]
     fig = go.Figure()
     if ops:
-        t0 = min(o["start_ns"] for o in ops)
-        lanes = [f"{o['job_name']}" for o in ops]
+        t0 = min(o.start_ns for o in ops)
+        lanes = [f"{o.job_name}" for o in ops]
         fig.add_trace(
             go.Bar(
-                base=[(o["start_ns"] - t0) / 1e3 for o in ops],
-                x=[(o["time_ns"] or 0) / 1e3 for o in ops],
+                base=[(o.start_ns - t0) / 1e3 for o in ops],
+                x=[(o.time_ns or 0) / 1e3 for o in ops],
                 y=lanes,
                 orientation="h",
                 name="actual",
                 width=0.6,
                 customdata=[
                     [
-                        o["op"],
-                        o["kind"],
-                        f"{format_size(o['bytes'])} {bytes_are(o)}",
-                        o["busbw_bps"],
-                        o["efficiency"],
+                        o.op,
+                        o.kind,
+                        f"{format_size(o.bytes)} {bytes_are(o)}",
+                        o.busbw_bps,
+                        o.efficiency,
                     ]
                     for o in ops
                 ],
@@ -499,12 +504,12 @@ def _collective_figure(coll: dict):
                 "%{customdata[4]:.0%}<extra></extra>",
             )
         )
-        ideal = [o for o in ops if o["ideal_ns"]]
+        ideal = [o for o in ops if o.ideal_ns]
         fig.add_trace(
             go.Bar(
-                base=[(o["start_ns"] - t0) / 1e3 for o in ideal],
-                x=[o["ideal_ns"] / 1e3 for o in ideal],
-                y=[o["job_name"] for o in ideal],
+                base=[(o.start_ns - t0) / 1e3 for o in ideal],
+                x=[o.ideal_ns / 1e3 for o in ideal],
+                y=[o.job_name for o in ideal],
                 orientation="h",
                 name="ideal at line rate",
                 width=0.2,
@@ -513,7 +518,7 @@ def _collective_figure(coll: dict):
             )
         )
     fig.update_layout(barmode="overlay", xaxis_title="time (us)", yaxis={"autorange": "reversed"})
-    lanes = len({o["job"] for o in ops})
+    lanes = len({o.job for o in ops})
     return _layout(
         fig, "Collectives: one lane per job, each op start to end, its ideal time inside",
         max(300, 60 * lanes + 140),
@@ -526,45 +531,45 @@ def build_report(run) -> str:
 
     m = run_metrics(run, series=True)
     fabric = fabric_from_topology(run.topology())
-    series = m.get("series")
+    series = m.series
     sections: list[tuple[str, list]] = []
-    if series is not None and m["throughput"]["jobs"]:
+    if series is not None and m.throughput.jobs:
         sections.append(("Throughput", _throughput_figures(m, series)))
     sections.append(("Fabric", [_fabric_figure(fabric, m)]))
-    if m["ecmp"]["tiers"]:
-        sections.append(("ECMP: load per link, beside uniform hashing", _uplink_figures(m["ecmp"])))
+    if m.ecmp.tiers:
+        sections.append(("ECMP: load per link, beside uniform hashing", _uplink_figures(m.ecmp)))
     if series is not None:
         sections.append(("Queues", [_heatmap(series)]))
-        sections.append(("ECN, CNPs and PFC", [_ecn_pfc_figure(series, m["cnp_sent"])]))
+        sections.append(("ECN, CNPs and PFC", [_ecn_pfc_figure(series, m.cnp_sent)]))
     flows = run.flows()
     if flows is not None and len(flows["src"]):
         done = flows["end_ns"] >= 0
         fct = flows["end_ns"] - flows["start_ns"]
-        groups = [(j["name"], fct[done & (flows["job"] == j["job"])]) for j in m["jobs"]]
-        sections.append(("Completion times", [_fct_figure(groups, m["fct_ns"])]))
-    if m["collectives"]["count"]:
-        sections.append(("Collectives", [_collective_figure(m["collectives"])]))
+        groups = [(j.name, fct[done & (flows["job"] == j.job)]) for j in m.jobs]
+        sections.append(("Completion times", [_fct_figure(groups, m.fct_ns)]))
+    if m.collectives.count:
+        sections.append(("Collectives", [_collective_figure(m.collectives)]))
 
     notes = []
-    if m["pause_spread"]:
-        roots = {r["root"] for r in m["pause_spread"] if r["root"]}
-        spread = [r for r in m["pause_spread"] if r["cause"] == "pause"]
+    if m.pause_spread:
+        roots = {r.root for r in m.pause_spread if r.root}
+        spread = [r for r in m.pause_spread if r.cause == "pause"]
         notes.append(
-            f"{len(m['pause_spread'])} ports were paused by PFC, victims of {len(roots)} "
+            f"{len(m.pause_spread)} ports were paused by PFC, victims of {len(roots)} "
             f"congested port(s) ({', '.join(sorted(roots))}); {len(spread)} of them by pauses "
             "spreading upstream."
         )
-    for w in m["throughput"]["worst_intervals"][:3]:
+    for w in m.throughput.worst_intervals[:3]:
         notes.append(
-            f"{w['name']}: from {format_time(w['start_ns'])} to {format_time(w['end_ns'])} its "
-            f"receivers took {100 * w['utilization']:.0f}% of their line rate "
-            f"({format_rate(int(w['rx_bps']))}bps)."
+            f"{w.name}: from {format_time(w.start_ns)} to {format_time(w.end_ns)} its "
+            f"receivers took {100 * w.utilization:.0f}% of their line rate "
+            f"({format_rate(int(w.rx_bps))}bps)."
         )
-    title = f"aifabric run {run.path.name}: {m['fabric']} ({m['engine']}, {m['status']})"
+    title = f"aifabric run {run.path.name}: {m.fabric} ({m.engine}, {m.status})"
     return _page(title, summary(m), sections, notes)
 
 
-def _page(title: str, s: dict, sections: list[tuple[str, list]], notes: list[str]) -> str:
+def _page(title: str, s: R.Summary, sections: list[tuple[str, list]], notes: list[str]) -> str:
     import plotly.io as pio
     from plotly.offline import get_plotlyjs
 
@@ -598,23 +603,23 @@ def _page(title: str, s: dict, sections: list[tuple[str, list]], notes: list[str
             *body,
             '<pre id="aifabric-check"></pre>',
             f'<script type="application/json" id="aifabric-summary">'
-            f"{html.escape(json.dumps(s))}</script>",
+            f"{html.escape(json.dumps(s.to_dict()))}</script>",
             _HOOK_TAIL,
             "</body></html>",
         ]
     )
 
 
-def _capture_figures(m: dict) -> list[tuple[str, list]]:
+def _capture_figures(m: R.CaptureMetrics) -> list[tuple[str, list]]:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     sections: list[tuple[str, list]] = []
-    series = m.get("series")
+    series = m.series
     if series:
         t = _time_axis(series)
         fig = go.Figure()
-        for k, row in enumerate(series["throughput_bps"]):
+        for k, row in enumerate(series.throughput_bps):
             fig.add_trace(
                 go.Scatter(x=t, y=(np.asarray(row) / 1e9).tolist(), name=f"interface {k}")
             )
@@ -622,32 +627,32 @@ def _capture_figures(m: dict) -> list[tuple[str, list]]:
         sections.append(
             (
                 "Throughput",
-                [_layout(fig, f"Throughput per interface ({format_time(series['bin_ns'])} bins)")],
+                [_layout(fig, f"Throughput per interface ({format_time(series.bin_ns)} bins)")],
             )
         )
         fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
-        fig.add_trace(go.Scatter(x=t, y=series["ce"], name="CE-marked packets"), 1, 1)
-        fig.add_trace(go.Scatter(x=t, y=series["cnp"], name="CNPs"), 1, 1)
-        fig.add_trace(go.Bar(x=t, y=series["pfc"], name="PFC frames"), 2, 1)
-        _count_ticks(fig, [series["ce"], series["cnp"]], 1)
-        _count_ticks(fig, [series["pfc"]], 2)
+        fig.add_trace(go.Scatter(x=t, y=series.ce, name="CE-marked packets"), 1, 1)
+        fig.add_trace(go.Scatter(x=t, y=series.cnp, name="CNPs"), 1, 1)
+        fig.add_trace(go.Bar(x=t, y=series.pfc, name="PFC frames"), 2, 1)
+        _count_ticks(fig, [series.ce, series.cnp], 1)
+        _count_ticks(fig, [series.pfc], 2)
         fig.update_yaxes(title="packets per bin", row=1, col=1)
         fig.update_yaxes(title="PFC frames per bin", row=2, col=1)
         fig.update_xaxes(title="time (us)", row=2, col=1)
         sections.append(
             (
                 "ECN, CNP and PFC",
-                [_layout(fig, f"ECN marks, CNPs ({m['cnp']['count']:,}) and PFC over time", 520)],
+                [_layout(fig, f"ECN marks, CNPs ({m.cnp.count:,}) and PFC over time", 520)],
             )
         )
-    if m["per_interface"]["imbalance"]:
+    if m.per_interface.imbalance:
         fig = go.Figure(
             go.Bar(
-                x=[f"interface {k}" for k in range(len(m["per_interface"]["bytes"]))],
-                y=m["per_interface"]["bytes"],
+                x=[f"interface {k}" for k in range(len(m.per_interface.bytes))],
+                y=m.per_interface.bytes,
             )
         )
-        b = m["per_interface"]["imbalance"]
+        b = m.per_interface.imbalance
         fig.update_layout(yaxis_title="bytes")
         sections.append(
             (
@@ -655,8 +660,8 @@ def _capture_figures(m: dict) -> list[tuple[str, list]]:
                 [
                     _layout(
                         fig,
-                        f"Bytes per interface: max/mean {b['max_mean']:.2f}, CV {b['cv']:.3f}, "
-                        f"Jain {b['jain']:.3f}",
+                        f"Bytes per interface: max/mean {b.max_mean:.2f}, CV {b.cv:.3f}, "
+                        f"Jain {b.jain:.3f}",
                     )
                 ],
             )
@@ -673,11 +678,11 @@ def build_capture_report(path, name: str | None = None) -> tuple[str, dict]:
     cap = read_capture(path)
     m = capture_metrics(cap, series=True)
     if name:
-        m["file"] = name
+        m = replace(m, file=name)
     sections = _capture_figures(m)
     fct = flow_durations(cap)
     if fct.size:
-        sections.append(("Flow durations", [_fct_figure([("all flows", fct)], m["fct_ns"])]))
-    notes = [f"Warning: {m['problem']}; the report covers what was read."] if m["problem"] else []
-    title = f"aifabric capture {m['file']}: {m['packets']:,} packets"
+        sections.append(("Flow durations", [_fct_figure([("all flows", fct)], m.fct_ns)]))
+    notes = [f"Warning: {m.problem}; the report covers what was read."] if m.problem else []
+    title = f"aifabric capture {m.file}: {m.packets:,} packets"
     return _page(title, summary(m), sections, notes), m

@@ -134,12 +134,15 @@ def _run_warning(run) -> list[str]:
     return [f"run {run.path.name} is {run.status}{why}; the analysis covers what it wrote."]
 
 
-def _capture_warning(m: dict) -> list[str]:
-    return [f"{m['problem']}; the analysis covers what was read."] if m["problem"] else []
+def _capture_warning(m) -> list[str]:
+    return [f"{m.problem}; the analysis covers what was read."] if m.problem else []
 
 
 def analyze(target: str, *, rate_bps=None, top: int = 10, series: bool = False):
-    """(metrics, warnings) of a run directory or a capture (`aifabric.analysis.metrics`)."""
+    """(metrics, warnings) of a run directory or a capture: a `RunMetrics` or a
+    `CaptureMetrics` (`aifabric.analysis.metrics`)."""
+    from dataclasses import replace
+
     from aifabric.analysis.metrics import DEFAULT_RATE_BPS, capture_metrics, run_metrics
 
     with opened(target) as t:
@@ -149,7 +152,7 @@ def analyze(target: str, *, rate_bps=None, top: int = 10, series: bool = False):
             run = Run(t.path)
             m = run_metrics(run, top=top, series=series, rate_bps=rate_bps)
             warnings = _run_warning(run)
-            for c in m["captures"]:
+            for c in m.captures:
                 warnings += _capture_warning(c)
             return m, warnings
         from aifabric.analysis.capture import read_capture
@@ -157,7 +160,7 @@ def analyze(target: str, *, rate_bps=None, top: int = 10, series: bool = False):
         m = capture_metrics(
             read_capture(t.path), rate_bps=rate_bps or DEFAULT_RATE_BPS, top=top, series=series
         )
-        m["file"] = t.label
+        m = replace(m, file=t.label)
         return m, _capture_warning(m)
 
 
@@ -175,7 +178,7 @@ def report(target: str) -> tuple[str, list[str]]:
         return html, _capture_warning(m)
 
 
-def compare(targets, *, rate_bps=None) -> tuple[list[dict], list[str]]:
+def compare(targets, *, rate_bps=None) -> tuple[list, list[str]]:
     """(one `metrics.summary` per target, warnings)."""
     from aifabric.analysis.metrics import summary
 

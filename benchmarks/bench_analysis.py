@@ -172,11 +172,11 @@ def main() -> None:
 
         cap = read_capture(path)  # compile or load the cached kernels, warm the page cache
         m = capture_metrics(cap)
-        assert m["packets"] == truth["packets"], m["packets"]
-        assert m["ecn"]["ce"] == truth["ce"], (m["ecn"], truth)
-        assert m["cnp"]["count"] == truth["cnp"]
-        assert m["pfc"]["frames"] == truth["pfc"]
-        assert m["pause"]["frames"] == truth["pause"]
+        assert m.packets == truth["packets"], m.packets
+        assert m.ecn.ce == truth["ce"], (m.ecn, truth)
+        assert m.cnp.count == truth["cnp"]
+        assert m.pfc.frames == truth["pfc"]
+        assert m.pause.frames == truth["pause"]
 
         mb = truth["bytes"] / 1e6
         parse_s = _median_time(lambda: read_capture(path), args.repeat)

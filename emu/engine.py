@@ -29,6 +29,7 @@ from aifabric.engines import Support, approximated, implemented, refused, scenar
 from aifabric.fabric.completion import collective_records, collective_rows, completion_ns
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.faults import applied, at_start
+from aifabric.fabric.live import LiveStream
 from aifabric.fabric.model import Role
 from aifabric.fabric.routing import EMULATOR_POLICY
 from aifabric.fabric.units import format_time
@@ -249,6 +250,7 @@ class EmuSession:
         self.delay = linux.delay_mechanism()
         self.features = features(scenario, switch=switch, ecn=self.ecn, delay=self.delay, pfc=pfc)
         self.net = self.replay = self.monitor = self.injector = self.result = None
+        self.live: LiveStream | None = None
         self.halt = threading.Event()  # ends the fault injector
         n = len(scenario.flows)
         self.paths = (np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
@@ -273,6 +275,10 @@ class EmuSession:
         net.apply()
         self.monitor = Monitor(net, sc.sample_interval_ns, pfc=self.pfc)
         self.monitor.open()
+        self.live = LiveStream(
+            writer.path, "mininet", fabric, sc.flows.job, sc.flows.bytes, ports=self.monitor.ports
+        )
+        self.monitor.on_poll = self._live
         stop.check()
         stop.enter("build")  # from here on, what is built can be written: stop between steps
         self.timings["build_s"] = time.perf_counter() - t0
@@ -355,6 +361,24 @@ class EmuSession:
             raise self.monitor.error
         return self.result is not None and self.result.complete
 
+    def _live(self, monitor: Monitor) -> None:
+        """In the monitor's thread, after a poll: a live record when one is due."""
+        replay = self.replay
+        if not self.live.due() or replay is None or replay.shared is None:
+            return
+        sh = replay.shared
+        started = replay.started.is_set()
+        wall = time.monotonic() - replay.t0 if started else 0.0
+        self._live_record(monitor, int(wall * 1e9 / self.scale), sh.received, sh.end >= 0)
+
+    def _live_record(self, monitor, now_ns: int, delivered, done, final: bool = False) -> None:
+        counters = monitor.so_far()
+        queue = counters.pop("queue_bytes")
+        self.live.write(
+            final=final, now_ns=now_ns, events=None, flows_done=int(np.count_nonzero(done)),
+            delivered=delivered, done=done, totals=counters, queue_bytes=queue,
+        )  # fmt: skip
+
     def write(self, writer) -> dict:
         result = self.result
         if result is None and self.replay is not None:
@@ -381,6 +405,11 @@ class EmuSession:
                     "completed (`timeout_s` gives it longer)"
                 )
         writer.note(summary={k: v for k, v in summary.items() if k != "incomplete"})
+        if self.live is not None and result is not None:  # the results are in: the last record
+            now_ns = int(result.wall_s * 1e9 / self.scale)
+            self._live_record(self.monitor, now_ns, result.received, result.end_ns >= 0, final=True)
+            if self.live.error:
+                writer.note(live=f"not streamed: {self.live.error}")
         return summary
 
     def _captured(self, writer) -> dict[str, int]:

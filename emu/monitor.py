@@ -29,6 +29,7 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -113,6 +114,9 @@ class Monitor(Worker):
         self._raw: dict[int, socket.socket] = {}
         self._maps: dict[int, int] = {}
         self._pool = ThreadPoolExecutor(max_workers=8)
+        # called with the monitor after every poll, in its thread (the live file's figures)
+        self.on_poll: Callable[[Monitor], None] | None = None
+        self._now = None  # the last poll since the baseline: tx, drops, ECN marks, backlog
 
     def set_routing(self, routing) -> None:
         """Which egress queues (columns) each switch ingress feeds, for routes old and new."""
@@ -291,12 +295,31 @@ class Monitor(Worker):
                 self._paused_acc[:] = 0
                 self._pfc_count[:] = 0
                 start = now
+            self._now = (tx - tx0, drops - drops0, ecn - ecn0, backlog)
+            if self.on_poll is not None:
+                self.on_poll(self)
             if stopping:
                 held = [(q, False) for q, paused in self.paused.items() if paused]
                 if held:
                     self._set_pause(held)
                 return
             time.sleep(self.poll_s)
+
+    def so_far(self) -> dict:
+        """Per recorded port, as of the last poll: the series added up since the baseline
+        (those of the open interval included), and the backlog (`queue_bytes`)."""
+        k = len(self.ports)
+        if self._now is None:
+            zero = np.zeros(k, dtype=np.int64)
+            return {"tx_bytes": zero, "ecn_marked": zero, "paused_ns": zero, "pfc_sent": zero,
+                    "drops": zero, "queue_bytes": zero}  # fmt: skip
+        tx, drops, ecn, backlog = self._now
+        paused = sum(self.paused_ns, np.zeros(k, dtype=np.int64))
+        if hasattr(self, "_paused_acc"):
+            paused = paused + (self._paused_acc * 1e9 / self.scale).astype(np.int64)
+        pfc = sum(self.pfc_sent, np.zeros(k, dtype=np.int64)) + getattr(self, "_pfc_count", 0)
+        return {"tx_bytes": tx, "ecn_marked": ecn, "paused_ns": paused, "pfc_sent": pfc,
+                "drops": drops, "queue_bytes": backlog}  # fmt: skip
 
     def series(self) -> dict:
         k = len(self.ports)

@@ -11,17 +11,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from aifabric.fabric.scenario import job_names
 
-def job_names(workload: dict) -> list[str]:
-    """A name per job: its `name`, else its collective, pattern or model; made unique."""
-    bodies = workload.get("jobs") if isinstance(workload.get("jobs"), list) else [workload]
-    names = []
-    for i, body in enumerate(bodies):
-        name = body.get("name") or next(
-            (str(body[k]) for k in ("collective", "pattern", "model") if k in body), f"job{i}"
-        )
-        names.append(name if name not in names else f"{name}{i}")
-    return names
+# the unit of each metric point_metrics writes, as results_long.parquet's `unit` says it
+UNITS = {
+    "completion_ns": "ns", "flows_unfinished": "flows", "fct_p50_ns": "ns", "fct_p99_ns": "ns",
+    "ecn_marked": "packets", "cnp_sent": "packets", "pfc_frames": "frames", "paused_ns": "ns",
+    "drops": "packets", "max_queue_bytes": "bytes", "ecmp_max_mean": "ratio",
+    "ecmp_jain": "ratio", "ecmp_collisions": "flows", "ecmp_collisions_expected": "flows",
+    "time_ns": "ns", "ideal_ns": "ns", "efficiency": "ratio", "senders_paused_ns": "ns",
+    "busbw_gbps": "Gbit/s", "algbw_gbps": "Gbit/s",
+}  # fmt: skip
+SUFFIX_UNITS = {"_ns": "ns", "_bytes": "bytes", "_gbps": "Gbit/s", "_bps": "bit/s", "_s": "s"}
+
+
+def unit_of(metric: str) -> str:
+    """A metric's unit: from UNITS, else from its name's suffix, else ""."""
+    if metric in UNITS:
+        return UNITS[metric]
+    return next((u for suffix, u in SUFFIX_UNITS.items() if metric.endswith(suffix)), "")
 
 
 def point_metrics(path, scenario, groups) -> dict[str, Any]:
@@ -34,53 +42,52 @@ def point_metrics(path, scenario, groups) -> dict[str, Any]:
     run = Run(path)
     m = run_metrics(run, top=1)
     summary = run.meta.get("results", {}).get("summary", {})
-    cong = m["congestion"] or {}
+    cong = m.congestion
     row: dict[str, Any] = {}
     if "completion" in groups:
         row["completion_ns"] = summary.get("completion_ns")
-        row["flows_unfinished"] = m["flows"]["count"] - m["flows"]["finished"]
+        row["flows_unfinished"] = m.flows.count - m.flows.finished
     if "fct" in groups:
-        row["fct_p50_ns"] = m["fct_ns"]["p50"]
-        row["fct_p99_ns"] = m["fct_ns"]["p99"]
+        row["fct_p50_ns"] = m.fct_ns.p50
+        row["fct_p99_ns"] = m.fct_ns.p99
     if "ecn" in groups:
-        row["ecn_marked"] = cong.get("ecn_marked")
+        row["ecn_marked"] = cong.ecn_marked if cong else None
         row["cnp_sent"] = summary.get("cnp_sent")
     if "pfc" in groups:
-        row["pfc_frames"] = cong.get("pfc_frames")
-        row["paused_ns"] = cong.get("paused_ns")
+        row["pfc_frames"] = cong.pfc_frames if cong else None
+        row["paused_ns"] = cong.paused_ns if cong else None
     if "drops" in groups:
-        row["drops"] = cong.get("drops")
+        row["drops"] = cong.drops if cong else None
     if "queue" in groups:
-        row["max_queue_bytes"] = cong.get("qdepth_max_bytes")
+        row["max_queue_bytes"] = cong.qdepth_max_bytes if cong else None
     if "ecmp" in groups:
-        for t in m["ecmp"]["tiers"]:
-            row[f"ecmp_max_mean.{t['tier']}"] = t["bytes"]["max_mean"]
-            row[f"ecmp_jain.{t['tier']}"] = t["bytes"]["jain"]
-            row[f"ecmp_collisions.{t['tier']}"] = t["collisions"]
-            row[f"ecmp_collisions_expected.{t['tier']}"] = t["collisions_expected"]
+        for t in m.ecmp.tiers:
+            row[f"ecmp_max_mean.{t.tier}"] = t.bytes.max_mean
+            row[f"ecmp_jain.{t.tier}"] = t.bytes.jain
+            row[f"ecmp_collisions.{t.tier}"] = t.collisions
+            row[f"ecmp_collisions_expected.{t.tier}"] = t.collisions_expected
 
     names = job_names(scenario.workload)
-    jobs = {job["job"]: job for job in m["jobs"]}  # the analyzer's per-job figures
+    jobs = {job.job: job for job in m.jobs}  # the analyzer's per-job figures
     for j, name in enumerate(names):
         job = jobs.get(j)
         if job is None:
             continue
         if "completion" in groups:
-            row[f"time_ns@{name}"] = job["time_ns"]
-            row[f"ideal_ns@{name}"] = job["ideal_ns"] or None
-            row[f"efficiency@{name}"] = job["efficiency"]
+            row[f"time_ns@{name}"] = job.time_ns
+            row[f"ideal_ns@{name}"] = job.ideal_ns or None
+            row[f"efficiency@{name}"] = job.efficiency
         if "pfc" in groups:
-            row[f"senders_paused_ns@{name}"] = job.get("senders_paused_ns")
+            row[f"senders_paused_ns@{name}"] = job.senders_paused_ns
         if "busbw" in groups:
-            ops = [o for o in m["collectives"]["ops"] if o["job"] == j]
-            done = [o for o in ops if o["busbw_bps"] is not None and o["algorithm"] != "-"]
+            ops = [o for o in m.collectives.ops if o.job == j]
+            done = [o for o in ops if o.busbw_bps is not None and o.algorithm != "-"]
             if done:
-                row[f"busbw_gbps@{name}"] = job["busbw_bps"]["mean"] / 1e9
-                row[f"algbw_gbps@{name}"] = job["algbw_bps"]["mean"] / 1e9
-            labels = sorted({f"{o['kind']}-{o['algorithm']}" for o in done})
+                row[f"busbw_gbps@{name}"] = job.busbw_bps.mean / 1e9
+                row[f"algbw_gbps@{name}"] = job.algbw_bps.mean / 1e9
+            labels = sorted({f"{o.kind}-{o.algorithm}" for o in done})
             for label in labels if len(labels) > 1 else ():
-                mine = [o for o in done if f"{o['kind']}-{o['algorithm']}" == label]
-                row[f"busbw_gbps@{name}/{label}"] = (
-                    float(np.mean([o["busbw_bps"] for o in mine])) / 1e9
-                )
+                mine = [o for o in done if f"{o.kind}-{o.algorithm}" == label]
+                busbw = float(np.mean([o.busbw_bps for o in mine]))
+                row[f"busbw_gbps@{name}/{label}"] = busbw / 1e9
     return row

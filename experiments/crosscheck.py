@@ -16,7 +16,7 @@ every uplink's bytes (those that carried data), are within the tolerance of the
 simulator's. ECN marks, pause time
 and drops are shown, not judged: the emulator's marking (RED or the eBPF marker on a
 polled queue) and its PFC (a monitor that polls queues every few milliseconds of wall
-time) count differently from the simulator's per-packet model; README says why.
+time) count differently from the simulator's per-packet model; docs/emulator.md says why.
 """
 
 from __future__ import annotations

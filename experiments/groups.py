@@ -2,7 +2,7 @@
 
 A sweep directory given to `compare` is one column per configuration (or per
 value of the keys `--by` names), not one per run: each figure of
-`aifabric.analysis.metrics.summary` is the mean over the group's complete runs, with
+`aifabric.analysis.metrics.summary` (a `Summary`) is the mean over the group's complete runs, with
 the half-width of its 95% interval over them (`spread`) where there are two
 or more.
 """
@@ -10,8 +10,12 @@ or more.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aifabric.fabric.errors import AifabricError
+
+if TYPE_CHECKING:
+    from aifabric.analysis.results import Summary
 
 JOB_FIGURES = ("busbw_bps", "time_ns", "ideal_ns", "efficiency", "fct_p99_ns")
 
@@ -47,37 +51,38 @@ def sweep_groups(target: str, by: list[str] | None = None) -> list[tuple[str, li
     return out
 
 
-def _pool(dicts: list[dict], keys) -> tuple[dict, dict]:
+def _pool(results: list, keys) -> tuple[dict, dict]:
     """Per key: the mean of the values present, and the half-width of its 95% interval."""
     from aifabric.experiments.stats import describe
 
     means, spread = {}, {}
     for key in keys:
-        stats = describe([d[key] for d in dicts if d.get(key) is not None])
+        stats = describe([getattr(r, key) for r in results if getattr(r, key) is not None])
         means[key] = stats["mean"]
         spread[key] = None if stats["ci_high"] is None else stats["ci_high"] - stats["mean"]
     return means, spread
 
 
-def group_summary(name: str, summaries: list[dict]) -> dict:
-    """One summary (as `aifabric.analysis.metrics.summary` makes) for a group of runs' summaries:
-    means, `spread` (95% half-intervals), `runs`; jobs matched by name."""
-    figures = [k for k, v in summaries[0].items() if k not in ("name", "jobs", "ecmp_tier", "runs")]
-    out, spread = _pool(summaries, figures)
-    tiers = {s["ecmp_tier"] for s in summaries}
+def group_summary(name: str, summaries: list[Summary]) -> Summary:
+    """One `Summary` for a group of runs' summaries: the means, `spread` (95%
+    half-intervals), `runs`; jobs matched by name."""
+    from aifabric.analysis.results import JobSummary, Summary
+
+    out, spread = _pool(summaries, Summary.figures())
+    tiers = {s.ecmp_tier for s in summaries}
     jobs = []
-    for job_name in dict.fromkeys(j["name"] for s in summaries for j in s["jobs"]):
-        mine = [j for s in summaries for j in s["jobs"] if j["name"] == job_name]
+    for job_name in dict.fromkeys(j.name for s in summaries for j in s.jobs):
+        mine = [j for s in summaries for j in s.jobs if j.name == job_name]
         means, job_spread = _pool(mine, JOB_FIGURES)
         jobs.append(
-            {"job": mine[0]["job"], "name": job_name, "kind": mine[0]["kind"], **means,
-             "runs": len(mine), "spread": job_spread}
+            JobSummary(job=mine[0].job, name=job_name, kind=mine[0].kind, **means,
+                       runs=len(mine), spread=job_spread)
         )  # fmt: skip
-    return {
+    return Summary(
         **out,
-        "name": name,
-        "runs": len(summaries),
-        "jobs": jobs,
-        "ecmp_tier": tiers.pop() if len(tiers) == 1 else "several",
-        "spread": spread,
-    }
+        name=name,
+        runs=len(summaries),
+        jobs=tuple(jobs),
+        ecmp_tier=tiers.pop() if len(tiers) == 1 else "several",
+        spread=spread,
+    )

@@ -2,7 +2,11 @@
 
     DIR/sweep.json     the sweep as run: base scenario, keys, seeds, report settings
     DIR/results.csv    one row per finished run (RESULT_COLUMNS, the varied keys, metrics)
+    DIR/results.parquet           the same, typed
+    DIR/results_long.parquet      one row per run, job and metric (experiments/results_table.py)
     DIR/runs/NAME/     each point's run directory (aifabric.fabric.rundir)
+    DIR/sweep.lock     locked by the process running the sweep, removed when it ends
+                       (`aifabric watch` tells a sweep in progress from a stopped one by it)
 
 Points run on a Dask `LocalCluster` (one single-threaded worker process per
 core unless told otherwise) or on an existing cluster by its scheduler's
@@ -11,15 +15,15 @@ machines) and return the point's metrics; the client builds the table and
 rewrites it atomically after every point, so an interrupted sweep leaves a
 table that agrees with its run directories. Run again, a sweep skips every
 point whose run directory is complete and records the same scenario (its
-hash), and runs the rest.
+hash), and runs the rest. Run again with another grid (or other seeds), the table keeps the
+points the earlier grid made beside the new ones; a different sweep (base scenario, fixed
+settings, varied keys or engine) in a folder that holds points is refused in one sentence.
 """
 
 from __future__ import annotations
 
 import contextlib
-import csv
 import hashlib
-import io
 import json
 import logging
 import os
@@ -35,6 +39,7 @@ from aifabric.experiments.spec import Point, Sweep
 from aifabric.fabric.errors import AifabricError
 
 BAR = 24  # characters of the progress bar
+SWEEP_LOCK = "sweep.lock"
 RESULT_COLUMNS = ("point", "run_dir", "seed", "status", "error", "scenario_hash", "wall_s")
 
 
@@ -106,33 +111,15 @@ def reusable_row(sweep: Sweep, point: Point, path: Path) -> dict | None:
     return row
 
 
-def write_table(path: Path, sweep: Sweep, points: list[Point], rows: dict[int, dict]) -> None:
-    """results.csv: one row per finished point, in point order; written atomically."""
-    from aifabric.fabric.files import write_atomic
+def write_table(
+    path: Path, sweep: Sweep, points: list[Point], rows: dict[int, dict], earlier=()
+) -> None:
+    """The results tables beside `path` (results.csv): one row per finished point, in point
+    order, then the `earlier` rows kept from another grid (aifabric.experiments.results_table);
+    each file written atomically."""
+    from aifabric.experiments.results_table import write_tables
 
-    keys = sweep.keys
-    metric_cols: dict[str, None] = {}
-    for i in sorted(rows):
-        for col in rows[i]:
-            if col not in RESULT_COLUMNS:
-                metric_cols[col] = None
-    cols = ["point", *keys, "seed", "status", "error", *sorted(metric_cols), "scenario_hash"]
-    cols += ["wall_s", "run_dir"]
-    out = io.StringIO()
-    w = csv.DictWriter(out, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
-    w.writeheader()
-    for i in sorted(rows):
-        p = points[i]
-        w.writerow(
-            {
-                **{k: ("" if v is None else v) for k, v in rows[i].items()},
-                **p.labels,
-                "point": p.index,
-                "seed": p.seed,
-                "run_dir": f"runs/{p.name}",
-            }
-        )
-    write_atomic(path, out.getvalue())
+    write_tables(path.parent, sweep, points, rows, list(earlier))
 
 
 @dataclass
@@ -199,8 +186,58 @@ def check_address(scheduler: str) -> None:
         )
 
 
+DASHBOARD = ":8787"  # Dask's usual port; a free one when another cluster has it
+NO_BOKEH = "the Dask dashboard needs bokeh: pip install 'aifabric[sweep]'"
+NO_DASHBOARD = "the Dask scheduler serves no dashboard"
+
+
+def has_bokeh() -> bool:
+    try:
+        import bokeh  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def dashboard(client) -> str:
+    """One line on the cluster's dashboard: its address, or why there is none. The
+    scheduler's HTTP server runs either way, its dashboard pages only where it can import
+    bokeh and was not told to go without: the page itself says which."""
+    import urllib.error
+    import urllib.request
+
+    def pages() -> bool:  # nested: sent by value, so a scheduler needs no aifabric for it
+        try:
+            import distributed.dashboard.scheduler  # noqa: F401 - what a scheduler serves it with
+        except ImportError:
+            return False
+        return True
+
+    try:
+        http = "dashboard" in client.scheduler_info().get("services", {})
+        link = client.dashboard_link if http else None
+    except Exception:  # noqa: BLE001 - a scheduler that cannot answer serves no dashboard
+        link = None
+    if not link:
+        return NO_DASHBOARD
+    try:
+        with urllib.request.urlopen(link, timeout=10):
+            return f"Dask dashboard: {link}"
+    except urllib.error.HTTPError:
+        pass  # the server answers without the pages
+    except (OSError, ValueError):
+        return f"Dask dashboard (where the scheduler says; not reachable from here): {link}"
+    try:
+        return NO_BOKEH if not client.run_on_scheduler(pages) else NO_DASHBOARD
+    except Exception:  # noqa: BLE001
+        return NO_DASHBOARD
+
+
 def connect(workers: int | None = None, scheduler: str | None = None):
-    """(client, cluster): to `scheduler` if given (cluster None), else a new LocalCluster."""
+    """(client, cluster): to `scheduler` if given (cluster None), else a new LocalCluster
+    serving the Dask dashboard (where bokeh is installed)."""
+    import warnings
+
     from dask.distributed import Client, LocalCluster
 
     if scheduler:
@@ -209,12 +246,14 @@ def connect(workers: int | None = None, scheduler: str | None = None):
             return Client(scheduler, timeout="10s"), None
         except (OSError, TimeoutError, ValueError, TypeError) as e:
             raise AifabricError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
-    with _workers_ignore_ctrl_c():
+    # "port 8787 is in use ... on port N instead": the line printed says where it is
+    with _workers_ignore_ctrl_c(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Port .* is already in use")
         cluster = LocalCluster(
             n_workers=workers or default_workers(),
             threads_per_worker=1,
             processes=True,
-            dashboard_address=None,
+            dashboard_address=DASHBOARD if has_bokeh() else None,
             memory_limit=0,
             # CRITICAL: a point's failure reaches the table through its future; what the
             # workers log themselves is noise, e.g. a heartbeat that finds the scheduler
@@ -250,53 +289,56 @@ def run_sweep(
     wait: bool = False,
 ) -> dict:
     """Run every point not already done; returns counts and whether it was interrupted.
+    `echo(text, keep=False)` is told how it goes (`stderr_progress`).
 
     Ctrl-C cancels what is queued or running and leaves results.csv holding
     exactly the points that finished (a second Ctrl-C meanwhile is said, not
     obeyed); the same call again resumes. One sweep at a time writes a folder
     (`sweep_lock`).
     """
+    from aifabric.experiments.results_table import earlier_rows
+
     out = Path(out)
+    points = sweep.points()
+    earlier = earlier_rows(out, sweep, points)  # before sweep.json says what it was
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "runs").mkdir(exist_ok=True)
     except OSError as e:
         raise AifabricError(f"cannot write the sweep into {out}: {e.strerror}") from None
     with sweep_lock(out, wait=wait, echo=echo):
-        return _run_locked(sweep, out, workers, scheduler, echo)
+        return _run_sweep(sweep, out, points, earlier, workers, scheduler, echo)
 
 
-SWEEP_LOCK = "sweep.lock"
+LOCK_POLL_S = 0.5
 
 
 @contextlib.contextmanager
 def sweep_lock(out: Path, *, wait: bool = False, echo=None):
     """Hold `out`/sweep.lock while the sweep writes `out`: a second sweep of the same folder
     is refused in one sentence, or (`wait`) waits for the first to finish."""
-    import fcntl
+    from aifabric.fabric.rundir import hold_lock, release_lock
 
-    try:
-        fd = os.open(out / SWEEP_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as e:
-        raise AifabricError(f"cannot lock the sweep folder {out}: {e.strerror}") from None
-    try:
+    lock = out / SWEEP_LOCK
+    said = False
+    while True:
+        holder = "?"
+        with contextlib.suppress(OSError):
+            holder = lock.read_text().strip() or "?"
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            fd = hold_lock(lock, f"{out} is being written by another sweep (pid {holder}); "
+                           "let it finish, or give --wait to start when it has")  # fmt: skip
+            break
+        except AifabricError:
             if not wait:
-                raise AifabricError(
-                    f"{out} is being written by another sweep (pid {holder}); let it finish, "
-                    "or give --wait to start when it has"
-                ) from None
-            if echo is not None:
+                raise
+            if echo is not None and not said:
                 echo(f"waiting for the sweep of pid {holder} to finish with {out} ...")
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                said = True
+            time.sleep(LOCK_POLL_S)
+    try:
         yield
     finally:
-        os.close(fd)
+        release_lock(lock, fd)
 
 
 @contextlib.contextmanager
@@ -319,11 +361,11 @@ def _shielded(echo):
             signal.signal(s, handler)
 
 
-def _run_locked(sweep: Sweep, out: Path, workers, scheduler, echo) -> dict:
+def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, echo) -> dict:
     from aifabric.fabric.rundir import remove_run_dir, write_json
 
+    (out / "runs").mkdir(exist_ok=True)
     write_json(out / "sweep.json", sweep.to_dict())
-    points = sweep.points()
     table = out / "results.csv"
     rows: dict[int, dict] = {}
     todo = []
@@ -334,9 +376,12 @@ def _run_locked(sweep: Sweep, out: Path, workers, scheduler, echo) -> dict:
         else:
             rows[p.index] = row
     progress = Progress(len(points), len(rows), started=time.monotonic())
-    write_table(table, sweep, points, rows)
-    show = echo or (lambda text: None)
-    show(f"{sweep.name}: {len(points)} points, {len(rows)} already done, {len(todo)} to run")
+    write_table(table, sweep, points, rows, earlier)
+    show = echo or (lambda text, keep=False: None)
+    show(
+        f"{sweep.name}: {len(points)} points, {len(rows)} already done, {len(todo)} to run",
+        keep=True,
+    )
     interrupted = False
     if todo:
         for p in todo:
@@ -345,6 +390,7 @@ def _run_locked(sweep: Sweep, out: Path, workers, scheduler, echo) -> dict:
             workers = min(workers or default_workers(), len(todo))
             check_workers(workers)
         client, cluster = connect(workers, scheduler)
+        show(dashboard(client), keep=True)
         futures = {}
         try:
             from dask.distributed import as_completed
@@ -367,7 +413,7 @@ def _run_locked(sweep: Sweep, out: Path, workers, scheduler, echo) -> dict:
                 rows[p.index] = row
                 progress.done += 1
                 progress.failed += row.get("status") == "failed"
-                write_table(table, sweep, points, rows)
+                write_table(table, sweep, points, rows, earlier)
                 show(progress.line())
         except KeyboardInterrupt:
             interrupted = True
@@ -384,7 +430,7 @@ def _run_locked(sweep: Sweep, out: Path, workers, scheduler, echo) -> dict:
                             row = reusable_row(sweep, p, out / "runs" / p.name)
                             if row is not None:
                                 rows[p.index] = row
-                write_table(table, sweep, points, rows)
+                write_table(table, sweep, points, rows, earlier)
     return {
         "points": len(points),
         "done": len(rows),
@@ -393,15 +439,17 @@ def _run_locked(sweep: Sweep, out: Path, workers, scheduler, echo) -> dict:
         "failed": sum(1 for r in rows.values() if r.get("status") == "failed"),
         "interrupted": interrupted,
         "results": str(table),
+        "earlier": len(earlier),
     }
 
 
 def stderr_progress():
-    """Progress on stderr: redrawn in place on a terminal, one line per update otherwise."""
+    """Progress on stderr: redrawn in place on a terminal, one line per update otherwise;
+    a line shown with `keep` (the sweep's size, the dashboard's address) stays."""
     tty = sys.stderr.isatty()
 
-    def show(text: str) -> None:
-        if tty:
+    def show(text: str, keep: bool = False) -> None:
+        if tty and not keep:
             sys.stderr.write("\r" + text + "   ")
         else:
             sys.stderr.write(text + "\n")

@@ -119,6 +119,21 @@ class Sweep:
                 )
         return out
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Sweep:
+        """The sweep `to_dict` wrote (a sweep directory's sweep.json)."""
+
+        def pairs(table: dict) -> dict[str, list[tuple[Any, Any]]]:
+            return {k: [tuple(p) for p in v] for k, v in table.items()}
+
+        return cls(
+            name=d["name"], scenario=d["scenario"], seeds=tuple(d["seeds"]),
+            fixed=dict(d.get("set", {})), grid=pairs(d.get("grid", {})),
+            zip=pairs(d.get("zip", {})), metrics=tuple(d.get("metrics", METRIC_GROUPS)),
+            engine=d.get("engine", "sim"), description=d.get("description", ""),
+            report=dict(d.get("report", {})),
+        )  # fmt: skip
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,
@@ -399,11 +414,33 @@ def sweep_from_flags(
             out[key.strip()] = split_values(values)
         return out
 
+    return sweep_of(
+        scenario,
+        grid=pairs(vary, "--vary"),
+        together=pairs(together, "--zip"),
+        fixed=dict(parse_assignment(t) for t in assignments),
+        seeds=seeds,
+        metrics=metrics,
+    )
+
+
+def sweep_of(
+    scenario: str,
+    *,
+    grid: dict[str, Any] | None = None,
+    together: dict[str, Any] | None = None,
+    fixed: dict[str, Any] | None = None,
+    seeds: Any = 1,
+    metrics: list[str] | None = None,
+) -> Sweep:
+    """A sweep of `scenario` (a preset name or a TOML path) from values: `grid` and
+    `together` map dotted keys to their values (or to a table of named values), `fixed`
+    sets keys in every run, `seeds` as a spec gives them."""
     raw = {
         "sweep": {"scenario": scenario, "seeds": seeds, "metrics": metrics or list(METRIC_GROUPS)},
-        "set": dict(parse_assignment(t) for t in assignments),
-        "grid": pairs(vary, "--vary"),
-        "zip": pairs(together, "--zip"),
+        "set": dict(fixed or {}),
+        "grid": dict(grid or {}),
+        "zip": dict(together or {}),
     }
     stem = Path(scenario).stem
     path = Path(scenario)

@@ -12,7 +12,8 @@ temporary file renamed into place, so a reader never sees half of one):
                      path_link[path_ptr[f]:path_ptr[f + 1]], in order;
                      optional: route_epoch, which routing chose flow f's route (0 the
                      one at the start, k the one after the run's k-th fault during
-                     the run; the simulator writes it)
+                     the run; the simulator writes it), delivered_bytes (the payload
+                     bytes its receiver has; the simulator writes it)
     ports.npz        per-port time series at a fixed interval:
                      interval_ns; t_ns[s] (start of sample s); port[p] (the port ids
                      recorded, see aifabric.fabric.model); scale (emulation rate factor, 1 in sim);
@@ -28,6 +29,39 @@ temporary file renamed into place, so a reader never sees half of one):
                      (busbw / algbw, recorded also for ops that did not finish; runs
                      written before it was recorded lack it)
     captures/*.pcap  packet captures where taken
+    live.json        while the engine runs, its figures so far, rewritten at most once a
+                     second (aifabric.fabric.live: simulated time, events, flows done,
+                     the series' totals, each job's delivered bytes and rate, the
+                     busiest ports); a last time, with final true, after the results
+                     above are written. What `aifabric watch` shows of a run in
+                     progress; readers of a finished run need only the files above
+
+The same flows, port series and collectives are also tables, for DuckDB, pandas and
+Arrow (`aifabric.fabric.columnar`; Parquet, zstd): each NAME.parquet holds NAME.npz's
+arrays column for column, under the same names (units in them), plus readable names
+beside ids, and null where an array says "never" with -1:
+
+    flows.parquet        one row per flow: every flows.npz array (start_ns, end_ns null
+                         where -1), job_name (the workload's job names,
+                         aifabric.fabric.scenario.job_names), src_name, dst_name (NIC
+                         names), fct_ns (end_ns - start_ns of a finished flow, else null),
+                         path_link (list: the flow's links, in order)
+    ports.parquet        one row per recorded port and sample (long form; each port's
+                         samples together, in time order): t_ns, port, port_name,
+                         node_name and peer_name (the port's node and the node it sends
+                         to), node_role and peer_role (nic, rtsw, ctsw, atsw),
+                         interval_ns, then every series of ports.npz (tx_bytes ...
+                         drops, cnp_sent where recorded); key-value metadata `aifabric`
+                         (JSON): interval_ns, scale, the recorded ports, the arrays' dtypes
+    collectives.parquet  one row per op: every collectives.npz array (start_ns, end_ns
+                         null where -1; algbw_bps and busbw_bps null where the op has no
+                         time, 0 in the npz), job_name
+
+Names come from topology.json's fabric and run.json's workload; a run written without
+them (a test's writer) has the ids alone. The `.npz` files stay: numpy alone loads them,
+and `Run.flows()`, `.ports()` and `.collectives()` read them first; a run directory that
+holds only the Parquet files reads the same arrays from them (`Run.table` gives a table
+itself; a file that is not whole Parquet is one sentence).
 
 `status` is "running" while an engine works, then "complete", "partial"
 (interrupted, or not every flow finished: what is there is real but not
@@ -73,6 +107,7 @@ PORT_SERIES = (
     "pfc_sent", "drops",
 )  # fmt: skip
 OPTIONAL_PORT_SERIES = ("cnp_sent",)
+TABLES = ("flows", "ports", "collectives")  # NAME.parquet beside NAME.npz
 COLLECTIVE_FIELDS = (
     "op", "job", "kind", "algorithm", "bytes", "ranks", "start_ns", "end_ns",
     "algbw_bps", "busbw_bps",
@@ -250,12 +285,30 @@ class RunWriter:
         from aifabric.fabric.export import topology_dict
 
         write_json(self.path / "topology.json", topology_dict(fabric))
+        self._fabric = fabric
+
+    def _names(self):
+        """The names the Parquet tables put beside ids: the fabric's (once `topology` wrote
+        it) and the jobs' (`job_names` of the scenario's workload)."""
+        from aifabric.fabric.columnar import Names
+        from aifabric.fabric.scenario import job_names
+
+        scenario = self.meta["scenario"]
+        workload = scenario.get("workload") if isinstance(scenario, dict) else None
+        try:
+            jobs = job_names(workload) if isinstance(workload, dict) else []
+        except (AttributeError, TypeError):  # a workload that names no jobs the usual way
+            jobs = []
+        return Names(getattr(self, "_fabric", None), jobs)
 
     def flows(self, **cols) -> None:
+        from aifabric.fabric.columnar import flows_table, write_parquet
+
         missing = [k for k in FLOW_FIELDS if k not in cols]
         if missing:
             raise ValueError(f"flow records lack {', '.join(missing)}")
         write_npz(self.path / "flows.npz", cols)
+        write_parquet(self.path / "flows.parquet", flows_table(cols, self._names()))
 
     def ports(self, *, interval_ns: int, t_ns, port, scale: float = 1.0, **series) -> None:
         missing = [k for k in PORT_SERIES if k not in series]
@@ -264,16 +317,23 @@ class RunWriter:
         unknown = [k for k in series if k not in PORT_SERIES + OPTIONAL_PORT_SERIES]
         if unknown:
             raise ValueError(f"port series {', '.join(unknown)} are not in the run format")
+        from aifabric.fabric.columnar import ports_tables, write_parquet
+
         write_npz(
             self.path / "ports.npz",
             {"interval_ns": interval_ns, "t_ns": t_ns, "port": port, "scale": scale, **series},
         )
+        tables = ports_tables(interval_ns, t_ns, port, scale, series, self._names())
+        write_parquet(self.path / "ports.parquet", tables)
 
     def collectives(self, **cols) -> None:
+        from aifabric.fabric.columnar import collectives_table, write_parquet
+
         missing = [k for k in COLLECTIVE_FIELDS if k not in cols]
         if missing:
             raise ValueError(f"collective records lack {', '.join(missing)}")
         write_npz(self.path / "collectives.npz", cols)
+        write_parquet(self.path / "collectives.parquet", collectives_table(cols, self._names()))
 
     def capture_path(self, port_name: str) -> Path:
         """Where the capture of the port named `port_name` (`Fabric.port_name`) goes."""
@@ -328,6 +388,46 @@ def _lock_held(path: Path, meta: dict) -> bool:
         if not isinstance(pid, int) or host != socket.gethostname():
             return True  # nothing to tell by: take run.json's word
         return Path(f"/proc/{pid}").exists()
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def hold_lock(path: str | Path, busy: str) -> int:
+    """Create the lock file `path` and lock it for this process, which keeps it until
+    `release_lock` or its end; `busy` is the sentence when another process holds it."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise AifabricError(f"cannot write {path}: {why_not_written(path, e)}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AifabricError(busy) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def release_lock(path: str | Path, fd: int) -> None:
+    Path(path).unlink(missing_ok=True)
+    os.close(fd)
+
+
+def lock_held(path: str | Path) -> bool:
+    """Whether a live process holds the lock file `path` (`hold_lock`; False when absent)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
     except OSError:
         return True
     try:
@@ -431,29 +531,46 @@ class Run:
             self._topology, self._fabric = topo, fabric
         return self._fabric
 
-    def _npz(self, name: str) -> dict[str, np.ndarray] | None:
-        path = self.path / name
+    def _arrays(self, name: str) -> dict[str, np.ndarray] | None:
+        """NAME.npz's arrays; where a run directory has only NAME.parquet, the same arrays
+        from it; None when it has neither."""
+        path = self.path / f"{name}.npz"
         if not path.is_file():
-            return None
+            if not (self.path / f"{name}.parquet").is_file():
+                return None
+            from aifabric.fabric import columnar
+
+            arrays = getattr(columnar, f"{name}_arrays")
+            return arrays(self.table(name), self.path / f"{name}.parquet")
         return load_npz(path)
 
-    def flows(self) -> dict[str, np.ndarray] | None:
-        z = self._npz("flows.npz")
+    def _checked(self, name: str, check) -> dict[str, np.ndarray] | None:
+        z = self._arrays(name)
         if z is not None:
-            _check_flows(self.path / "flows.npz", z, self.fabric(), self.meta)
+            where = self.path / f"{name}.npz"
+            check(where if where.is_file() else self.path / f"{name}.parquet", z)
         return z
+
+    def flows(self) -> dict[str, np.ndarray] | None:
+        return self._checked("flows", lambda p, z: _check_flows(p, z, self.fabric(), self.meta))
 
     def ports(self) -> dict[str, np.ndarray] | None:
-        z = self._npz("ports.npz")
-        if z is not None:
-            _check_ports(self.path / "ports.npz", z, self.fabric())
-        return z
+        return self._checked("ports", lambda p, z: _check_ports(p, z, self.fabric()))
 
     def collectives(self) -> dict[str, np.ndarray] | None:
-        z = self._npz("collectives.npz")
-        if z is not None:
-            _check_collectives(self.path / "collectives.npz", z)
-        return z
+        return self._checked("collectives", _check_collectives)
+
+    def table(self, name: str, columns: list[str] | None = None):
+        """NAME.parquet (flows, ports or collectives) as a pyarrow Table; a missing or broken
+        file is one sentence."""
+        from aifabric.fabric.columnar import read_parquet
+
+        if name not in TABLES:
+            raise ValueError(f"a run directory's tables are {', '.join(TABLES)}, not {name!r}")
+        path = self.path / f"{name}.parquet"
+        if not path.is_file():
+            raise AifabricError(f"{self.path} has no {name}.parquet")
+        return read_parquet(path, columns)
 
     def captures(self) -> list[Path]:
         return sorted((self.path / "captures").glob("*.pcap*"))

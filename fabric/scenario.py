@@ -88,3 +88,17 @@ def _queue_dict(fabric: Fabric, role) -> dict[str, Any]:
     from dataclasses import asdict
 
     return asdict(fabric.queue(role))
+
+
+def job_names(workload: dict) -> list[str]:
+    """A name per job of a workload spec: its `name`, else its collective, pattern or model;
+    made unique. The sweep's per-job columns (`busbw_gbps@NAME`) and the run directory's
+    `job_name` columns use it."""
+    bodies = workload.get("jobs") if isinstance(workload.get("jobs"), list) else [workload]
+    names = []
+    for i, body in enumerate(bodies):
+        name = body.get("name") or next(
+            (str(body[k]) for k in ("collective", "pattern", "model") if k in body), f"job{i}"
+        )
+        names.append(name if name not in names else f"{name}{i}")
+    return names

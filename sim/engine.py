@@ -17,9 +17,11 @@ from aifabric.fabric.cc import cc_parameters
 from aifabric.fabric.completion import collective_records, collective_rows, completion_ns
 from aifabric.fabric.faults import applied
 from aifabric.fabric.files import replace_atomic
+from aifabric.fabric.live import TOTALS, LiveStream
 from aifabric.fabric.model import Role
 from aifabric.fabric.scenario import Scenario
 from aifabric.fabric.units import format_size, format_time
+from aifabric.sim import layout as L
 from aifabric.sim.driver import Progress, Simulation
 from aifabric.sim.layout import ACK_EXTRA_BYTES, CP_PORT, CP_TIME, PS_PER_NS, SM_N
 from aifabric.sim.pcap import FrameBuilder, write_pcap
@@ -160,6 +162,46 @@ class _Stopped(Exception):
     """Asked to stop: raised from the progress hook, between two slices of events."""
 
 
+# the port series live.json adds up, as rows of the sample buffer (layout.SERIES), and the
+# columns of the open sample interval that hold them until it closes (kernel.close_sample)
+_LIVE_SERIES = [L.SERIES.index(name) for name in (*TOTALS, "cnp_sent")]
+_OPEN_COLUMNS = [L.PT_S_TX_BYTES, L.PT_S_ECN, L.PT_S_PAUSED_PS, L.PT_S_PFC, L.PT_S_DROPS,
+                 L.PT_S_CNP]  # fmt: skip
+
+
+class LiveCounters:
+    """A simulation's counters so far, as live.json records them, read from its state
+    arrays between two slices of events: per port, the samples drained (added up once
+    each), the rows in the sample buffer and the open interval; per flow, the bytes its
+    receiver has and whether it finished."""
+
+    def __init__(self, sim: Simulation):
+        self.sim = sim
+        self._drained = 0
+        self._base = np.zeros((len(_LIVE_SERIES), sim.fabric.n_ports), dtype=np.int64)
+
+    def __call__(self) -> dict:
+        sim = self.sim
+        for chunk in sim.sample_chunks[self._drained :]:
+            self._base += chunk[_LIVE_SERIES].sum(axis=1)
+        self._drained = len(sim.sample_chunks)
+        rows = int(sim.g[L.G_SAMPLES])
+        sums = self._base + sim.smp[_LIVE_SERIES, :rows].sum(axis=1)
+        open_ = sim.pt[:, _OPEN_COLUMNS].T.copy()
+        open_[2] //= PS_PER_NS  # paused ps -> ns, as close_sample rounds each interval
+        sums += open_
+        fl = sim.fl
+        return {
+            "now_ns": sim.now_ns,
+            "events": int(sim.g[L.G_EVENTS]),
+            "flows_done": sim.flows_done,
+            "delivered": fl[:, L.FL_DELIV_BYTES],
+            "done": fl[:, L.FL_T_END_PS] >= 0,
+            "totals": dict(zip((*TOTALS, "cnp_sent"), sums, strict=True)),
+            "queue_bytes": sim.pt[:, L.PT_Q0_BYTES] + sim.pt[:, L.PT_Q1_BYTES],
+        }
+
+
 class SimSession:
     build_abortable = False  # routing compiles with numba: let it finish
 
@@ -168,15 +210,22 @@ class SimSession:
         self.features = features(scenario)
         self.sim: Simulation | None = None
         self.ran = False
+        self.live: LiveStream | None = None
 
     def build(self, writer, stop) -> None:
         self.sim = simulation_for(self.sc)
+        self.counters = LiveCounters(self.sim)
+        t = self.sc.flows
+        self.live = LiveStream(writer.path, "sim", self.sc.fabric, t.job, t.bytes)
 
     def run(self, stop, progress: Callable[..., None] | None) -> bool:
         sim = self.sim
         self.ran = True
+        live = self.live
 
         def hook(p: Progress) -> None:
+            if live.due():
+                live.write(**self.counters())
             if progress is not None:
                 progress(p)
             if stop.is_set():
@@ -191,7 +240,12 @@ class SimSession:
         return done
 
     def write(self, writer) -> dict:
-        return write_results(self.sim, writer, self.sc.capture_ports(), ran=self.ran)
+        summary = write_results(self.sim, writer, self.sc.capture_ports(), ran=self.ran)
+        if self.live is not None:  # the results are in: the last record, from the same state
+            self.live.write(final=True, **self.counters())
+            if self.live.error:
+                writer.note(live=f"not streamed: {self.live.error}")
+        return summary
 
     def close(self) -> None:
         pass

@@ -177,7 +177,7 @@ def _check(got, want, where):
 def test_golden_metrics(name):
     cap = read_capture(DATA / name)
     want = GOLDEN[name]
-    _check(capture_metrics(cap), want, name)
+    _check(capture_metrics(cap).to_dict(), want, name)
     if "time_ns" in want:
         assert cap.time_ns.tolist() == want["time_ns"]
         assert cap.iface.tolist() == want["iface"]
@@ -477,7 +477,7 @@ def test_empty_and_headless_captures(tmp_path):
     (tmp_path / "magic.pcapng").write_bytes(C.PCAPNG_MAGIC)
     cap = read_capture(tmp_path / "empty.pcap")
     assert len(cap) == 0 and cap.problem == ""
-    assert capture_metrics(cap)["packets"] == 0
+    assert capture_metrics(cap).packets == 0
     with pytest.raises(AifabricError, match="cut off inside its pcap file header"):
         read_capture(tmp_path / "short.pcap")
     cap = read_capture(tmp_path / "magic.pcapng")

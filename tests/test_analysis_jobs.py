@@ -82,11 +82,12 @@ def _job_rx_bytes(run: Run, job: int) -> tuple[int, int]:
 
 
 def test_demo_numbers_are_per_job_and_from_the_run_directory(demo):
-    m = run_metrics(demo)
+    typed = run_metrics(demo)
+    m = typed.to_dict()
     recorded = demo.meta["results"]["summary"]
     # CNPs: what the engine counted, everywhere
     assert m["cnp_sent"] == recorded["cnp_sent"] > 0
-    assert summary(m)["cnp"] == recorded["cnp_sent"]
+    assert summary(typed).cnp == recorded["cnp_sent"]
     out = CliRunner().invoke(main, ["analyze", str(demo.path)]).output
     assert f"{recorded['cnp_sent']:,} CNPs" in out
     out = CliRunner().invoke(main, ["compare", str(demo.path)]).output
@@ -95,7 +96,7 @@ def test_demo_numbers_are_per_job_and_from_the_run_directory(demo):
     # one row per job, never an average of the two
     jobs = {j["name"]: j for j in m["jobs"]}
     assert list(jobs) == ["allreduce", "incast"]
-    assert [j["name"] for j in summary(m)["jobs"]] == ["allreduce", "incast"]
+    assert [j.name for j in summary(typed).jobs] == ["allreduce", "incast"]
     col = demo.collectives()
     for op in m["collectives"]["ops"]:
         i = list(col["op"]).index(op["op"])
@@ -122,7 +123,7 @@ def test_demo_numbers_are_per_job_and_from_the_run_directory(demo):
 
 
 def test_demo_ecmp_is_measured_over_the_links_the_ring_could_take(demo):
-    m = run_metrics(demo)
+    m = run_metrics(demo).to_dict()
     tiers = {t["tier"]: t for t in m["ecmp"]["tiers"]}
     assert list(tiers) == ["rtsw>ctsw", "ctsw>rtsw"]  # up, then down
     up = tiers["rtsw>ctsw"]
@@ -148,7 +149,7 @@ def test_demo_ecmp_is_measured_over_the_links_the_ring_could_take(demo):
 
 
 def test_demo_hot_spots_are_causes_and_the_paused_ports_their_victims(demo):
-    m = run_metrics(demo)
+    m = run_metrics(demo).to_dict()
     fabric = fabric_from_topology(demo.topology())
     names = set(fabric.port_names)
     receiver = "z0-r7-rtsw--z0-r7-h0-nic0"  # the incast's receiver's downlink
@@ -176,7 +177,7 @@ def _report_figures(run: Run, tmp_path: Path) -> dict:
     assert check["errors"] == []
     assert check["plots"] == check["rendered"] == check["expected"] == len(check["figures"])
     figs = {f["title"].split(":")[0].split(" (")[0]: f for f in check["figures"]}
-    m = run_metrics(run)
+    m = run_metrics(run).to_dict()
     fabric = fabric_from_topology(run.topology())
     ports = run.ports()
     jobs = [j["name"] for j in m["jobs"]]
@@ -240,7 +241,7 @@ def _report_figures(run: Run, tmp_path: Path) -> dict:
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian package chromium)")
 def test_demo_report_plots_what_the_run_directory_holds(demo, tmp_path):
     figs = _report_figures(demo, tmp_path)
-    m = run_metrics(demo)
+    m = run_metrics(demo).to_dict()
     heat = figs["Queue depth"]
     assert heat["data"][0]["y"][0] == "z0-r7-rtsw--z0-r7-h0-nic0"
     assert [o["job_name"] for o in m["collectives"]["ops"]] == ["allreduce", "incast"]
@@ -257,7 +258,7 @@ def test_demo_report_plots_what_the_run_directory_holds(demo, tmp_path):
 
 
 def test_two_jobs_analyze_compare_and_report(two_jobs, demo, tmp_path):
-    m = run_metrics(two_jobs)
+    m = run_metrics(two_jobs).to_dict()
     assert [j["name"] for j in m["jobs"]] == ["ring", "a2a"]
     for j in m["jobs"]:
         assert j["ops_finished"] == j["ops"] == 1
@@ -297,7 +298,7 @@ def test_pauses_that_reach_a_bystander_are_counted_on_its_senders(tmp_path):
     scenario = Path(__file__).resolve().parent.parent / "experiments/specs/scenarios"
     scenario = str(scenario / "congestion-control.toml")
     run = _run([scenario, "--set", "congestion_control.kind=none"], tmp_path / "run")
-    m = run_metrics(run)
+    m = run_metrics(run).to_dict()
     fabric = fabric_from_topology(run.topology())
     flows = run.flows()
     paused = {r["port"]: r["paused_ns"] for r in m["pause_spread"]}  # every paused port

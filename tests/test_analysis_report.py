@@ -141,7 +141,7 @@ def test_a_cnp_series_is_plotted_when_the_engine_samples_one(tmp_path):
     cnp = np.zeros_like(ports["ecn_marked"])
     cnp[2, 0], cnp[4, 3] = 2, 5
     np.savez(tmp_path / "run" / "ports.npz", cnp_sent=cnp, **ports)
-    m = run_metrics(Run(tmp_path / "run"), series=True)
+    m = run_metrics(Run(tmp_path / "run"), series=True).to_dict()
     assert m["series"]["cnp_sent"] == [0, 0, 2, 0, 5, 0, 0, 0, 0, 0]
     assert m["cnp_sent"] == 7  # run.json records no total here: the series' sum
     page = build_report(Run(tmp_path / "run"))

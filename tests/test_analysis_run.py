@@ -160,7 +160,7 @@ def test_ecmp_counts_the_qps_that_had_a_choice_over_the_links_they_could_take(ru
     path, fabric, paths, _ = run_dir
     flows = Run(path).flows()
     routing = Routing(fabric)
-    m = ecmp_metrics(fabric, flows, routing, paths.ports.astype(np.int64))
+    m = ecmp_metrics(fabric, flows, routing, paths.ports.astype(np.int64)).to_dict()
     qps, by_port = _qp_ports(fabric, paths, flows)
     leaf = fabric.node_id("z0-r0-rtsw")
     ups = [
@@ -201,7 +201,7 @@ def test_ecmp_expectations_are_those_of_uniform_hashing(run_dir):
     on the same next hops, against an independent simulation of the same."""
     path, fabric, paths, _ = run_dir
     flows = Run(path).flows()
-    m = ecmp_metrics(fabric, flows, Routing(fabric), paths.ports.astype(np.int64))
+    m = ecmp_metrics(fabric, flows, Routing(fabric), paths.ports.astype(np.int64)).to_dict()
     row = next(r for r in m["switches"] if r["switch"] == "z0-r0-rtsw")
     qps, _ = _qp_ports(fabric, paths, flows)
     weights = {}
@@ -229,7 +229,7 @@ def test_flow_ports_walks_paths_like_routing(run_dir):
 
 def test_pause_spread_and_hot_spots(run_dir):
     path, fabric, _, _ = run_dir
-    m = run_metrics(Run(path))
+    m = run_metrics(Run(path)).to_dict()
     names = fabric.port_names
     congested, spine_down, leaf_up = plan(fabric)
     spread = {r["port"]: r for r in m["pause_spread"]}
@@ -274,7 +274,7 @@ def test_pause_spread_and_hot_spots(run_dir):
 
 def test_completion_times_and_collectives(run_dir):
     path, _, _, _ = run_dir
-    m = run_metrics(Run(path))
+    m = run_metrics(Run(path)).to_dict()
     flows = Run(path).flows()
     done = flows["end_ns"] >= 0
     fct = (flows["end_ns"] - flows["start_ns"])[done]
@@ -315,7 +315,7 @@ def test_the_recorded_busbw_factor_is_the_one_used(tmp_path):
     col = dict(np.load(tmp_path / "run" / "collectives.npz"))
     col["busbw_factor"] = np.full(len(col["op"]), 3.0)
     np.savez(tmp_path / "run" / "collectives.npz", **col)
-    ops = run_metrics(Run(tmp_path / "run"))["collectives"]["ops"]
+    ops = run_metrics(Run(tmp_path / "run")).to_dict()["collectives"]["ops"]
     assert [o["busbw_factor"] for o in ops] == [3.0] * 5
     assert ops[0]["busbw_bps"] == pytest.approx(64 * 2**20 * 8 / 2e-3 * 3.0)
 
@@ -330,13 +330,13 @@ def test_the_analyzer_reads_every_factor_from_the_run_directory(tmp_path):
     recorded = col.pop("busbw_factor")
     col["busbw_bps"] = col["algbw_bps"] * 2.5
     np.savez(path, **col)
-    ops = run_metrics(Run(tmp_path / "run"))["collectives"]["ops"]
+    ops = run_metrics(Run(tmp_path / "run")).to_dict()["collectives"]["ops"]
     assert [o["busbw_factor"] for o in ops if o["time_ns"] is not None] == [2.5] * 4
     unfinished = [i for i, o in enumerate(ops) if o["time_ns"] is None]
     assert unfinished and all(ops[i]["busbw_factor"] is None for i in unfinished)
     col["busbw_factor"] = recorded + 0.5
     np.savez(path, **col)
-    ops = run_metrics(Run(tmp_path / "run"))["collectives"]["ops"]
+    ops = run_metrics(Run(tmp_path / "run")).to_dict()["collectives"]["ops"]
     assert [o["busbw_factor"] for o in ops] == col["busbw_factor"].tolist()
     assert all(ops[i]["busbw_bps"] is None for i in unfinished)
     done = ops[0]
@@ -391,7 +391,7 @@ def test_captures_in_a_run_are_mapped_to_nics(tmp_path):
     make_run(path, n_flows=8, pause=False)
     golden = Path(__file__).parent / "data" / "golden_roce.pcap"
     shutil.copy(golden, path / "captures" / "leaf0.pcap")
-    m = run_metrics(Run(path))
+    m = run_metrics(Run(path)).to_dict()
     (cap,) = m["captures"]
     assert cap["packets"] == 25
     top = cap["flows"]["top"][0]
@@ -419,8 +419,8 @@ def test_an_unfinished_run_is_analyzed_with_a_warning(tmp_path):
 def test_an_emulated_runs_figures_are_the_fabrics_and_its_scale_converts(tmp_path, run_dir):
     """The emulator records fabric time and bytes: the same series read the same, any scale."""
     make_run(tmp_path / "emu", engine="mininet", scale=1000.0)
-    emu = run_metrics(Run(tmp_path / "emu"))
-    sim = run_metrics(Run(run_dir[0]))
+    emu = run_metrics(Run(tmp_path / "emu")).to_dict()
+    sim = run_metrics(Run(run_dir[0])).to_dict()
     assert emu["emulation_scale"] == 1000.0 and sim["emulation_scale"] == 1.0
     assert [h["utilization"] for h in emu["hotspots"]] == pytest.approx(
         [h["utilization"] for h in sim["hotspots"]]
@@ -464,7 +464,7 @@ def test_pause_chains_within_one_interval_follow_their_cause_whatever_the_order(
         "port": port, "t_ns": t, "paused_ns": paused, "qdepth_max_bytes": qdepth,
         "pfc_sent": np.zeros((3, fabric.n_ports), dtype=np.int64),
     }  # fmt: skip
-    spread = {x["port"]: x for x in pause_spread(fabric, ports)}
+    spread = {x.port: x.to_dict() for x in pause_spread(fabric, ports)}
     assert spread[names[p]]["cause"] == "pause" and spread[names[p]]["because_of"] == names[q]
     assert spread[names[q]]["cause"] == "congestion" and spread[names[q]]["root"] == names[r]
     assert spread[names[q]]["hops_from_root"] == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = (
     "numpy", "numba", "plotly", "scapy", "networkx", "pandas", "dask", "aifabric.fabric.routing",
-    "aifabric.traffic",
+    "aifabric.traffic", "pyarrow",
 )  # fmt: skip
 ONE_FLOW = ROOT / "benchmarks" / "one-flow.toml"  # one 4 KiB flow
 
@@ -59,6 +59,7 @@ def test_a_choice_reads_its_table_when_a_command_line_is_parsed():
 def test_a_run_loads_no_plotting_capture_graph_or_table_library(tmp_path):
     loaded = loaded_after(command("run", str(ONE_FLOW), "-o", str(tmp_path / "run")))
     assert {"numba", "aifabric.traffic"} <= loaded  # it did run
+    assert "pyarrow" in loaded  # it wrote the Parquet tables, without pandas
     assert loaded.isdisjoint({"plotly", "scapy", "networkx", "pandas", "dask"})
 
 

@@ -295,7 +295,7 @@ def test_the_analyzer_and_the_engine_give_one_algbw_and_busbw(tmp_path):
     engines.run_scenario("sim", sc, tmp_path / "r")
     run = Run(tmp_path / "r")
     coll = run.collectives()
-    ops = run_metrics(run)["collectives"]["ops"]
+    ops = run_metrics(run).to_dict()["collectives"]["ops"]
     assert len(ops) == len(coll["op"]) > 1
     for i, o in enumerate(ops):
         assert o["algbw_bps"] == coll["algbw_bps"][i] > 0

@@ -68,7 +68,7 @@ def test_a_new_topology_kind_is_two_files(monkeypatch, tmp_path):
     summary = run_scenario("sim", sc, out)
     assert summary["status"] == Run(out).status == "complete"
     assert summary["flows_done"] == summary["flows"] == len(sc.flows) > 0
-    metrics = run_metrics(Run(out))
+    metrics = run_metrics(Run(out)).to_dict()
     [op] = metrics["collectives"]["ops"]
     assert op["kind"] == "allreduce" and op["ranks"] == 6 and op["busbw_bps"] > 0
     assert summary["max_queue_port"] in fabric.port_names

@@ -64,6 +64,10 @@ def loadable(run_dir: Path) -> list[str]:
             with np.load(p, allow_pickle=False) as z:
                 for k in z.files:
                     z[k]
+        elif p.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            pq.read_table(p)
         elif p.suffix == ".pcap":
             from aifabric.analysis.capture import read_capture
 

@@ -64,7 +64,7 @@ def test_cnps_go_out_on_the_receiving_nic_port_only(incast):
 
 
 def test_the_analysis_cnp_trace_is_the_series(incast):
-    m = run_metrics(incast, series=True)
+    m = run_metrics(incast, series=True).to_dict()
     per_sample = incast.ports()["cnp_sent"].sum(axis=1)
     assert m["series"]["cnp_sent"] == per_sample.tolist()
     assert m["cnp_sent"] == int(per_sample.sum())

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric.cli import main
-from aifabric.experiments.runner import scenario_hash
+from aifabric.experiments.runner import NO_DASHBOARD, scenario_hash
 from aifabric.fabric.rundir import Run
 from tests.test_sweep_overrides import TINY
 
@@ -70,7 +70,7 @@ def test_a_sweep_on_a_local_cluster_of_two_workers(tiny, tmp_path):
         assert run.status == "complete"
         assert run.meta["scenario"]["ecmp"]["policy"] == row["ecmp.policy"]
         assert row["scenario_hash"] == scenario_hash(run.meta["scenario"])
-        m = run_metrics(run)
+        m = run_metrics(run).to_dict()
         (op,) = m["collectives"]["ops"]
         assert row["busbw_gbps@allreduce"] == pytest.approx(op["busbw_bps"] / 1e9)
         assert row["fct_p99_ns"] == pytest.approx(m["fct_ns"]["p99"])
@@ -136,6 +136,7 @@ def test_a_sweep_sent_to_an_existing_scheduler(tiny, tmp_path, dask_cluster, mon
                "--scheduler", dask_cluster, "-o", out)  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "4 of 4 points done (0 from before, 0 failed)" in r.output
+    assert NO_DASHBOARD in r.output  # the scheduler runs with --no-dashboard
     table = pd.read_csv(out / "results.csv")
     assert list(table["status"]) == ["complete"] * 4
     assert list(table["seed"]) == [1, 2, 1, 2]

@@ -39,7 +39,7 @@ PLACEMENTS = ("packed", "fragmented", "rail-aligned")
 QP_MODES = ("split", "round-robin")
 DISTRIBUTIONS = ("fixed", "exponential", "pareto")
 # Bounds that keep a workload within what one machine can generate and simulate;
-# each refusal names the bound (README: "Writing a workload").
+# each refusal names the bound (docs/traffic.md lists them).
 MAX_BYTES = 2**50  # an operation, flow, chunk or bucket: 1 PiB
 MAX_PARAMS = 10**15  # parameters of a model
 MAX_REPEATS = 10_000  # iterations, layers, micro-batches, MoE layers
