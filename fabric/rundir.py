@@ -551,11 +551,18 @@ class Run:
             check(where if where.is_file() else self.path / f"{name}.parquet", z)
         return z
 
+    def _known_fabric(self):
+        """The fabric to check arrays against; None for a run that wrote no topology.json
+        (whatever needs the fabric then says that it is missing)."""
+        return self.fabric() if (self.path / "topology.json").is_file() else None
+
     def flows(self) -> dict[str, np.ndarray] | None:
-        return self._checked("flows", lambda p, z: _check_flows(p, z, self.fabric(), self.meta))
+        return self._checked(
+            "flows", lambda p, z: _check_flows(p, z, self._known_fabric(), self.meta)
+        )
 
     def ports(self) -> dict[str, np.ndarray] | None:
-        return self._checked("ports", lambda p, z: _check_ports(p, z, self.fabric()))
+        return self._checked("ports", lambda p, z: _check_ports(p, z, self._known_fabric()))
 
     def collectives(self) -> dict[str, np.ndarray] | None:
         return self._checked("collectives", _check_collectives)
@@ -721,16 +728,17 @@ def _check_flows(path: Path, z: dict, fabric, meta: dict) -> None:
         raise AifabricError(
             f"{path}: path_ptr does not index path_link (from 0, rising, to {len(link)})"
         )
-    _within(
-        path, "path_link", link, 0, fabric.n_links, f"and the fabric has {fabric.n_links} links"
-    )
-    nic = fabric.nic_port >= 0
-    for key in ("src", "dst"):
-        a = z[key]
-        _within(path, key, a, 0, fabric.n_nodes, f"and the fabric has {fabric.n_nodes} nodes")
-        if a.size and not nic[a].all():
-            raise AifabricError(f"{path}: {key} names a switch, not a NIC")
-    _check_paths(path, z["src"], z["dst"], ptr, link, fabric)
+    if fabric is not None:
+        links = f"and the fabric has {fabric.n_links} links"
+        _within(path, "path_link", link, 0, fabric.n_links, links)
+        nic = fabric.nic_port >= 0
+        for key in ("src", "dst"):
+            a = z[key]
+            nodes = f"and the fabric has {fabric.n_nodes} nodes"
+            _within(path, key, a, 0, fabric.n_nodes, nodes)
+            if a.size and not nic[a].all():
+                raise AifabricError(f"{path}: {key} names a switch, not a NIC")
+        _check_paths(path, z["src"], z["dst"], ptr, link, fabric)
     for key in ("job", "op", "bytes"):
         _within(path, key, z[key], 0, np.iinfo(np.int64).max, "a negative value")
     for key in ("start_ns", "end_ns"):
@@ -789,7 +797,9 @@ def _check_ports(path: Path, z: dict, fabric) -> None:
         interval = int(z["interval_ns"])
         raise AifabricError(f"{path}: {samples} samples of {interval} ns last beyond 2**53 ns")
     port = _column(path, z, "port")
-    _within(path, "port", port, 0, fabric.n_ports, f"and the fabric has {fabric.n_ports} ports")
+    if fabric is not None:
+        ports = f"and the fabric has {fabric.n_ports} ports"
+        _within(path, "port", port, 0, fabric.n_ports, ports)
     if len(np.unique(port)) != len(port):
         raise AifabricError(f"{path}: port names a port twice")
     for key in PORT_SERIES + tuple(k for k in OPTIONAL_PORT_SERIES if k in z):

@@ -1,13 +1,14 @@
 """Damaged run directories: every file truncated, corrupted, swapped, deleted or edited.
 
 `mutate(data, run_dir)` applies one mutation drawn from hypothesis's `data` to
-the run directory: bytes cut or overwritten, one file's bytes put in another's
-place, a file removed, a JSON value replaced anywhere in run.json or
-topology.json, or an array of an .npz replaced by one of another dtype, shape
-or range, or removed. `outcome(result)` is what the CLI must answer: exit 0,
-or exit 1 with one sentence naming the run directory or one of its files; never
-a traceback or a numpy warning. tests/test_reliability.py runs a few hundred in
-the default suite and 10,000 marked slow.
+the run directory (its JSON, .npz and Parquet files): bytes cut or
+overwritten, one file's bytes put in another's place, a file removed, a JSON
+value replaced anywhere in run.json or topology.json, or an array of an .npz
+replaced by one of another dtype, shape or range, or removed.
+`outcome(result)` is what the CLI must answer: exit 0, or exit 1 with one
+sentence naming the run directory or one of its files; never a traceback or a
+numpy warning. tests/test_rundir_damage.py runs a few hundred in the default
+suite and 10,000 marked slow.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from pathlib import Path
 import numpy as np
 from hypothesis import strategies as st
 
-FILES = ("run.json", "topology.json", "flows.npz", "ports.npz", "collectives.npz")
+FILES = (
+    "run.json", "topology.json", "flows.npz", "ports.npz", "collectives.npz",
+    "flows.parquet", "ports.parquet", "collectives.parquet",
+)  # fmt: skip
 EXTREMES = (-(2**63), -(2**31), -2, -1, 0, 1, 2, 7, 2**31 - 1, 2**31, 2**62, 2**63 - 1)
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**64), 2**64) | st.sampled_from(EXTREMES)
@@ -122,8 +126,10 @@ def mutate(data, run_dir: Path) -> str:
         path.unlink()
     elif name.endswith(".json"):
         _json_edit(data, path)
-    else:
+    elif name.endswith(".npz"):
         _array_edit(data, path)
+    else:  # a Parquet table: its bytes (the arrays are the .npz's, column for column)
+        _bytes(data, path)
     return f"{how} {name}"
 
 
