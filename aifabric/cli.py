@@ -104,6 +104,8 @@ def output_file(output: str, force: bool) -> None:
     from pathlib import Path
 
     path = Path(output)
+    if not output:
+        raise AifabricError("the output file's name is empty")
     if path.is_dir():
         raise AifabricError(f"cannot write {output}: it is a directory")
     if not path.parent.exists():

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import click
 
-from aifabric.cli import Group, emit_json, json_option, main, notice_compiles
+from aifabric.cli import (
+    Group,
+    emit_json,
+    force_option,
+    json_option,
+    main,
+    notice_compiles,
+    output_file,
+)
 from aifabric.fabric.errors import AifabricError
 
 
@@ -64,18 +72,14 @@ def analyze(target, rate, top, series, as_json):
 
 @main.command("report")
 @click.argument("run")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, writable=True),
-    default="report.html",
-    show_default=True,
-)
-def report(run, output):
+@click.option("-o", "--output", default="report.html", show_default=True)
+@force_option
+def report(run, output, force):
     """Write RUN's report (a run directory or a capture): one self-contained HTML file."""
     from aifabric.analysis import targets
     from aifabric.fabric.files import write_atomic
 
+    output_file(output, force)
     notice_compiles()
     html, warnings = targets.report(run)
     _warn(warnings)

@@ -8,7 +8,7 @@ import time
 import click
 
 from aifabric.cli import emit_json, emulated_switches, json_option, main
-from aifabric.params import choice
+from aifabric.params import Fraction, choice
 
 
 @main.command("crosscheck")
@@ -29,7 +29,7 @@ from aifabric.params import choice
     help="The emulator's rate divisor (default: the emulator's choice).",
 )  # fmt: skip
 @click.option(
-    "--tolerance", type=click.FloatRange(0, 1, min_open=True), default=0.15, show_default=True,
+    "--tolerance", type=Fraction(), default=0.15, show_default=True,
     help="How far (a fraction) the emulator's completion times and uplink bytes may be from "
     "the simulator's.",
 )  # fmt: skip

@@ -182,6 +182,10 @@ def run(
     options = _engine_options(
         engine_name, {"switch": switch, "scale": scale, "max_wall_s": max_wall}
     )
+    if output is not None and not output.strip():
+        raise click.UsageError("-o '' names no run directory")
+    if any(not c.strip() for item in captures for c in item.split(",")):
+        raise click.UsageError("--capture: an empty name names no port")
     if output:
         check_run_dir(output, replace=force)
     stop = Stop()

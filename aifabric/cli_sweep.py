@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from aifabric.analysis.table import render
-from aifabric.cli import Group, emit_json, json_option, main
+from aifabric.cli import Group, emit_json, force_option, json_option, main, output_file
+from aifabric.fabric.errors import AifabricError
 
 
 class DefaultRun(Group):
@@ -30,6 +31,34 @@ scheduler_option = click.option(
     default=None,
     help="Send the points to an existing Dask cluster instead of a local one.",
 )
+
+
+sweep_force_option = click.option(
+    "--force", is_flag=True, help="Write the sweep into a folder that is not a sweep's."
+)
+
+
+wait_option = click.option(
+    "--wait", is_flag=True, help="When another sweep writes OUTPUT, wait for it to finish."
+)
+
+
+def sweep_output(output: str, force: bool) -> None:
+    """Refuse, before any work, a sweep folder that would replace a user's files: a folder
+    that exists, holds files and is not a sweep's (no sweep.json), unless `force`."""
+    from pathlib import Path
+
+    path = Path(output)
+    if not output:
+        raise AifabricError("the sweep folder's name is empty")
+    if path.exists() and not path.is_dir():
+        raise AifabricError(f"cannot write the sweep into {output}: it is not a folder")
+    ours = (path / "sweep.json").is_file() or (path / "sweep.lock").is_file()
+    if path.is_dir() and not ours and any(path.iterdir()) and not force:
+        raise AifabricError(
+            f"{output} is a folder but not a sweep's (no sweep.json); give --force to write "
+            "a sweep into it (its sweep.json, results.csv, report.html and runs/ are the sweep's)"
+        )
 
 
 @main.group(cls=DefaultRun)
@@ -70,12 +99,15 @@ output_option = click.option(
 @click.option("--full", is_flag=True, help="A spec's [full] size.")
 @workers_option
 @scheduler_option
+@sweep_force_option
+@wait_option
 @json_option
 def sweep_run(source, output, vary, together, assignments, seeds, full, workers, scheduler,
-              as_json):  # fmt: skip
+              force, wait, as_json):  # fmt: skip
     """Run SOURCE, a sweep spec or a scenario with --vary/--zip/--set/--seeds, into OUTPUT."""
     from aifabric.experiments.spec import is_sweep_file, load_sweep, parse_seeds, sweep_from_flags
 
+    sweep_output(output, force)
     if is_sweep_file(source):
         if vary or together or assignments:
             raise click.UsageError("--vary, --zip and --set go with a scenario, not a sweep spec")
@@ -90,14 +122,14 @@ def sweep_run(source, output, vary, together, assignments, seeds, full, workers,
         spec = sweep_from_flags(
             source, vary=vary, together=together, assignments=assignments, seeds=seeds or "1"
         )
-    _run(spec, output, workers, scheduler, as_json)
+    _failed(_run(spec, output, workers, scheduler, as_json, wait))
 
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt  # Ctrl-C and `kill` stop a sweep cleanly, resumable
 
 
-def _run(spec, output, workers, scheduler, as_json) -> dict:
+def _run(spec, output, workers, scheduler, as_json, wait=False) -> dict:
     import signal
     import sys
 
@@ -105,8 +137,11 @@ def _run(spec, output, workers, scheduler, as_json) -> dict:
         raise click.UsageError(
             "--workers sizes a local cluster; with --scheduler the cluster has its own"
         )
-    from aifabric.experiments.runner import run_sweep, stderr_progress
+    from aifabric.experiments.runner import check_address, run_sweep, stderr_progress
     from aifabric.warmup import ensure_warm
+
+    if scheduler is not None:
+        check_address(scheduler)
 
     previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -119,7 +154,7 @@ def _run(spec, output, workers, scheduler, as_json) -> dict:
                 click.echo("interrupted while compiling, before any point ran", err=True)
                 raise SystemExit(130) from None
         outcome = run_sweep(
-            spec, output, workers=workers, scheduler=scheduler, echo=stderr_progress()
+            spec, output, workers=workers, scheduler=scheduler, echo=stderr_progress(), wait=wait
         )
     finally:
         for s, handler in previous.items():
@@ -136,6 +171,15 @@ def _run(spec, output, workers, scheduler, as_json) -> dict:
         click.echo("interrupted: run the same command again to resume", err=True)
         raise SystemExit(130)
     return outcome
+
+
+def _failed(outcome: dict) -> None:
+    """Exit 1, in one sentence, when points failed."""
+    if outcome["failed"]:
+        raise AifabricError(
+            f"{outcome['failed']} of {outcome['points']} points failed (the error column of "
+            f"{outcome['results']} says why); run the same command again to retry them"
+        )
 
 
 def _fmt(value, column: str = "") -> str:
@@ -223,11 +267,13 @@ def _effects_table(contrast: dict, report: dict) -> str:
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="HTML file.")
 @click.option("--metric", "metrics", multiple=True, help="Metrics to plot (as for show).")
-def sweep_report(directory, output, metrics):
+@force_option
+def sweep_report(directory, output, metrics, force):
     """One self-contained HTML page: aggregates, error bars, per-seed spread, effects."""
     from aifabric.experiments.report import build_report
     from aifabric.fabric.files import write_atomic
 
+    output_file(output, force)
     write_atomic(output, build_report(directory, list(metrics)))
     click.echo(f"wrote {output}", err=True)
 
@@ -262,7 +308,9 @@ def experiment_list(as_json):
 @click.option("--seeds", default=None, help="Override the spec's seeds (1-5, 1,3,7).")
 @workers_option
 @scheduler_option
-def experiment_run(name, output, full, seeds, workers, scheduler):
+@sweep_force_option
+@wait_option
+def experiment_run(name, output, full, seeds, workers, scheduler, force, wait):
     """Run experiment NAME, write OUTPUT/report.html and print its finding."""
     from dataclasses import replace
     from pathlib import Path
@@ -273,12 +321,14 @@ def experiment_run(name, output, full, seeds, workers, scheduler):
     from aifabric.experiments.sweepdir import open_sweep
     from aifabric.fabric.files import write_atomic
 
+    sweep_output(output, force)
     spec = load_sweep(experiment_spec(name), full=full)
     if seeds is not None:
         spec = replace(spec, seeds=parse_seeds(seeds))
-    _run(spec, output, workers, scheduler, False)
+    outcome = _run(spec, output, workers, scheduler, False, wait)
     report = Path(output) / "report.html"
     write_atomic(report, build_report(output))
     for line in finding_lines(open_sweep(output)):
         click.echo(line)
     click.echo(f"report: {report}")
+    _failed(outcome)

@@ -78,3 +78,19 @@ def choice(names: Iterable[str] | Callable[[], Iterable[str]]) -> click.Choice:
     if callable(names):
         return TableChoice(names)
     return click.Choice(list(names))
+
+
+class Fraction(click.FloatRange):
+    """A number in (0, 1]: what click's FloatRange checks, and NaN refused (every comparison
+    with NaN is false, so a range check alone lets it through)."""
+
+    def __init__(self):
+        super().__init__(0, 1, min_open=True)
+
+    def convert(self, value, param, ctx):
+        import math
+
+        out = super().convert(value, param, ctx)
+        if not math.isfinite(out):
+            self.fail(f"{value!r} is not a number in (0, 1]", param, ctx)
+        return out

@@ -562,7 +562,14 @@ def sniff(path: str | Path) -> str | None:
     return None
 
 
-def _alloc(n: int):
+RECORD_BYTES = 8 + len(U8_FIELDS) + 4 * len(U32_FIELDS) + 8 * len(U64_FIELDS) + 16
+
+
+def _alloc(n: int, path: Path | None = None):
+    if path is not None:
+        from aifabric.fabric.memory import check_memory
+
+        check_memory(n * RECORD_BYTES, f"reading the {n:,} records of {path}")
     return (
         np.zeros(n, dtype=np.int64),
         np.zeros((len(U8_FIELDS), n), dtype=np.uint8),
@@ -597,7 +604,7 @@ def read_capture(path: str | Path) -> Capture:
         linktype = int.from_bytes(hdr[20:24], "little" if le else "big") & 0x0FFFFFFF
         empty = _alloc(0)
         n, status, stop = _walk_pcap(b, le, ts_mul, snaplen, False, empty[0], empty[2], empty[3])
-        cols = _alloc(n)
+        cols = _alloc(n, path)
         _walk_pcap(b, le, ts_mul, snaplen, True, cols[0], cols[2], cols[3])
         linktypes = np.array([linktype], dtype=np.int64)
         snaplens = np.array([snaplen], dtype=np.int64)
@@ -606,7 +613,7 @@ def read_capture(path: str | Path) -> Capture:
         ifaces = np.zeros((MAX_IFACES, 2), dtype=np.int64)
         empty = _alloc(0)
         n, status, stop, n_if = _walk_pcapng(b, False, empty[0], empty[2], empty[3], ifaces)
-        cols = _alloc(n)
+        cols = _alloc(n, path)
         _walk_pcapng(b, True, cols[0], cols[2], cols[3], ifaces)
         linktypes = ifaces[:n_if, 0].copy()
         snaplens = ifaces[:n_if, 1].copy()

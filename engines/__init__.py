@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.files import remove_temporaries
 from aifabric.fabric.interrupts import EXIT_INTERRUPTED, numba_compiling, raising_is_unsafe
 from aifabric.fabric.model import Role
 from aifabric.fabric.rundir import RunWriter, check_run_dir
@@ -245,6 +246,7 @@ class Stop:
         the run's last words (`last_words`: teardown and the final status) are said here
         and the process ends at once, exit 130."""
         said = "nothing was written"
+        remove_temporaries()  # a file half written when the signal came
         if self.last_words is not None:
             self.mode = "shielded"
             try:
@@ -320,11 +322,13 @@ def run_scenario(
     progress: Callable[[Any], None] | None = None,
     stop: Stop | None = None,
     notify: Callable[[str], None] | None = None,
+    owner: str | None = None,
 ) -> dict:
     """Run `sc` on engine `name` into the run directory `path`; returns the summary
     (with `status`, `message` and `run_dir`), also recorded in run.json.
 
-    `notify` gets the session's `notice`, if it has one, before the build.
+    `notify` gets the session's `notice`, if it has one, before the build. `owner`, when
+    given, is recorded as the attempt that owns the directory (a sweep's task key).
 
     Signals are handled here when `stop` is not given; a caller that gives one
     installs its handlers (`Stop.handling`).
@@ -344,7 +348,7 @@ def run_scenario(
     with stop.handling() if own else contextlib.nullcontext():
         stop.enter("setup")
         features = {k: v.to_dict() for k, v in session.features.items()}
-        writer = RunWriter(path, eng.name, sc.to_dict(), features=features)
+        writer = RunWriter(path, eng.name, sc.to_dict(), features=features, owner=owner)
         return _phases(eng, sc, session, writer, stop, progress)
 
 
@@ -446,5 +450,9 @@ def _doing(phase: str) -> str:
 
 
 def _files(writer) -> str:
-    names = sorted(p.name for p in writer.path.iterdir() if p.is_file() and p.name != "run.lock")
+    names = sorted(
+        p.name
+        for p in writer.path.iterdir()
+        if p.is_file() and p.name != "run.lock" and not p.name.startswith(".")  # temporaries
+    )
     return "written: " + (", ".join(names) if names else "nothing")

@@ -50,16 +50,22 @@ def scenario_hash(scenario_dict: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _run_engine(engine: str, scenario, path: Path) -> dict:
+def _run_engine(engine: str, scenario, path: Path, owner: str | None = None) -> dict:
     """Run `scenario` into a new run directory at `path`; the engine's summary."""
     from aifabric.engines import run_scenario
 
-    return run_scenario(engine, scenario, path)
+    return run_scenario(engine, scenario, path, owner=owner)
 
 
-def run_point(base: str, overrides, seed: int, path: str, engine: str, groups) -> dict:
-    """One point, on a worker: load, run, measure. Errors become a failed row, not a raise."""
+def run_point(
+    base: str, overrides, seed: int, path: str, engine: str, groups, owner: str | None = None
+) -> dict:
+    """One point, on a worker: load, run, measure. Errors become a failed row, not a raise.
+
+    `owner` (the task's key) is recorded in the run directory: when Dask runs the task
+    again after its worker died, the retry replaces what that attempt left half written."""
     from aifabric.experiments.columns import point_metrics
+    from aifabric.fabric.rundir import remove_own_attempt
     from aifabric.scenarios import load_scenario
 
     started = time.monotonic()
@@ -67,7 +73,8 @@ def run_point(base: str, overrides, seed: int, path: str, engine: str, groups) -
     try:
         sc = load_scenario(base, seed=seed, overrides=list(overrides))
         row["scenario_hash"] = scenario_hash(sc.to_dict())
-        summary = _run_engine(engine, sc, Path(path))
+        remove_own_attempt(path, owner)
+        summary = _run_engine(engine, sc, Path(path), owner)
         row["status"] = summary.get("status", "complete")
         row.update(point_metrics(path, sc, groups))
     except Exception as e:
@@ -147,6 +154,35 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
+WORKER_BYTES = 400 * 2**20  # a local worker: Python, numpy, numba and a small point
+
+
+def check_workers(workers: int) -> None:
+    """One sentence when `workers` local processes would need more memory than is free."""
+    from aifabric.fabric.memory import available_memory, check_memory
+
+    free = available_memory() or 0
+    check_memory(
+        workers * WORKER_BYTES,
+        f"--workers {workers:,} (at most --workers {max(free // WORKER_BYTES, 1):,} here)",
+    )
+
+
+def check_address(scheduler: str) -> None:
+    """One sentence for a scheduler address that is not PROTOCOL://HOST:PORT."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(scheduler)
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    if parts is None or not parts.scheme or not parts.hostname or port is None:
+        raise AifabricError(
+            f"--scheduler {scheduler!r} is not a scheduler's address: write tcp://HOST:PORT"
+        )
+
+
 DASHBOARD = ":8787"  # Dask's usual port; a free one when another cluster has it
 NO_BOKEH = "the Dask dashboard needs bokeh: pip install 'aifabric[sweep]'"
 NO_DASHBOARD = "the Dask scheduler serves no dashboard"
@@ -202,9 +238,10 @@ def connect(workers: int | None = None, scheduler: str | None = None):
     from dask.distributed import Client, LocalCluster
 
     if scheduler:
+        check_address(scheduler)
         try:
             return Client(scheduler, timeout="10s"), None
-        except (OSError, TimeoutError) as e:
+        except (OSError, TimeoutError, ValueError, TypeError) as e:
             raise AifabricError(f"cannot reach the Dask scheduler at {scheduler}: {e}") from None
     # "port 8787 is in use ... on port N instead": the line printed says where it is
     with _workers_ignore_ctrl_c(), warnings.catch_warnings():
@@ -246,27 +283,83 @@ def run_sweep(
     workers: int | None = None,
     scheduler: str | None = None,
     echo=None,
+    wait: bool = False,
 ) -> dict:
     """Run every point not already done; returns counts and whether it was interrupted.
     `echo(text, keep=False)` is told how it goes, and `echo(progress)` the points so far
     (a `Progress`; `stderr_progress` draws it).
 
     Ctrl-C cancels what is queued or running and leaves results.csv holding
-    exactly the points that finished; the same call again resumes.
+    exactly the points that finished (a second Ctrl-C meanwhile is said, not
+    obeyed); the same call again resumes. One sweep at a time writes a folder
+    (`sweep_lock`).
     """
     from aifabric.experiments.results_table import earlier_rows
-    from aifabric.fabric.rundir import hold_lock, release_lock
 
     out = Path(out)
     points = sweep.points()
     earlier = earlier_rows(out, sweep, points)  # before sweep.json says what it was
-    out.mkdir(parents=True, exist_ok=True)
-    lock = hold_lock(out / SWEEP_LOCK, f"{out} is being written by another sweep")
     try:
-        return _run_sweep(sweep, out, points, earlier, workers, scheduler, echo)
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AifabricError(f"cannot write the sweep into {out}: {e.strerror}") from None
+    try:
+        with sweep_lock(out, wait=wait, echo=echo):
+            return _run_sweep(sweep, out, points, earlier, workers, scheduler, echo)
     finally:
-        getattr(echo, "close", lambda: None)()
-        release_lock(out / SWEEP_LOCK, lock)
+        getattr(echo, "close", lambda: None)()  # a progress bar gives the terminal back
+
+
+LOCK_POLL_S = 0.5
+
+
+@contextlib.contextmanager
+def sweep_lock(out: Path, *, wait: bool = False, echo=None):
+    """Hold `out`/sweep.lock while the sweep writes `out`: a second sweep of the same folder
+    is refused in one sentence, or (`wait`) waits for the first to finish."""
+    from aifabric.fabric.rundir import hold_lock, release_lock
+
+    lock = out / SWEEP_LOCK
+    said = False
+    while True:
+        holder = "?"
+        with contextlib.suppress(OSError):
+            holder = lock.read_text().strip() or "?"
+        try:
+            fd = hold_lock(lock, f"{out} is being written by another sweep (pid {holder}); "
+                           "let it finish, or give --wait to start when it has")  # fmt: skip
+            break
+        except AifabricError:
+            if not wait:
+                raise
+            if echo is not None and not said:
+                echo(f"waiting for the sweep of pid {holder} to finish with {out} ...")
+                said = True
+            time.sleep(LOCK_POLL_S)
+    try:
+        yield
+    finally:
+        release_lock(lock, fd)
+
+
+@contextlib.contextmanager
+def _shielded(echo):
+    """Signals while the sweep stops (cancelling, closing the cluster, writing the table) are
+    said, not raised: a second Ctrl-C must not cut the table short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def said(signum, frame):
+        if echo is not None:
+            echo("already stopping: the table is being written, then the sweep ends")
+
+    previous = {s: signal.signal(s, said) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, echo) -> dict:
@@ -294,6 +387,9 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
     if todo:
         for p in todo:
             remove_run_dir(out / "runs" / p.name)
+        if scheduler is None:  # no more workers than points, and as many as memory holds
+            workers = min(workers or default_workers(), len(todo))
+            check_workers(workers)
         client, cluster = connect(workers, scheduler)
         show(dashboard(client), keep=True)
         futures = {}
@@ -302,9 +398,10 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
 
             for p in todo:
                 path = str((out / "runs" / p.name).resolve())
+                key = f"aifabric-point-{p.index}-{time.time_ns()}"
                 fut = client.submit(
                     run_point, sweep.scenario, p.overrides, p.seed, path, sweep.engine,
-                    sweep.metrics, key=f"aifabric-point-{p.index}-{time.time_ns()}", pure=False,
+                    sweep.metrics, key, key=key, pure=False,
                 )  # fmt: skip
                 futures[fut] = p
             show(progress)
@@ -321,18 +418,20 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
                 show(progress)
         except KeyboardInterrupt:
             interrupted = True
-            client.cancel(list(futures))
         finally:
-            client.close()
-            if cluster is not None:
-                cluster.close()
-            if interrupted:  # points that finished while the sweep stopped
-                for p in todo:
-                    if p.index not in rows:
-                        row = reusable_row(sweep, p, out / "runs" / p.name)
-                        if row is not None:
-                            rows[p.index] = row
-            write_table(table, sweep, points, rows, earlier)
+            with _shielded(echo):
+                if interrupted:
+                    client.cancel(list(futures))
+                client.close()
+                if cluster is not None:
+                    cluster.close()
+                if interrupted:  # points that finished while the sweep stopped
+                    for p in todo:
+                        if p.index not in rows:
+                            row = reusable_row(sweep, p, out / "runs" / p.name)
+                            if row is not None:
+                                rows[p.index] = row
+                write_table(table, sweep, points, rows, earlier)
     return {
         "points": len(points),
         "done": len(rows),

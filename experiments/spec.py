@@ -184,6 +184,13 @@ def parse_seeds(value: Any) -> tuple[int, ...]:
             a, b = int(lo), int(hi) if dash else int(lo)
             if b < a:
                 raise SpecError(f"seeds = {value!r}: the range {part.strip()} runs backwards")
+            if len(seeds) + b - a + 1 > MAX_POINTS:
+                count = len(seeds) + b - a + 1
+                raise SpecError(
+                    f"seeds = {value!r} is {count:,} seeds, about "
+                    f"{count * POINT_BYTES / 1e9:,.1f} GB to plan and as many runs; a sweep "
+                    f"runs at most {MAX_POINTS:,} points"
+                )
             seeds.extend(range(a, b + 1))
     else:
         raise SpecError(f"seeds = {value!r} must be a list, a range '1-5' or a number")
@@ -310,10 +317,12 @@ def sweep_from_dict(raw: dict, name: str, *, folder: Path | None = None, full: b
                     raise SpecError(
                         f"sweep {name}: {where}.{part} names {key}, which the sweep does not vary"
                     )
-    return Sweep(
+    seeds = parse_seeds(seeds)
+    check_size(name, grid, zipped, len(seeds))
+    sweep = Sweep(
         name=str(head.get("name", name)),
         scenario=scenario,
-        seeds=parse_seeds(seeds),
+        seeds=seeds,
         fixed=fixed,
         grid=grid,
         zip=zipped,
@@ -322,6 +331,40 @@ def sweep_from_dict(raw: dict, name: str, *, folder: Path | None = None, full: b
         description=str(head.get("description", "")),
         report=report,
     )
+    configurations = [
+        {k: str(label) for k, (label, _) in c.items()} for c in sweep.configurations()
+    ]
+    for i, contrast in enumerate([report, *report["contrasts"]]):
+        where = "report" if i == 0 else f"report.contrasts.{i - 1}"
+        for part in ("baseline", "headline"):
+            wanted = {k: str(v) for k, v in contrast.get(part, {}).items()}
+            named = any(all(c[k] == v for k, v in wanted.items()) for c in configurations)
+            if wanted and not named:
+                shown_ = ", ".join(f"{k} = {v}" for k, v in wanted.items())
+                raise SpecError(
+                    f"sweep {name}: {where}.{part} ({shown_}) names no configuration of the grid"
+                )
+    return sweep
+
+
+MAX_POINTS = 100_000  # runs of one sweep: each a run directory, a task and a row
+POINT_BYTES = 2_000  # what planning one point takes (its name, labels, overrides, future)
+
+
+def check_size(name: str, grid: dict, zipped: dict, seeds: int) -> None:
+    """One sentence, before anything is planned, for a sweep of more than `MAX_POINTS`."""
+    configurations = 1
+    for values in grid.values():
+        configurations *= len(values)
+    if zipped:
+        configurations *= len(next(iter(zipped.values())))
+    points = configurations * seeds
+    if points > MAX_POINTS:
+        raise SpecError(
+            f"sweep {name} has {points:,} points ({configurations:,} configurations x {seeds:,} "
+            f"seeds), about {points * POINT_BYTES / 1e9:,.1f} GB to plan before the first runs "
+            f"and as many run directories; a sweep runs at most {MAX_POINTS:,}"
+        )
 
 
 def _checked(name: str, section: str, body: Any, keys: tuple[str, ...]) -> dict:

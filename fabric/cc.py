@@ -102,6 +102,15 @@ PRESETS = {
 DEFAULT_PRESET = "paper-40g"
 """The default stays the paper's set: every existing scenario's DCQCN results stay as they
 were; a scenario of today's NICs names its preset (`preset = "cx-400g"`)."""
+
+
+def _count(value):
+    """A whole number (a count of steps, grants): 5, not 5.5 nor true."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("write a whole number")
+    return value
+
+
 PARAMETERS = (
     Parameter(
         "preset",
@@ -117,7 +126,9 @@ PARAMETERS = (
     Parameter(
         "byte_counter", "10MB", parse_size, "bytes", D, "one increase step per this many bytes"
     ),
-    Parameter("fast_recovery_steps", 5, int, "", D, "fast-recovery steps before additive increase"),
+    Parameter(
+        "fast_recovery_steps", 5, _count, "", D, "fast-recovery steps before additive increase"
+    ),
     Parameter("additive_increase", "40M", parse_rate, "bit/s", D, "rate added per additive step"),
     Parameter("hyper_increase", "400M", parse_rate, "bit/s", D, "rate added per hyper step"),
     Parameter("min_rate", "100M", parse_rate, "bit/s", D, "the lowest rate a cut reaches"),
@@ -132,7 +143,7 @@ PARAMETERS = (
         "target stays, so fast recovery heads back toward the rate before the cut",
     ),
     Parameter("cts_chunk", "256KiB", parse_size, "bytes", C, "bytes one grant admits"),
-    Parameter("cts_window", 2, int, "", C, "grants outstanding per flow"),
+    Parameter("cts_window", 2, _count, "", C, "grants outstanding per flow"),
     Parameter("rto", "100us", parse_time, "ns", KINDS, "retransmission timeout for a lost tail"),
     Parameter(
         "loss_recovery",
@@ -203,16 +214,29 @@ def check_kind(kind: str) -> str:
     return kind
 
 
-def cc_parameters(params: dict | None) -> dict:
-    """Congestion-control parameters with defaults filled in, parsed to ns, bytes and bit/s."""
+TIMERS = ("cnp_interval", "alpha_timer", "rate_timer", "rto")  # 0 would fire without end
+
+
+def cc_parameters(params: dict | None, kind: str | None = None) -> dict:
+    """Congestion-control parameters with defaults filled in, parsed to ns, bytes and bit/s.
+
+    With `kind`, a parameter given that `kind` does not read is refused (a DCQCN timer in
+    a run without DCQCN changes nothing: the scenario says something it does not do)."""
     params = dict(params or {})
     unknown = sorted(set(params) - set(BY_NAME))
     if unknown:
         raise AifabricError(
             f"unknown congestion-control parameter {unknown[0]!r}; known: {', '.join(BY_NAME)}"
         )
+    if kind is not None:
+        for name in params:
+            if kind not in BY_NAME[name].kinds:
+                raise AifabricError(
+                    f"congestion-control parameter {name} is read by "
+                    f"{', '.join(BY_NAME[name].kinds)}, not by {kind}"
+                )
     preset = params.get("preset", DEFAULT_PRESET)
-    if preset not in PRESETS:
+    if not isinstance(preset, str) or preset not in PRESETS:
         raise AifabricError(f"unknown DCQCN preset {preset!r}; choose one of {', '.join(PRESETS)}")
     defaults = {**DEFAULTS, **PRESETS[preset]}
     out = {}
@@ -222,9 +246,12 @@ def cc_parameters(params: dict | None) -> dict:
             out[p.name] = p.parse(value)
         except (TypeError, ValueError, OverflowError) as e:
             raise AifabricError(f"congestion-control parameter {p.name} = {value!r}: {e}") from None
+    for name in TIMERS:
+        if out[name] <= 0:
+            raise AifabricError(f"congestion-control parameter {name} must be above 0 ns")
     if out["cts_window"] < 1 or out["cts_chunk"] < 1 or out["byte_counter"] < 1:
         raise AifabricError("cts_window, cts_chunk and byte_counter must be positive")
-    if not 0 < out["g"] < 1:
+    if not 0 < out["g"] < 1:  # NaN fails it too
         raise AifabricError(f"the DCQCN gain g must be between 0 and 1, got {out['g']}")
     if out["fast_recovery_steps"] < 0:
         raise AifabricError("fast_recovery_steps must not be negative")

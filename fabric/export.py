@@ -47,10 +47,17 @@ def fabric_from_topology(topo: dict) -> Fabric:
         links = sorted(topo["links"], key=lambda link: link["id"])
         if [n["id"] for n in nodes] != list(range(len(nodes))):
             raise ValueError("node ids are not 0..n-1")
+        if [link["id"] for link in links] != list(range(len(links))):
+            raise ValueError("link ids are not 0..n-1")
+        if not all(isinstance(n["name"], str) for n in nodes):
+            raise ValueError("a node's name is not text")
 
         def col(key, rows, dtype):
             return np.array([r[key] for r in rows], dtype=dtype)
 
+        for key, low in (("rate_bps", 1), ("delay_ns", 0), ("mtu_bytes", 1)):
+            if any(not isinstance(r[key], int) or r[key] < low for r in links):
+                raise ValueError(f"a link's {key} is not a whole number of at least {low}")
         return Fabric(
             name=topo.get("name", "fabric"),
             kind=topo.get("kind", ""),
@@ -68,7 +75,7 @@ def fabric_from_topology(topo: dict) -> Fabric:
             link_delay_ns=col("delay_ns", links, np.int64),
             link_mtu_bytes=col("mtu_bytes", links, np.int32),
         )
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError, IndexError) as e:
         raise AifabricError(f"the run's topology.json cannot be read as a fabric: {e}") from None
 
 

@@ -3,19 +3,47 @@
 Each writer writes a temporary file beside the target and renames it into
 place; the file gets the permissions an ordinary `open()` would give it
 (0666 less the umask), not mkstemp's private 0600. A place that cannot be
-written (a missing folder, a file where a folder should be, /proc) is one
-sentence (AifabricError).
+written (a missing folder, a file where a folder should be, /proc, a full
+disk: "disk full") is one sentence (AifabricError).
+
+A temporary lives only while its writer runs: it is removed when the write
+fails or is interrupted, and `remove_temporaries` removes those still being
+written when the process must end at once (`os._exit` after a second signal,
+`aifabric.engines.Stop`) or exits; `is_temporary` tells them from results.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import errno
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from aifabric.fabric.errors import AifabricError
+
+DISK_FULL = "disk full"
+_LIVE: set[str] = set()  # temporaries being written, by this process
+
+
+def is_temporary(name: str) -> bool:
+    """Whether a file name is one of `replace_atomic`'s temporaries."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def remove_temporaries() -> None:
+    """Remove the temporaries still being written (the process is about to end)."""
+    for tmp in list(_LIVE):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        _LIVE.discard(tmp)
+
+
+atexit.register(remove_temporaries)
 
 
 def _umask() -> int:
@@ -27,25 +55,51 @@ def _umask() -> int:
 def replace_atomic(path: str | os.PathLike, write: Callable[[str], None]) -> None:
     """Call `write(tmp_path)`, then rename the temporary file onto `path`."""
     path = Path(path)
+    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as e:
-        raise AifabricError(f"cannot write {path}: {why_not_written(path, e)}") from None
-    os.close(fd)
-    try:
+        with _signals_held():  # a signal between the two finds the temporary in _LIVE
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            _LIVE.add(tmp)
+        os.close(fd)
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+        _LIVE.discard(tmp)
     except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
+        _discard(tmp)
         raise AifabricError(f"cannot write {path}: {why_not_written(path, e)}") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _discard(tmp)
         raise
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM wait (in the main thread) until the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _discard(tmp: str | None) -> None:
+    """Remove a temporary; a signal arriving meanwhile finds it in `_LIVE` still."""
+    if tmp is None:
+        return
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    _LIVE.discard(tmp)
 
 
 def why_not_written(path: Path, e: OSError) -> str:
     """What is wrong with writing `path` (the error `e` said), in a few words."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DISK_FULL
     up = path.parent
     while not up.exists() and up != up.parent:
         up = up.parent

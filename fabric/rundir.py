@@ -75,6 +75,7 @@ holds was killed (SIGKILL, a crash, power loss): readers see the status
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -88,12 +89,15 @@ from typing import Any
 import numpy as np
 
 from aifabric.fabric.errors import AifabricError
-from aifabric.fabric.files import replace_atomic, why_not_written
+from aifabric.fabric.files import is_temporary, replace_atomic, why_not_written
 
 RUN_SCHEMA = "aifabric.run/1"
 STATUSES = ("running", "complete", "partial", "failed")
 KILLED = "killed"  # what readers make of "running" when no process holds the run's lock
 LOCK = "run.lock"
+LOCK_BYTES = 512  # the lock file's size from the start: room for a final status (`finish`)
+RESERVE = ".run.reserve"
+RESERVE_BYTES = 64 * 1024
 FLOW_FIELDS = (
     "flow_id", "job", "op", "step", "channel", "src", "dst", "sqpn", "dqpn", "sport",
     "bytes", "start_ns", "end_ns", "path_ptr", "path_link",
@@ -194,7 +198,12 @@ class RunWriter:
     """Creates a run directory and keeps run.json's status honest.
 
     It holds `run.lock` from creation to `finish()`, so that a reader can tell
-    a run in progress from one whose process died (`effective_status`).
+    a run in progress from one whose process died (`effective_status`). Beside
+    it, `.run.reserve` holds room for the last run.json: a disk that fills
+    during the run still takes the final status (the reserve is freed to write
+    it), and should even that fail, the lock file (its bytes already on disk)
+    records the status in place, which readers take over run.json's "running".
+    A directory it could not finish making (a full disk) is removed again.
     """
 
     def __init__(
@@ -203,17 +212,12 @@ class RunWriter:
         engine: str,
         scenario: dict[str, Any],
         features: dict[str, Any] | None = None,
+        owner: str | None = None,
     ):
         self.path = Path(path)
         check_run_dir(self.path)
-        try:
-            self.path.mkdir(parents=True, exist_ok=True)
-            (self.path / "captures").mkdir(exist_ok=True)
-            self._lock = os.open(self.path / LOCK, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as e:
-            raise AifabricError(f"cannot write run directory {self.path}: {e.strerror}") from None
-        fcntl.flock(self._lock, fcntl.LOCK_EX)
-        os.write(self._lock, f"{os.getpid()}\n".encode())
+        made = not self.path.exists()
+        self._lock = None
         self._started = time.time()
         self.meta: dict[str, Any] = {
             "schema": RUN_SCHEMA,
@@ -229,7 +233,50 @@ class RunWriter:
             "message": "",
             "results": {},
         }
-        self._write_meta()
+        if owner is not None:
+            self.meta["owner"] = owner
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock = os.open(self.path / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+            stamp = f"{os.getpid()}\n{owner or ''}\n".encode()
+            os.write(self._lock, stamp.ljust(LOCK_BYTES, b" "))
+            os.fsync(self._lock)
+            (self.path / "captures").mkdir(exist_ok=True)
+            self._write_meta()
+            self._reserve()
+        except (OSError, AifabricError) as e:
+            why = why_not_written(self.path / LOCK, e) if isinstance(e, OSError) else str(e)
+            self._abandon(made)
+            if isinstance(e, AifabricError):
+                raise
+            raise AifabricError(f"cannot write run directory {self.path}: {why}") from None
+        except BaseException:
+            self._abandon(made)
+            raise
+
+    def _abandon(self, made: bool) -> None:
+        """Undo a run directory that could not be set up (what this writer made of it)."""
+        import shutil
+
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+        if made:
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:
+            for name in (LOCK, RESERVE, "run.json"):
+                (self.path / name).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                (self.path / "captures").rmdir()
+
+    def _reserve(self) -> None:
+        size = RESERVE_BYTES + 4 * (self.path / "run.json").stat().st_size
+        fd = os.open(self.path / RESERVE, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        finally:
+            os.close(fd)
 
     def _write_meta(self) -> None:
         write_json(self.path / "run.json", self.meta)
@@ -298,16 +345,36 @@ class RunWriter:
         self._write_meta()
 
     def finish(self, status: str, message: str = "") -> None:
+        """The final status, written last; on a full disk, written into the
+        reserve's room, else into the lock file in place (see the class)."""
         if status not in STATUSES[1:]:
             raise ValueError(f"a run ends complete, partial or failed, not {status!r}")
         self.meta["status"] = status
         self.meta["message"] = message
         self.meta["wall_time_s"] = round(time.time() - self._started, 3)
-        self._write_meta()
+        try:
+            self._write_meta()
+        except AifabricError:
+            (self.path / RESERVE).unlink(missing_ok=True)
+            try:
+                self._write_meta()
+            except AifabricError as e:
+                if self._lock is None:
+                    raise
+                ended = f"{status}: {message}" if message else status
+                self._status_in_lock("failed", f"{e} (the run had ended {ended})")
+                os.close(self._lock)
+                self._lock = None
+                raise AifabricError(f"{e}; {self.path / LOCK} records the run as failed") from None
+        (self.path / RESERVE).unlink(missing_ok=True)
         if self._lock is not None:
             (self.path / LOCK).unlink(missing_ok=True)
             os.close(self._lock)
             self._lock = None
+
+    def _status_in_lock(self, status: str, message: str) -> None:
+        record = json.dumps({"status": status, "message": message[:300]}).encode()
+        os.pwrite(self._lock, record[: LOCK_BYTES - 1].ljust(LOCK_BYTES - 1) + b"\n", 0)
 
 
 def _lock_held(path: Path, meta: dict) -> bool:
@@ -377,28 +444,52 @@ def effective_status(path: str | Path, meta: dict | None = None) -> str:
     is gone (nobody holds its lock)."""
     path = Path(path)
     if meta is None:
-        meta = json.loads((path / "run.json").read_text())
+        meta = read_meta(path)
     status = meta.get("status")
     if status == "running" and not _lock_held(path, meta):
-        return KILLED
+        record = lock_record(path)
+        return record["status"] if record else KILLED
     return status
 
 
+def lock_record(path: str | Path) -> dict | None:
+    """The final status a run wrote into its lock file when run.json could not take it (a
+    full disk: `RunWriter.finish`), or None."""
+    try:
+        with open(Path(path) / LOCK, "rb") as fh:
+            text = fh.read(LOCK_BYTES)
+        record = json.loads(text)
+    except (OSError, ValueError):
+        return None
+    if (
+        isinstance(record, dict)
+        and record.get("status") in STATUSES[1:]
+        and isinstance(record.get("message"), str)
+    ):
+        return record
+    return None
+
+
 class Run:
-    """A run directory opened for reading; arrays load lazily."""
+    """A run directory opened for reading; arrays load lazily.
+
+    Every file is checked as it loads (`load_npz` and the checks below): a file that is
+    missing, truncated, not what its name says, or that disagrees with the others (a flow
+    on a link topology.json does not have, a series of the wrong shape) is one sentence
+    naming the file and what is wrong with it (`AifabricError`), never a traceback.
+    """
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._fabric = None
         meta = self.path / "run.json"
         if not meta.is_file():
             raise AifabricError(f"{self.path} is not a run directory (no run.json)")
-        try:
-            self.meta = json.loads(meta.read_text())
-        except (OSError, ValueError) as e:
-            raise AifabricError(f"{meta} cannot be read: {e}") from None
-        if self.meta.get("schema") != RUN_SCHEMA:
-            raise AifabricError(f"{meta} is not an {RUN_SCHEMA} run record")
-        if effective_status(self.path, self.meta) == KILLED:
+        self.meta = read_meta(self.path)
+        status = effective_status(self.path, self.meta)
+        if status != self.meta["status"] and status != KILLED:
+            self.meta.update(lock_record(self.path) or {})
+        elif status == KILLED:
             self.meta["status"] = KILLED
             self.meta["message"] = (
                 f"its process (pid {self.meta.get('pid', '?')}) ended without finishing the run "
@@ -413,8 +504,32 @@ class Run:
     def engine(self) -> str:
         return self.meta["engine"]
 
+    def _missing(self, name: str) -> AifabricError:
+        why = f" (the run is {self.status}: {self.meta['message']})" if self.meta["message"] else ""
+        return AifabricError(f"{self.path / name} is missing{why}")
+
     def topology(self) -> dict:
-        return json.loads((self.path / "topology.json").read_text())
+        """topology.json, checked: it must describe a fabric (`fabric_from_topology`)."""
+        self.fabric()
+        return self._topology
+
+    def fabric(self):
+        """The fabric topology.json describes (read once)."""
+        if self._fabric is None:
+            from aifabric.fabric.export import fabric_from_topology
+
+            path = self.path / "topology.json"
+            if not path.is_file():
+                raise self._missing("topology.json")
+            topo = _read_json(path)
+            if not isinstance(topo, dict):
+                raise AifabricError(f"{path} is not a topology: it holds no JSON object")
+            try:
+                fabric = fabric_from_topology(topo)
+            except AifabricError as e:
+                raise AifabricError(f"{path} is not a fabric: {_after_colon(e)}") from None
+            self._topology, self._fabric = topo, fabric
+        return self._fabric
 
     def _arrays(self, name: str) -> dict[str, np.ndarray] | None:
         """NAME.npz's arrays; where a run directory has only NAME.parquet, the same arrays
@@ -427,20 +542,30 @@ class Run:
 
             arrays = getattr(columnar, f"{name}_arrays")
             return arrays(self.table(name), self.path / f"{name}.parquet")
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                return {k: z[k] for k in z.files}
-        except (OSError, ValueError) as e:
-            raise AifabricError(f"{path} cannot be read: {e}") from None
+        return load_npz(path)
+
+    def _checked(self, name: str, check) -> dict[str, np.ndarray] | None:
+        z = self._arrays(name)
+        if z is not None:
+            where = self.path / f"{name}.npz"
+            check(where if where.is_file() else self.path / f"{name}.parquet", z)
+        return z
+
+    def _known_fabric(self):
+        """The fabric to check arrays against; None for a run that wrote no topology.json
+        (whatever needs the fabric then says that it is missing)."""
+        return self.fabric() if (self.path / "topology.json").is_file() else None
 
     def flows(self) -> dict[str, np.ndarray] | None:
-        return self._arrays("flows")
+        return self._checked(
+            "flows", lambda p, z: _check_flows(p, z, self._known_fabric(), self.meta)
+        )
 
     def ports(self) -> dict[str, np.ndarray] | None:
-        return self._arrays("ports")
+        return self._checked("ports", lambda p, z: _check_ports(p, z, self._known_fabric()))
 
     def collectives(self) -> dict[str, np.ndarray] | None:
-        return self._arrays("collectives")
+        return self._checked("collectives", _check_collectives)
 
     def table(self, name: str, columns: list[str] | None = None):
         """NAME.parquet (flows, ports or collectives) as a pyarrow Table; a missing or broken
@@ -458,6 +583,280 @@ class Run:
         return sorted((self.path / "captures").glob("*.pcap*"))
 
 
+def _after_colon(e: Exception) -> str:
+    text = str(e)
+    return text.split(": ", 1)[1] if ": " in text else text
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else f"not JSON ({e})"
+        raise AifabricError(f"{path} cannot be read: {why}") from None
+
+
+_META_TYPES = {
+    "engine": (str,),
+    "status": (str,),
+    "message": (str,),
+    "scenario": (dict,),
+    "features": (dict,),
+    "results": (dict,),
+    "pid": (int, type(None)),
+    "host": (str, type(None)),
+    "wall_time_s": (int, float, type(None)),
+}
+
+
+def read_meta(path: str | Path) -> dict:
+    """A run directory's run.json, checked: an object of the run schema whose fields have
+    their types and whose status is one a run records."""
+    where = Path(path) / "run.json"
+    meta = _read_json(where)
+    if not isinstance(meta, dict):
+        raise AifabricError(f"{where} is not a run record: it holds no JSON object")
+    if meta.get("schema") != RUN_SCHEMA:
+        raise AifabricError(f"{where} is not an {RUN_SCHEMA} run record")
+    for key, types in _META_TYPES.items():
+        if key in ("engine", "status") and key not in meta:
+            raise AifabricError(f"{where} has no {key}")
+        if key in meta and (not isinstance(meta[key], types) or isinstance(meta[key], bool)):
+            raise AifabricError(f"{where}: {key} is {type(meta[key]).__name__}, not as recorded")
+    if meta["status"] not in STATUSES:
+        raise AifabricError(
+            f"{where}: status {meta['status'][:40]!r} is not one of {', '.join(STATUSES)}"
+        )
+    meta.setdefault("message", "")
+    meta.setdefault("scenario", {})
+    meta.setdefault("results", {})
+    return meta
+
+
+MAX_VALUE = 2**53  # of any count, time or size in a run's arrays: 104 days in ns, 9 PB
+MAX_BUSBW_FACTOR = 64  # nccl-tests' factors are at most 2 (all-reduce's 2(n-1)/n)
+MAX_NPZ_MEMBER_BYTES = 1 << 36  # 64 GiB: more than any run writes; a header claiming more lies
+
+
+def load_npz(path: Path) -> dict[str, np.ndarray]:
+    """An .npz of a run directory, every array read; one sentence when it is truncated, not
+    a zip of .npy arrays, holds objects, or an array's header claims more than it holds."""
+    import zipfile
+
+    out = {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                key = info.filename.removesuffix(".npy")
+                with zf.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    if version == (1, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+                    elif version == (2, 0):
+                        shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+                    else:
+                        raise ValueError(f"array {key} has an .npy version {version} not written")
+                    if dtype.hasobject:
+                        raise ValueError(f"array {key} holds Python objects")
+                    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                    if need > MAX_NPZ_MEMBER_BYTES or need > info.file_size:
+                        raise ValueError(
+                            f"array {key}'s header claims {need:,} bytes and the file holds "
+                            f"{info.file_size:,}"
+                        )
+                with zf.open(info) as fh:
+                    out[key] = np.lib.format.read_array(fh, allow_pickle=False)
+    except AifabricError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever a damaged zip or header raises
+        raise AifabricError(f"{path} cannot be read: {_npz_problem(e)}") from None
+    return out
+
+
+def _npz_problem(e: Exception) -> str:
+    import zipfile
+
+    if isinstance(e, zipfile.BadZipFile):
+        return f"it is truncated or not an npz archive ({e})"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    text = " ".join(str(e).split())[:200]
+    return text or type(e).__name__
+
+
+def _column(path, z, key, *, ndim=1, kind="i", length=None):
+    """z[key], checked: present, of `ndim` dimensions and dtype kind `kind` ("i" integers,
+    "n" numbers, "U" text), `length` long (or shaped) when given."""
+    if key not in z:
+        raise AifabricError(f"{path} has no {key}")
+    a = z[key]
+    if a.ndim != ndim:
+        raise AifabricError(f"{path}: {key} has {a.ndim} dimensions, not {ndim}")
+    ok = {
+        "i": a.dtype.kind in "iu",
+        "n": a.dtype.kind in "iuf",
+        "U": a.dtype.kind in "U",
+    }[kind]
+    if not ok:
+        what = {"i": "integers", "n": "numbers", "U": "text"}[kind]
+        raise AifabricError(f"{path}: {key} holds {a.dtype}, not {what}")
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        raise AifabricError(f"{path}: {key} holds NaN or infinite values")
+    if a.size and a.dtype.kind in "iuf" and np.abs(a.astype(np.float64)).max() > MAX_VALUE:
+        raise AifabricError(f"{path}: {key} holds a value beyond 2**53, more than any run makes")
+    if length is not None:
+        shape = length if isinstance(length, tuple) else (length,)
+        if a.shape != shape:
+            raise AifabricError(f"{path}: {key} has shape {a.shape}, not {shape}")
+    return a
+
+
+def _within(path, key, a, lo, hi, what):
+    if a.size and (a.min() < lo or a.max() >= hi):
+        bad = a[(a < lo) | (a >= hi)][0]
+        raise AifabricError(f"{path}: {key} holds {int(bad)}, {what}")
+
+
+def _check_flows(path: Path, z: dict, fabric, meta: dict) -> None:
+    n = len(_column(path, z, "flow_id"))
+    for key in FLOW_FIELDS:
+        if key not in ("path_ptr", "path_link"):
+            _column(path, z, key, length=n)
+    ptr = _column(path, z, "path_ptr", length=n + 1)
+    link = _column(path, z, "path_link")
+    if ptr[0] != 0 or np.any(np.diff(ptr) < 0) or ptr[-1] != len(link):
+        raise AifabricError(
+            f"{path}: path_ptr does not index path_link (from 0, rising, to {len(link)})"
+        )
+    if fabric is not None:
+        links = f"and the fabric has {fabric.n_links} links"
+        _within(path, "path_link", link, 0, fabric.n_links, links)
+        nic = fabric.nic_port >= 0
+        for key in ("src", "dst"):
+            a = z[key]
+            nodes = f"and the fabric has {fabric.n_nodes} nodes"
+            _within(path, key, a, 0, fabric.n_nodes, nodes)
+            if a.size and not nic[a].all():
+                raise AifabricError(f"{path}: {key} names a switch, not a NIC")
+        _check_paths(path, z["src"], z["dst"], ptr, link, fabric)
+    for key in ("job", "op", "bytes"):
+        _within(path, key, z[key], 0, np.iinfo(np.int64).max, "a negative value")
+    for key in ("start_ns", "end_ns"):
+        _within(path, key, z[key], -1, np.iinfo(np.int64).max, "below -1 (not started)")
+    if "route_epoch" in z:
+        faults = meta["scenario"].get("faults")
+        later = sum(
+            1 for f in faults if isinstance(f, dict) and f.get("at_ns", 0) != 0
+        ) if isinstance(faults, list) else 0  # fmt: skip
+        epoch = _column(path, z, "route_epoch", length=n)
+        _within(path, "route_epoch", epoch, 0, later + 1, f"and the run has {later} faults")
+
+
+def _check_paths(path, src, dst, ptr, link, fabric) -> None:
+    """Each routed flow's links start at its src's link and reach its dst (in order for a
+    routed path; a sprayed flow records every link it used)."""
+    length = np.diff(ptr)
+    routed = np.flatnonzero(length > 0)
+    if not routed.size:
+        return
+    a, b = fabric.link_a.astype(np.int64), fabric.link_b.astype(np.int64)
+    first = link[ptr[routed]].astype(np.int64)
+    off = (a[first] != src[routed]) & (b[first] != src[routed])
+    if off.any():
+        raise AifabricError(f"{path}: flow {int(routed[off][0])}'s path does not start at its src")
+    owner = np.repeat(np.arange(len(src)), length)
+    touches = (a[link] == dst[owner]) | (b[link] == dst[owner])
+    reached = np.zeros(len(src), dtype=bool)
+    reached[owner[touches]] = True
+    if not reached[routed].all():
+        f = int(routed[~reached[routed]][0])
+        raise AifabricError(f"{path}: flow {f}'s path never reaches its dst")
+
+
+def _scalar(path, z, key, kind):
+    if key not in z:
+        raise AifabricError(f"{path} has no {key}")
+    a = z[key]
+    if a.shape != () or a.dtype.kind not in kind:
+        raise AifabricError(f"{path}: {key} is not one number")
+    value = a.item()
+    if not np.isfinite(value) or not 0 < value <= MAX_VALUE:
+        raise AifabricError(f"{path}: {key} is {value}, not above 0 (and below 2**53)")
+    return value
+
+
+def _check_ports(path: Path, z: dict, fabric) -> None:
+    _scalar(path, z, "interval_ns", "iu")
+    if "scale" in z:
+        _scalar(path, z, "scale", "iuf")
+    t_ns = _column(path, z, "t_ns")
+    samples = len(t_ns)
+    if np.any(t_ns < 0) or np.any(np.diff(t_ns) < 0):
+        raise AifabricError(f"{path}: t_ns is not a rising series of times")
+    if (samples + 1) * int(z["interval_ns"]) > MAX_VALUE:
+        interval = int(z["interval_ns"])
+        raise AifabricError(f"{path}: {samples} samples of {interval} ns last beyond 2**53 ns")
+    port = _column(path, z, "port")
+    if fabric is not None:
+        ports = f"and the fabric has {fabric.n_ports} ports"
+        _within(path, "port", port, 0, fabric.n_ports, ports)
+    if len(np.unique(port)) != len(port):
+        raise AifabricError(f"{path}: port names a port twice")
+    for key in PORT_SERIES + tuple(k for k in OPTIONAL_PORT_SERIES if k in z):
+        a = _column(path, z, key, ndim=2, kind="n", length=(samples, len(port)))
+        if a.size and a.min() < 0:
+            raise AifabricError(f"{path}: {key} holds a negative value")
+
+
+def _check_collectives(path: Path, z: dict) -> None:
+    n = len(_column(path, z, "op"))
+    for key in COLLECTIVE_FIELDS:
+        kind = (
+            "U" if key in ("kind", "algorithm") else "i" if key in ("op", "job", "ranks") else "n"
+        )
+        _column(path, z, key, kind=kind, length=n)
+    if "busbw_factor" in z:
+        factor = _column(path, z, "busbw_factor", kind="n", length=n)
+        if factor.size and (factor.min() < 0 or factor.max() > MAX_BUSBW_FACTOR):
+            raise AifabricError(
+                f"{path}: busbw_factor holds {factor.max()}, beyond 0..{MAX_BUSBW_FACTOR}"
+            )
+    for key in ("op", "job", "ranks", "bytes"):
+        _within(path, key, z[key], 0, np.iinfo(np.int64).max, "a negative value")
+
+
+def recorded_owner(path: str | Path) -> str | None:
+    """Which attempt made the run directory (`RunWriter`'s `owner`, a sweep's task key):
+    run.json's word, or its lock file's (written first, so a process killed before run.json
+    still says whose the directory is)."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / "run.json").read_bytes())
+        if isinstance(meta, dict) and isinstance(meta.get("owner"), str):
+            return meta["owner"]
+    except (OSError, ValueError):
+        pass
+    try:
+        lines = (path / LOCK).read_bytes()[:LOCK_BYTES].decode().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return None
+    owner = lines[1].strip() if len(lines) > 1 else ""
+    return owner or None
+
+
+def remove_own_attempt(path: str | Path, owner: str | None) -> None:
+    """Remove what an earlier attempt of the same task (`owner`) left at `path`, a worker that
+    died under it, so that the retry can write the run; a directory of anyone else stays."""
+    import shutil
+
+    path = Path(path)
+    if owner is None or not path.is_dir() or recorded_owner(path) != owner:
+        return
+    if _lock_held(path, {}):
+        raise AifabricError(f"{path} is being written by another attempt of this point")
+    shutil.rmtree(path)
+
+
 def remove_run_dir(path: str | Path) -> None:
     """Delete a run directory so it can be written again (`run --force`, a sweep's rerun).
 
@@ -471,6 +870,17 @@ def remove_run_dir(path: str | Path) -> None:
         return
     if not path.is_dir():
         raise AifabricError(f"{path} is not a directory")
-    if any(path.iterdir()) and not (path / "run.json").is_file():
+    if not (path / "run.json").is_file() and not _only_a_start(path):
         raise AifabricError(f"{path} is not a run directory (no run.json); not replacing it")
     shutil.rmtree(path)
+
+
+def _only_a_start(path: Path) -> bool:
+    """Whether `path` holds only what a run makes before its run.json (a process killed
+    then): its lock, its reserve, an empty captures/, temporaries."""
+    for p in path.iterdir():
+        if p.name == "captures" and p.is_dir() and not any(p.iterdir()):
+            continue
+        if p.name not in (LOCK, RESERVE) and not is_temporary(p.name):
+            return False
+    return True

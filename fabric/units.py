@@ -90,7 +90,8 @@ def _whole(value: Decimal, text, what: str, unit: str) -> int:
 
 
 def parse_rate(text: str | int) -> int:
-    """'400G', '400Gbps', '400 Gb/s', '1.6T', or a plain number of bit/s -> bit/s."""
+    """'400G', '400Gbps', '400 Gb/s', '1.6T', or a plain number of bit/s (at least
+    `BARE_RATE_MIN`: `rate = 800` is a unit forgotten) -> bit/s."""
     value, unit = _split(text, "rate", "400G")
     key = unit.lower()
     for suffix in ("bps", "b/s", "bit/s"):
@@ -102,7 +103,15 @@ def parse_rate(text: str | int) -> int:
     bps = _whole(value * _RATE_UNITS[key], text, "rate", "bit/s")
     if bps <= 0:
         raise UnitError(f"rate {shown(text)} must be positive")
+    if not unit and bps < BARE_RATE_MIN:
+        raise UnitError(
+            f"rate {shown(text)} has no unit, and {bps} bit/s is slower than any link: write "
+            f"'{bps}G' for Gbit/s, or '{bps}bps' if you mean bit/s"
+        )
     return bps
+
+
+BARE_RATE_MIN = 10**6  # a number with no unit below this is a unit forgotten, not bit/s
 
 
 def parse_time(text: str | int) -> int:
@@ -142,8 +151,8 @@ def _format(value: int, steps: list[tuple[int, str]], unit0: str) -> str:
 
 
 def format_rate(bps: int) -> str:
-    """400_000_000_000 -> '400G'."""
-    return _format(int(bps), [(10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K")], "bps")
+    """400_000_000_000 -> '400G', 800 -> '800' (a prefix or none: callers add "bps")."""
+    return _format(int(bps), [(10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K")], "")
 
 
 def format_time(ns: int | float) -> str:

@@ -111,6 +111,13 @@ def scenario_from_dict(
     run_seed = _seed(name, "seed", head.get("seed", 0) if seed is None else seed)
     seeds = {key: _seed(name, key, head[key]) for key in SEED_KEYS if key in head}
     placement_seed = seeds.get("placement_seed", run_seed)
+    control = {fabric.queue(Role(r)).control_priority for r in set(fabric.node_role.tolist())}
+    for i, job in enumerate(workload.jobs):
+        if job.values.get("priority") in control:
+            raise SpecError(
+                f"scenario {name}: job {job.values.get('name') or i} sends data on priority "
+                f"{job.values['priority']}, the fabric's control priority (CNPs, ACKs, grants)"
+            )
     try:
         interval = parse_time(head.get("sample_interval", "10us"))
     except UnitError as e:
@@ -143,11 +150,20 @@ def scenario_from_dict(
             f"{', '.join(CONGESTION_CONTROLS)}"
         )
     try:
-        cc_parameters(cc_table)
+        cc_parameters(cc_table, cc)
     except AifabricError as e:
         raise SpecError(f"scenario {name}: {e}") from None
 
     faults = tuple(_fault(fabric, name, body) for body in _fault_list(raw.get("faults", []), name))
+    seen = set()
+    for fault in faults:
+        if (fault.kind, fault.target, fault.action) in seen:
+            what = fabric.node_name[fault.target] if fault.kind == "node" else fault.target
+            raise SpecError(
+                f"scenario {name}: faults: {fault.kind} {what} is {fault.action} twice "
+                "(give each fault once)"
+            )
+        seen.add((fault.kind, fault.target, fault.action))
     flows = traffic.generate(fabric, workload, placement_seed, qpn_seed=seeds.get("qpn_seed"))
     return Scenario(
         name=name,
@@ -250,8 +266,13 @@ def resolve_link(fabric: Fabric, value, name: str) -> int:
 
     la, lb = fabric.link_a, fabric.link_b
     links = np.flatnonzero(((la == a) & (lb == b)) | ((la == b) & (lb == a)))
-    k = int(nth) if nth.isdigit() else 1
-    if len(links) < k or k < 1:
+    if "#" in value and not (nth.isdigit() and int(nth) >= 2):
+        raise SpecError(
+            f"scenario {name}: link {value!r}: #k names the k-th of parallel links from 2 on "
+            f"(the first is {text!r})"
+        )
+    k = int(nth) if nth else 1
+    if len(links) < k:
         raise SpecError(f"scenario {name}: fabric {fabric.name} has no link {value!r}")
     return int(links[k - 1])
 

@@ -50,8 +50,12 @@ def test_a_sweep_on_a_local_cluster_of_two_workers(tiny, tmp_path):
     out = tmp_path / "sweep"
     r = invoke("sweep", tiny, "--vary", "ecmp.policy=5tuple,eecmp", "--vary", "workload.gpus=8,64",
                "--seeds", "1", "--workers", 2, "-o", out, "--json")  # fmt: skip
-    assert r.exit_code == 0, r.output
-    outcome = json.loads(r.output[r.output.index("{") :])
+    # points failed: the sweep says so and exits 1, after the outcome
+    assert r.exit_code == 1, r.output
+    *shown, said = r.output.rstrip().splitlines()
+    assert said.startswith("Error: 2 of 4 points failed") and "error column" in said, said
+    shown = "\n".join(shown)
+    outcome = json.loads(shown[shown.index("{") :])
     assert (outcome["points"], outcome["ran"], outcome["failed"]) == (4, 4, 2)
     table = pd.read_csv(out / "results.csv")
     assert list(table["ecmp.policy"]) == ["5tuple", "5tuple", "eecmp", "eecmp"]

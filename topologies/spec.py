@@ -156,7 +156,7 @@ def parse(text: str, name: str) -> Spec:
     if not isinstance(fabric_table, dict) or "kind" not in fabric_table:
         raise SpecError(f"topology {name}: [fabric] kind is missing ({', '.join(KINDS)})")
     kind = fabric_table["kind"]
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise SpecError(
             f"topology {name}: fabric.kind = {shown(kind)} is not one of {', '.join(KINDS)}"
         )

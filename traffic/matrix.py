@@ -37,7 +37,7 @@ import numpy as np
 
 from aifabric.fabric.errors import SpecError, UnitError
 from aifabric.fabric.model import Fabric, Role
-from aifabric.fabric.units import parse_size, parse_time
+from aifabric.fabric.units import LIMIT, parse_size, parse_time
 from aifabric.traffic import collectives as coll
 
 FORMATS = ("npz", "csv", "htsim")
@@ -97,13 +97,43 @@ def _quantity(parse, text: str, where: str, what: str) -> int:
         raise SpecError(f"{where}: {what} {e}") from None
 
 
+ROW_BYTES = 600  # what one parsed row costs before it is a flow (its strings, lists, ints)
+
+
+def _check_rows(path: Path) -> None:
+    """One sentence, before the file is parsed, for more rows than a flow table holds."""
+    from aifabric.traffic.generate import MAX_FLOWS
+
+    rows = 0
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 24):
+                rows += chunk.count(b"\n")
+    except OSError as e:
+        raise SpecError(f"traffic matrix {path} cannot be read: {e.strerror}") from None
+    if rows > MAX_FLOWS:
+        raise SpecError(
+            f"traffic matrix {path} has {rows:,} lines, more than the {MAX_FLOWS:,} flows a "
+            f"flow table holds (reading it would take about {rows * ROW_BYTES / 1e9:,.0f} GB)"
+        )
+
+
+def _no_flows(path: Path) -> SpecError:
+    return SpecError(f"traffic matrix {path} holds no flows (a run of it would send nothing)")
+
+
 def read_csv(path: str | Path) -> Matrix:
     path = Path(path)
-    rows = [
-        (n, [field.strip() for field in row])
-        for n, row in enumerate(csv.reader(_read_text(path).splitlines()), start=1)
-        if row and any(row) and not row[0].lstrip().startswith("#")
-    ]
+    _check_rows(path)
+    reader = csv.reader(_read_text(path).splitlines())
+    try:
+        rows = [
+            (n, [field.strip() for field in row])
+            for n, row in enumerate(reader, start=1)
+            if row and any(row) and not row[0].lstrip().startswith("#")
+        ]
+    except csv.Error as e:
+        raise SpecError(f"{path}:{reader.line_num}: {e}") from None
     columns = list(CSV_COLUMNS)
     if rows and {"src", "dst"} <= {f.lower() for f in rows[0][1]}:
         n, head = rows.pop(0)
@@ -130,6 +160,8 @@ def read_csv(path: str | Path) -> Matrix:
         nbytes.append(_quantity(parse_size, value["bytes"], where, "bytes"))
         start.append(_quantity(parse_time, value.get("start") or "0", where, "start"))
         lines.append(n)
+    if not src:
+        raise _no_flows(path)
     z = np.zeros(0, dtype=np.int64)
     return Matrix(str(path), src, dst, np.array(nbytes, np.int64), np.array(start, np.int64),
                   lines, z, z)  # fmt: skip
@@ -155,6 +187,7 @@ def _whole(token: str, where: str, what: str) -> int:
 def read_htsim(path: str | Path) -> Matrix:
     """htsim's connection matrix (see the module docstring for what is read)."""
     path = Path(path)
+    _check_rows(path)
     header: dict[str, int] = {}
     src, dst, nbytes, start, lines, trigger_of = [], [], [], [], [], []
     fired_by: dict[int, list[int]] = {}
@@ -190,12 +223,16 @@ def read_htsim(path: str | Path) -> Matrix:
         if ("start" in fields) == ("trigger" in fields):
             raise SpecError(f"{where}: a connection takes either start T (us) or trigger K")
         us = _htsim_number(fields.get("start", "0"), where, "start")
+        if us * 1000 > LIMIT or nbytes[-1] > LIMIT:
+            raise SpecError(f"{where}: start or size beyond what a flow table holds ({LIMIT:,})")
         start.append(int((us * 1000).to_integral_value()))
         trigger_of.append(_whole(fields["trigger"], where, "trigger") if "trigger" in fields else 0)
         for key in ("send_done_trigger", "recv_done_trigger"):
             if key in fields:
                 fired_by.setdefault(_whole(fields[key], where, key), []).append(flow)
     _check_counts(path, header, len(src), len(triggers))
+    if not src:
+        raise _no_flows(path)
     waits_t, waits_d = [], []
     for flow, k in enumerate(trigger_of):
         if not k:

@@ -272,6 +272,13 @@ def workload_from_dict(table: dict, name: str, folder: Path | None = None) -> Wo
     for key, value in (("name", display), ("description", description)):
         if not isinstance(value, str):
             raise SpecError(f"workload {name}: {key} = {shown(value)} must be a string")
+    names = [job.values.get("name") for job in jobs if job.values.get("name")]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SpecError(
+            f"workload {name}: two jobs are named {twice[0]!r}; give each job its own name "
+            "(the per-job tables tell them apart by it)"
+        )
     return Workload(name=display, description=description, jobs=jobs, raw=dict(table))
 
 

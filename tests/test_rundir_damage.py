@@ -1,0 +1,85 @@
+"""Damaged run directories: every file truncated, corrupted, swapped, deleted or edited
+(`tests/fuzz_rundir.py`) reads as one sentence naming the file, never a traceback (issue 26).
+
+The default suite draws 300; the slow test 10,000 (AIFABRIC_FUZZ_MANY sets how many).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from aifabric.cli import main
+from tests import fuzz_rundir
+from tests.test_analysis_run import make_run
+
+ROOT = Path(__file__).resolve().parent.parent
+# no shrinking: a failure is reported as drawn (shrinking a CLI call takes minutes)
+PHASES = [Phase.explicit, Phase.generate]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    path = tmp_path_factory.mktemp("pristine") / "run"
+    make_run(path, n_flows=8)
+    return path
+
+
+def _fuzz(pristine: Path, data) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        shutil.copytree(pristine, run_dir)
+        did = fuzz_rundir.mutate(data, run_dir)
+        commands = [["analyze"]] * 5 + [["analyze", "--json"]] * 4 + [["report"]]
+        args = data.draw(st.sampled_from(commands))
+        if args == ["report"]:
+            args = ["report", "-o", str(Path(tmp) / "r.html")]
+        result = CliRunner().invoke(main, [*args, str(run_dir)])
+        problem = fuzz_rundir.outcome(result, run_dir)
+        assert problem is None, f"{did}, then {' '.join(args)}: {problem}"
+
+
+FUZZ_MANY = int(os.environ.get("AIFABRIC_FUZZ_MANY", 10_000))
+FUZZ = dict(
+    deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow], phases=PHASES,
+)  # fmt: skip
+
+
+@settings(max_examples=300, derandomize=True, **FUZZ)
+@given(data=st.data())
+def test_a_damaged_run_directory_is_one_sentence(pristine, data):
+    _fuzz(pristine, data)
+
+
+def _fuzz_library(pristine: Path, data) -> None:
+    """The analyzer as `analyze` calls it (no command line): an answer or `AifabricError`
+    naming the run, nothing else, and no warning."""
+    import warnings
+
+    from aifabric.analysis import targets
+    from aifabric.fabric.errors import AifabricError
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp) / "run"
+        shutil.copytree(pristine, run_dir)
+        did = fuzz_rundir.mutate(data, run_dir)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                targets.analyze(str(run_dir))
+            except AifabricError as e:
+                assert str(run_dir) in str(e) and "\n" not in str(e), f"{did}: {e}"
+
+
+@pytest.mark.slow
+@settings(max_examples=FUZZ_MANY, **FUZZ)
+@given(data=st.data())
+def test_ten_thousand_damaged_run_directories_are_one_sentence_each(pristine, data):
+    _fuzz_library(pristine, data)
