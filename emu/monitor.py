@@ -278,8 +278,10 @@ class Monitor(Worker):
             if now - start >= self.interval_s or stopping:
                 for up, since in self._paused_since.items():
                     if up in self.col:
-                        self._paused_acc[self.col[up]] += now - max(since, start)
-                        self._paused_since[up] = now
+                        # a pause set after `now` was read (by `_set_pause` above) begins in
+                        # the next interval: this one gets none of it, never a negative time
+                        self._paused_acc[self.col[up]] += max(0.0, now - max(since, start))
+                        self._paused_since[up] = max(now, since)
                 self.samples["t"].append(int((start - t0) * 1e9 / self.scale))
                 self.samples["tx"].append(tx - last_tx)
                 self.samples["qmax"].append(qmax.copy())

@@ -738,6 +738,9 @@ def _check_flows(path: Path, z: dict, fabric, meta: dict) -> None:
             _within(path, key, a, 0, fabric.n_nodes, nodes)
             if a.size and not nic[a].all():
                 raise AifabricError(f"{path}: {key} names a switch, not a NIC")
+        looped = np.flatnonzero(z["src"] == z["dst"])
+        if looped.size:  # no engine sends a NIC's bytes to itself over the fabric
+            raise AifabricError(f"{path}: flow {int(looped[0])} runs from a NIC to itself")
         _check_paths(path, z["src"], z["dst"], ptr, link, fabric)
     for key in ("job", "op", "bytes"):
         _within(path, key, z[key], 0, np.iinfo(np.int64).max, "a negative value")
