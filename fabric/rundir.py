@@ -379,24 +379,13 @@ class RunWriter:
 
 def _lock_held(path: Path, meta: dict) -> bool:
     """Whether a live process holds the run's lock (for runs without one: its pid lives)."""
-    try:
-        fd = os.open(path / LOCK, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        if meta.get("status") != "running":
-            return False
-        pid, host = meta.get("pid"), meta.get("host")
-        if not isinstance(pid, int) or host != socket.gethostname():
-            return True  # nothing to tell by: take run.json's word
-        return Path(f"/proc/{pid}").exists()
-    except OSError:
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    held = _held(path / LOCK)
+    if held is not None or meta.get("status") != "running":
+        return bool(held)
+    pid, host = meta.get("pid"), meta.get("host")
+    if not isinstance(pid, int) or host != socket.gethostname():
+        return True  # nothing to tell by: take run.json's word
+    return Path(f"/proc/{pid}").exists()
 
 
 def hold_lock(path: str | Path, busy: str) -> int:
@@ -424,10 +413,16 @@ def release_lock(path: str | Path, fd: int) -> None:
 
 def lock_held(path: str | Path) -> bool:
     """Whether a live process holds the lock file `path` (`hold_lock`; False when absent)."""
+    return bool(_held(path))
+
+
+def _held(path: str | Path) -> bool | None:
+    """Whether a process holds the lock file `path`; None when there is no such file (one
+    look, so that a lock removed meanwhile is never read as both absent and free)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return False
+        return None
     except OSError:
         return True
     try:
