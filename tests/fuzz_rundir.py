@@ -59,22 +59,30 @@ def _json_edit(data, path: Path) -> None:
     if data.draw(st.integers(0, 9)) == 0:
         doc = data.draw(JSON_VALUES)  # the whole file another value
     else:
-        node = doc
-        while True:
-            keys = list(node) if isinstance(node, dict) else list(range(len(node)))
-            if not keys:
-                break
-            key = data.draw(st.sampled_from(keys))
-            child = node[key]
-            if isinstance(child, dict | list) and child and data.draw(st.booleans()):
-                node = child
-                continue
+        picked = pick(data, doc)
+        if picked is not None:
+            node, key = picked
             if data.draw(st.integers(0, 5)) == 0:
                 del node[key]
             else:
                 node[key] = data.draw(JSON_VALUES)
-            break
     path.write_text(json.dumps(doc))
+
+
+def pick(data, doc):
+    """(container, key) of a place drawn in the JSON document `doc`, going down into a nested
+    table or list at random; None for an empty document."""
+    node = doc
+    while True:
+        keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+        if not keys:
+            return None
+        key = data.draw(st.sampled_from(keys))
+        child = node[key]
+        if isinstance(child, dict | list) and child and data.draw(st.booleans()):
+            node = child
+            continue
+        return node, key
 
 
 def _array_edit(data, path: Path) -> None:

@@ -17,6 +17,8 @@ import math
 
 from hypothesis import strategies as st
 
+from tests.fuzz_rundir import pick
+
 SCENARIO = {
     "scenario": {"topology": "lab-small", "seed": 1, "sample_interval": "5us"},
     "workload": {"collective": "allreduce", "algorithm": "ring", "size": "64KiB", "gpus": 8},
@@ -67,26 +69,17 @@ def spec(data, base: dict, values=VALUES) -> dict:
     """`base` with one to three values replaced, keys removed or unknown keys added."""
     doc = copy.deepcopy(base)
     for _ in range(data.draw(st.integers(1, 3))):
-        node = doc
-        while True:
-            keys = list(node) if isinstance(node, dict) else list(range(len(node)))
-            if not keys:
-                break
-            key = data.draw(st.sampled_from(keys))
-            child = node[key]
-            if isinstance(child, dict | list) and child and data.draw(st.booleans()):
-                node = child
-                continue
-            how = data.draw(st.sampled_from(["replace", "replace", "replace", "drop", "add"]))
-            if how == "drop":
-                del node[key]
-            elif how == "add" and isinstance(node, dict):
-                node[data.draw(st.sampled_from(["extra", "kind", "rate", "jobs"]))] = data.draw(
-                    values
-                )
-            else:
-                node[key] = data.draw(values)
-            break
+        picked = pick(data, doc)
+        if picked is None:
+            continue
+        node, key = picked
+        how = data.draw(st.sampled_from(["replace", "replace", "replace", "drop", "add"]))
+        if how == "drop":
+            del node[key]
+        elif how == "add" and isinstance(node, dict):
+            node[data.draw(st.sampled_from(["extra", "kind", "rate", "jobs"]))] = data.draw(values)
+        else:
+            node[key] = data.draw(values)
     return doc
 
 
