@@ -24,3 +24,13 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def get_fabric():
     return fabric
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    """A small finished run directory (8 flows) that tests copy before they damage it."""
+    from tests.test_analysis_run import make_run
+
+    path = tmp_path_factory.mktemp("pristine") / "run"
+    make_run(path, n_flows=8)
+    return path

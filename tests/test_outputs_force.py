@@ -4,23 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
-from hypothesis import Phase
 
 from aifabric.cli import main
-from tests.test_analysis_run import make_run
-
-ROOT = Path(__file__).resolve().parent.parent
-# no shrinking: a failure is reported as drawn (shrinking a CLI call takes minutes)
-PHASES = [Phase.explicit, Phase.generate]
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
-    path = tmp_path_factory.mktemp("pristine") / "run"
-    make_run(path, n_flows=8)
-    return path
 
 
 def _refused(result, kept: Path, text: str) -> None:

@@ -18,18 +18,10 @@ from hypothesis import strategies as st
 
 from aifabric.cli import main
 from tests import fuzz_rundir
-from tests.test_analysis_run import make_run
 
 ROOT = Path(__file__).resolve().parent.parent
 # no shrinking: a failure is reported as drawn (shrinking a CLI call takes minutes)
 PHASES = [Phase.explicit, Phase.generate]
-
-
-@pytest.fixture(scope="module")
-def pristine(tmp_path_factory):
-    path = tmp_path_factory.mktemp("pristine") / "run"
-    make_run(path, n_flows=8)
-    return path
 
 
 def _fuzz(pristine: Path, data) -> None:
