@@ -38,7 +38,6 @@ _SPEC_OPTIONS = (
     ("qp-mode", choice(_spec("QP_MODES")), "QP scaling mode."),
     ("chunk", SIZE, "Chunk (message) size."),
     ("window", int, "Clear-to-send: outstanding chunks per channel."),
-    ("segments", int, "Pipelined flows per connection (0: one per step)."),
     ("root", int, "Broadcast root rank."),
     ("stages", int, "Sendrecv pipeline stages."),
     ("iterations", int, "Times the op runs."),

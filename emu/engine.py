@@ -223,6 +223,7 @@ class EmuSession:
     ):
         if switch not in SWITCHES:
             raise AifabricError(f"switch {switch!r} is not one of {', '.join(SWITCHES)}")
+        scenario = _steps_as_flows(scenario)
         self.sc = scenario
         self.switch, self.pfc = switch, pfc
         replay_pps = capacity_pps() * (OVS_SHARE if switch == "ovs" else 1.0)
@@ -500,6 +501,29 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+MAX_STEP_FLOWS = 5_000_000
+
+
+def _steps_as_flows(scenario):
+    """The scenario with its collectives' streams written out one flow per step: the replay
+    starts a flow once the flows it waits for have arrived, which is then the causality the
+    simulator's streams run (`aifabric.traffic.steps`)."""
+    from dataclasses import replace
+
+    from aifabric.traffic.steps import expand_steps, expanded_size
+
+    ft = scenario.flows
+    if not ft.n_groups:
+        return scenario
+    size = expanded_size(ft)
+    if size > MAX_STEP_FLOWS:
+        raise AifabricError(
+            f"the mininet engine replays one flow per collective step, and this workload has "
+            f"{size:,} (at most {MAX_STEP_FLOWS:,}); use fewer GPUs or a smaller size"
+        )
+    return replace(scenario, flows=expand_steps(ft))
 
 
 def _refuse_long(scenario, est: Estimate, max_wall_s: float) -> None:

@@ -151,6 +151,7 @@ class Simulation:
             raise AifabricError("flow sizes and start times must not be negative")
         if len(t.dep) and (t.dep.min() < 0 or t.dep.max() >= n):
             raise AifabricError("a flow depends on a flow that does not exist")
+        _check_streams(t)
 
     def _route(self, routing: Routing, which: np.ndarray):
         t = self.flows
@@ -251,6 +252,7 @@ class Simulation:
         fl[:, L.FL_SQPN] = t.sqpn
         fl[:, L.FL_PRIO] = t.priority
         fl[:, L.FL_CHUNK_BYTES], fl[:, L.FL_WINDOW] = self._cts_grants()
+        self._streams(fl)
         fr = np.zeros((n, L.FR_N), dtype=np.float64)
         fr[:, L.FR_LINE_BPS] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
         fr[:, L.FR_RC_BPS] = fr[:, L.FR_LINE_BPS]
@@ -289,6 +291,7 @@ class Simulation:
         self.fl, self.fr, self.nd, self.act, self.pk, self.pc = fl, fr, nd, act, pk, pc
         self.ev, self.dep_ptr, self.dep, self.smp, self.cap = ev, rdep_ptr, rdep, smp, cap
         prm[L.P_EVENT_RESERVE], prm[L.P_PACKET_RESERVE] = self._reserves()
+        prm[L.P_EVENT_RESERVE] += int(self.gr[:, L.GR_OUT_N].max()) if len(self.gr) else 0
         prm[L.P_STALL_PS] = self._stall_ns() * PS
         self._load = np.zeros(f.n_ports, dtype=np.float64)
         self._rnd = np.zeros(L.MAX_HOPS, dtype=np.uint32)
@@ -296,8 +299,66 @@ class Simulation:
         from aifabric.sim.heap import schedule
 
         for i in np.flatnonzero(fl[:, L.FL_DEPS] == 0):
-            schedule(ev, g, int(fl[i, L.FL_EARLIEST_PS]), L.EV_FLOW_START, int(i), 0)
+            t0 = int(fl[i, L.FL_EARLIEST_PS] + fl[i, L.FL_BASE_PS])
+            schedule(ev, g, t0, L.EV_FLOW_START, int(i), 0)
         schedule(ev, g, int(prm[L.P_SAMPLE_PS]), L.EV_SAMPLE, 0, 0)
+
+    def _op_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each flow's row in the op table, and whether its op is there."""
+        t = self.flows
+        if len(t.op_id) == 0:
+            return np.zeros(len(t), dtype=np.int64), np.zeros(len(t), dtype=bool)
+        order = np.argsort(t.op_id)
+        row = order[np.clip(np.searchsorted(t.op_id, t.op, sorter=order), 0, len(order) - 1)]
+        return row, t.op_id[row] == t.op
+
+    def _streams(self, fl: np.ndarray) -> None:
+        """The flows' op, latencies and stream columns, and the stream table (gr, gio)."""
+        t = self.flows
+        n = len(t)
+        row, known = self._op_rows()
+        lat = np.where(known, t.op_step_latency_ns[row], 0) * PS if n else np.zeros(0, np.int64)
+        base = np.where(known, t.op_base_latency_ns[row], 0) * PS if n else np.zeros(0, np.int64)
+        fl[:, L.FL_OP] = t.op
+        fl[:, L.FL_GROUP] = t.group
+        fl[:, L.FL_WATCH_BYTES] = 2**62  # kernel.NEVER: no step to watch
+        fl[:, L.FL_READY_PS] = 0
+        plain = t.group < 0
+        fl[:, L.FL_LAT_PS] = np.where(plain, lat, 0)
+        fl[:, L.FL_BASE_PS] = np.where(plain, base, 0)
+        ng = t.n_groups
+        gr = np.zeros((ng, L.GR_N), dtype=np.int64)
+        if ng:
+            member = np.flatnonzero(~plain)
+            s = t.group[member]
+            first = np.full(ng, n, dtype=np.int64)
+            np.minimum.at(first, s, member)
+            nqp = np.bincount(s, minlength=ng)
+            fl[member, L.FL_QP] = member - first[s]
+            f0 = np.minimum(first, max(n - 1, 0))
+            gr[:, L.GR_STEPS] = np.maximum(t.group_steps, 1)
+            gr[:, L.GR_BYTES] = t.group_bytes
+            gr[:, L.GR_FLOW0] = first
+            gr[:, L.GR_NQP] = nqp
+            gr[:, L.GR_LAT_PS] = lat[f0]
+            gr[:, L.GR_FIRST_PS] = lat[f0] + base[f0]
+            gr[:, L.GR_OFFSET] = t.group_offset
+            mode = np.where(known, t.op_qp_mode[row], "split")
+            gr[:, L.GR_RR] = mode[f0] == "round-robin"
+            gr[:, L.GR_CHUNK] = np.maximum(np.where(known, t.op_chunk_bytes[row], 1)[f0], 1)
+            ins = np.diff(t.group_in_ptr)
+            gr[:, L.GR_IN_OFF] = t.group_in_ptr[:-1]
+            gr[:, L.GR_IN_N] = ins
+            # outputs: the transpose of the inputs
+            of = np.repeat(np.arange(ng, dtype=np.int64), ins)
+            order = np.argsort(t.group_in, kind="stable")
+            outs = np.bincount(t.group_in, minlength=ng)
+            gr[:, L.GR_OUT_OFF] = len(t.group_in) + np.concatenate([[0], np.cumsum(outs)[:-1]])
+            gr[:, L.GR_OUT_N] = outs
+            gio = np.concatenate([t.group_in, of[order]]).astype(np.int64)
+        else:
+            gio = np.zeros(1, dtype=np.int64)
+        self.gr, self.gio = gr, gio
 
     def _pools(self, nd: np.ndarray) -> None:
         """Each shared-buffer switch's pool (sim/buffer.py): its buffer less the
@@ -368,7 +429,7 @@ class Simulation:
             fr=self.fr, nd=self.nd, act=self.act, pk=self.pk, pc=self.pc, ev=self.ev,
             path_ptr=self.path_ptr, path_port=self.path_port, dep_ptr=self.dep_ptr,
             dep=self.dep, smp=self.smp, cap=self.cap, net=r.net(), live=r.live(), nic_ip=r.ip,
-            load=self._load, rnd=self._rnd,
+            load=self._load, rnd=self._rnd, gr=self.gr, gio=self.gio,
         )  # fmt: skip
 
     # buffers ----------------------------------------------------------------------------
@@ -660,3 +721,28 @@ class Simulation:
         if not self.capture_chunks:
             return np.zeros((0, L.CP_N), dtype=np.int64)
         return np.concatenate(self.capture_chunks)
+
+
+def _check_streams(t) -> None:
+    """The stream columns of a flow table are what the kernel can run (one sentence if not)."""
+    ng = t.n_groups
+    g = t.group
+    if ((g < -1) | (g >= ng)).any():
+        raise AifabricError("a flow names a stream that does not exist")
+    if len(t.group_in) and (t.group_in.min() < 0 or t.group_in.max() >= ng):
+        raise AifabricError("a stream is released by a stream that does not exist")
+    if not ng:
+        return
+    if (t.group_steps < 1).any() or (t.group_bytes < 0).any() or (t.group_offset < 0).any():
+        raise AifabricError("a stream has no steps, negative bytes or a negative offset")
+    member = np.flatnonzero(g >= 0)
+    s = g[member]
+    count = np.bincount(s, minlength=ng)
+    first = np.full(ng, len(g), dtype=np.int64)
+    np.minimum.at(first, s, member)
+    if (count == 0).any() or ((member - first[s]) >= count[s]).any():
+        raise AifabricError("a stream's flows are not consecutive rows of the flow table")
+    total = np.bincount(s, weights=t.bytes[member], minlength=ng)
+    if (np.abs(total - t.group_bytes) > 0.5).any():
+        raise AifabricError("a stream's bytes are not the sum of its flows' bytes")
+

@@ -49,13 +49,40 @@ from aifabric.sim.layout import (
     EV_FLOW_START,
     EV_PFC,
     EV_PFC_REFRESH,
+    EV_RELEASE,
     EV_RETX,
     EV_RTO,
     EV_SAMPLE,
     EV_TX,
+    FL_BASE_PS,
     FL_BYTES,
     FL_DELIV_BYTES,
     FL_DEPS,
+    FL_GROUP,
+    FL_HELD_BYTES,
+    FL_LAT_PS,
+    FL_OP,
+    FL_QP,
+    FL_READY_PS,
+    FL_STEPS_DONE,
+    FL_WATCH_BYTES,
+    GR_BYTES,
+    GR_CHUNK,
+    GR_DONE,
+    GR_FIRST_PS,
+    GR_FLOW0,
+    GR_IN_N,
+    GR_IN_OFF,
+    GR_LAT_PS,
+    GR_NQP,
+    GR_OFFSET,
+    GR_OUT_N,
+    GR_OUT_OFF,
+    GR_RELEASED,
+    GR_RR,
+    GR_SCHED,
+    GR_STARTED,
+    GR_STEPS,
     FL_DQPN,
     FL_DST,
     FL_EARLIEST_PS,
@@ -262,7 +289,7 @@ def borrowed(S):
             _borrow(live.port_alive), _borrow(live.dist), _borrow(live.dist0),
             _borrow(live.seeds), _borrow(live.crc_table),
         ),
-        _borrow(S.nic_ip), _borrow(S.load), _borrow(S.rnd),
+        _borrow(S.nic_ip), _borrow(S.load), _borrow(S.rnd), _borrow(S.gr), _borrow(S.gio),
     )  # fmt: skip
 
 
@@ -538,7 +565,7 @@ def send_data(S, f, p, now):
     pk[i, PK_WIRE_BYTES] = wire
     psn = fl[f, FL_PSN]
     pc[i, PC_PSN] = psn
-    pc[i, PC_OFFSET_BYTES] = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES] - size
+    pc[i, PC_OFFSET_BYTES] = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES] - fl[f, FL_HELD_BYTES] - size
     pc[i, PC_ARG] = 0
     fl[f, FL_PSN] = psn + 1
     n = -1
@@ -564,7 +591,8 @@ def send_data(S, f, p, now):
         congestion.on_sent(S, f, wire)
     if fl[f, FL_UNSENT_BYTES] == 0:
         list_remove(S, f)
-        fl[f, FL_STATE] = ST_SENT
+        if fl[f, FL_HELD_BYTES] == 0:  # else it waits for a release of its stream
+            fl[f, FL_STATE] = ST_SENT
     put_on_wire(S, p, i, now)
 
 
@@ -855,10 +883,34 @@ def received(S, f, now):
     "flow"; a coalescing receiver has just acknowledged the last packet), and the flow
     is complete here when it finishes at the receiver, else when that ACK returns."""
     S.fl[f, FL_T_RECEIVED_PS] = now
+    data_arrived(S, f, now)
     if S.prm[P_ACK_EVERY] == 0:
         send_ack(S, f, now)
     if not S.prm[P_FINISH_AT_SENDER]:
         complete(S, f, now)
+
+
+@njit(cache=True)
+def data_arrived(S, f, now):
+    """Every byte of flow f is at its receiver: the transfers of its op waiting on it may
+    start, a step latency from now (those of later ops wait for it to complete)."""
+    fl, dep_ptr, dep = S.fl, S.dep_ptr, S.dep
+    op = fl[f, FL_OP]
+    for j in range(dep_ptr[f], dep_ptr[f + 1]):
+        h = dep[j]
+        if fl[h, FL_OP] == op:
+            release_dep(S, h, now + fl[h, FL_LAT_PS])
+
+
+@njit(cache=True, inline="always")
+def release_dep(S, h, t):
+    """One prerequisite of flow h is met, as of time t: h starts when the last one is."""
+    fl = S.fl
+    fl[h, FL_DEPS] -= 1
+    if t > fl[h, FL_READY_PS]:
+        fl[h, FL_READY_PS] = t
+    if fl[h, FL_DEPS] == 0:
+        schedule(S.ev, S.g, max(fl[h, FL_READY_PS], fl[h, FL_EARLIEST_PS]), EV_FLOW_START, h, 0)
 
 
 @njit(cache=True)
@@ -872,18 +924,143 @@ def acknowledged(S, f, now):
 
 @njit(cache=True)
 def complete(S, f, now):
-    """Flow f ends now (see `received`): the flows waiting on it may start."""
-    g, fl, ev, dep_ptr, dep = S.g, S.fl, S.ev, S.dep_ptr, S.dep
+    """Flow f ends now (see `received`): the flows of later ops waiting on it may start."""
+    g, fl, dep_ptr, dep = S.g, S.fl, S.dep_ptr, S.dep
     if fl[f, FL_STATE] == ST_NOPATH:  # its last bytes arrived after its route was lost
         g[G_STUCK] -= 1
     fl[f, FL_STATE] = ST_DONE
     fl[f, FL_T_END_PS] = now
     g[G_DONE] += 1
+    op = fl[f, FL_OP]
     for j in range(dep_ptr[f], dep_ptr[f + 1]):
         h = dep[j]
-        fl[h, FL_DEPS] -= 1
-        if fl[h, FL_DEPS] == 0:
-            schedule(ev, g, max(now, fl[h, FL_EARLIEST_PS]), EV_FLOW_START, h, 0)
+        if fl[h, FL_OP] != op:
+            release_dep(S, h, now + fl[h, FL_BASE_PS])
+
+
+# streams --------------------------------------------------------------------------------
+
+
+@njit(cache=True, inline="always")
+def qp_bytes(gr, s, x, q):
+    """Bytes QP q of stream s carries of the stream's first x bytes (as
+    aifabric.traffic.generate.qp_bytes): a floor/ceil share of every byte range (split), or
+    of whole messages dealt to the QPs in turn (round-robin)."""
+    n = gr[s, GR_NQP]
+    if n == 1:
+        return x
+    if gr[s, GR_RR] == 0:
+        return (x * (q + 1)) // n - (x * q) // n
+    c = gr[s, GR_CHUNK]
+    full = x // c
+    count = (full - q + n - 1) // n
+    if count < 0:
+        count = 0
+    out = count * c
+    if full % n == q:
+        out += x % c
+    return out
+
+
+@njit(cache=True, inline="always")
+def step_end(gr, s, k):
+    """Bytes of stream s in its first k steps: floor(GR_BYTES * k / GR_STEPS), without
+    overflowing."""
+    steps = gr[s, GR_STEPS]
+    b = gr[s, GR_BYTES]
+    return (b // steps) * k + ((b % steps) * k) // steps
+
+
+@njit(cache=True, inline="always")
+def flow_step_end(S, f, k):
+    """Bytes flow f (a QP of a stream) carries in its stream's first k steps."""
+    s = S.fl[f, FL_GROUP]
+    return qp_bytes(S.gr, s, step_end(S.gr, s, k), S.fl[f, FL_QP])
+
+
+@njit(cache=True)
+def step_arrived(S, f, now):
+    """The receiver of flow f has the bytes that end one or more steps of its stream."""
+    fl, gr = S.fl, S.gr
+    s = fl[f, FL_GROUP]
+    steps = gr[s, GR_STEPS]
+    k = fl[f, FL_STEPS_DONE]
+    have = fl[f, FL_DELIV_BYTES]
+    while k < steps and flow_step_end(S, f, k + 1) <= have:
+        k += 1
+    fl[f, FL_STEPS_DONE] = k
+    fl[f, FL_WATCH_BYTES] = flow_step_end(S, f, k + 1) if k < steps else NEVER
+    # the stream has a step when every QP's receiver has its share
+    f0 = gr[s, GR_FLOW0]
+    done = k
+    for j in range(gr[s, GR_NQP]):
+        if fl[f0 + j, FL_STEPS_DONE] < done:
+            done = fl[f0 + j, FL_STEPS_DONE]
+    if done <= gr[s, GR_DONE]:
+        return
+    gr[s, GR_DONE] = done
+    gio = S.gio
+    for j in range(gr[s, GR_OUT_OFF], gr[s, GR_OUT_OFF] + gr[s, GR_OUT_N]):
+        o = gio[j]
+        t = NEVER
+        for i in range(gr[o, GR_IN_OFF], gr[o, GR_IN_OFF] + gr[o, GR_IN_N]):
+            if gr[gio[i], GR_DONE] < t:
+                t = gr[gio[i], GR_DONE]
+        t = min(t + gr[o, GR_OFFSET], gr[o, GR_STEPS])
+        if t > gr[o, GR_SCHED]:
+            gr[o, GR_SCHED] = t
+            schedule(S.ev, S.g, now + gr[o, GR_LAT_PS], EV_RELEASE, o, t)
+
+
+@njit(cache=True)
+def release(S, s, t, now):
+    """Stream s may send its first t steps: its started QPs get their share of the new ones."""
+    fl, gr = S.fl, S.gr
+    old = gr[s, GR_RELEASED]
+    if t <= old:
+        return
+    gr[s, GR_RELEASED] = t
+    f0 = gr[s, GR_FLOW0]
+    woke = False
+    for j in range(gr[s, GR_NQP]):
+        f = f0 + j
+        state = fl[f, FL_STATE]
+        if state != ST_ACTIVE and state != ST_SENT:
+            continue  # not started (it takes what is released when it starts), or stuck
+        add = flow_step_end(S, f, t) - flow_step_end(S, f, old)
+        if add <= 0:
+            continue
+        fl[f, FL_HELD_BYTES] -= add
+        fl[f, FL_UNSENT_BYTES] += add
+        if fl[f, FL_SLOT] < 0:
+            fl[f, FL_STATE] = ST_ACTIVE
+            if fl[f, FL_NEXT_SEND_PS] < now:
+                fl[f, FL_NEXT_SEND_PS] = now
+            list_add(S, f)
+        woke = True
+    if woke:
+        kick_sender(S, f0, now)
+
+
+@njit(cache=True)
+def start_stream(S, f, now):
+    """Flow f of a stream starts: the stream's first steps are released once (its own data
+    needs no input: all of it on a stream with no inputs, `offset` steps on a ring), and f
+    may send what is released so far."""
+    fl, gr = S.fl, S.gr
+    s = fl[f, FL_GROUP]
+    if gr[s, GR_STARTED] == 0:
+        gr[s, GR_STARTED] = 1
+        t = gr[s, GR_STEPS] if gr[s, GR_IN_N] == 0 else min(gr[s, GR_OFFSET], gr[s, GR_STEPS])
+        if t > gr[s, GR_SCHED]:
+            gr[s, GR_SCHED] = t
+            schedule(S.ev, S.g, now + gr[s, GR_FIRST_PS], EV_RELEASE, s, t)
+    allowed = flow_step_end(S, f, gr[s, GR_RELEASED])
+    fl[f, FL_UNSENT_BYTES] = allowed
+    fl[f, FL_HELD_BYTES] = fl[f, FL_BYTES] - allowed
+    fl[f, FL_WATCH_BYTES] = flow_step_end(S, f, 1)
+    if fl[f, FL_WATCH_BYTES] <= 0:  # steps with nothing for this QP are there at once
+        step_arrived(S, f, now)
 
 
 @njit(cache=True)
@@ -919,6 +1096,8 @@ def deliver(S, i, now):
         fl[f, FL_NAKED] = 0
         fl[f, FL_DELIV_BYTES] += pk[i, PK_BYTES]
         g[G_PROGRESS_T_PS] = now
+        if fl[f, FL_DELIV_BYTES] >= fl[f, FL_WATCH_BYTES]:
+            step_arrived(S, f, now)
         todo = 0
         if S.prm[P_CC] != CC_NONE:
             todo = congestion.on_data(S, f, pk[i, PK_CE], now)
@@ -962,8 +1141,11 @@ def start_flow(S, f, now):
     fl[f, FL_STATE] = ST_ACTIVE
     g[G_PROGRESS_T_PS] = now
     fl[f, FL_UNSENT_BYTES] = fl[f, FL_BYTES]
+    if fl[f, FL_GROUP] >= 0:
+        start_stream(S, f, now)
     if fl[f, FL_BYTES] == 0:  # nothing to send or acknowledge: done as it starts
         fl[f, FL_T_RECEIVED_PS] = now
+        data_arrived(S, f, now)
         if S.prm[P_ACK_EVERY] == 0:
             send_ack(S, f, now)
         complete(S, f, now)
@@ -971,7 +1153,8 @@ def start_flow(S, f, now):
     fr[f, FR_RC_BPS] = fr[f, FR_LINE_BPS]
     fr[f, FR_RT_BPS] = fr[f, FR_LINE_BPS]
     fl[f, FL_NEXT_SEND_PS] = now
-    list_add(S, f)
+    if fl[f, FL_UNSENT_BYTES] > 0:
+        list_add(S, f)
     todo = congestion.on_flow_start(S, f)
     if todo & DO_REQUEST:
         send_control(S, f, np.int64(K_REQ), np.int64(0), now)
@@ -1019,7 +1202,7 @@ def go_back(S, f, offset, now):
     state = fl[f, FL_STATE]
     if state not in (ST_ACTIVE, ST_SENT):
         return
-    sent = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES]
+    sent = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES] - fl[f, FL_HELD_BYTES]
     if offset < sent:
         fl[f, FL_REWIND_PS] = now
         resend(S, f, sent - offset, now)
@@ -1195,6 +1378,8 @@ def run(S_counted, t_stop, max_events):
             port = a
         elif kind == EV_FLOW_START:
             start_flow(S, a, now)
+        elif kind == EV_RELEASE:
+            release(S, a, b, now)
         elif kind == EV_PFC:
             if pt[a, PT_ALIVE]:
                 pfc.pause(pt, a, b, now)

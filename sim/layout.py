@@ -13,7 +13,7 @@ from aifabric.fabric.routing import MAX_HOPS
 State = namedtuple(
     "State",
     "g prm fprm pt pmax fl fr nd act pk pc ev path_ptr path_port dep_ptr dep "
-    "smp cap net live nic_ip load rnd",
+    "smp cap net live nic_ip load rnd gr gio",
 )
 """Everything the kernel reads and writes, by name (the columns of each array below):
 
@@ -30,6 +30,8 @@ State = namedtuple(
     net live nic_ip      the routing tables (aifabric.fabric.routing.Net, Live) and the NICs' IPv4
                          addresses, for routing every packet anew (policy spray)
     load rnd             scratch for aifabric.fabric.routing.route_packet
+    gr gio               streams (GR_*): a collective's connections, each carrying its steps
+                         in order; gio holds each stream's inputs and outputs (streams)
 """
 
 # event rows (ev[heap, i, :], aifabric.sim.heap)
@@ -46,6 +48,7 @@ EV_RETX = 6  # a = flow, b = bytes: a drop noticed by the sender, to send again
 EV_SAMPLE = 7  # close one sample interval of the port time series
 EV_RTO = 8  # a = flow, b = byte offset of data lost (go-back-N): timeout, go back if still due
 EV_ACK_RTO = 9  # a = flow whose last ACK was lost (finish at the sender): its receiver repeats it
+EV_RELEASE = 10  # a = stream, b = steps: its inputs are there, its flows may send them
 
 # global scalars (g[...])
 (
@@ -206,9 +209,42 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     FL_MAY_REORDER,  # 1 once the flow lost data or changed route: it may arrive out of order
     FL_UNACKED,  # receiver: in-order data packets since its last ACK
     FL_T_RECEIVED_PS,  # when the receiver had every byte, -1 before
+    FL_GROUP,  # the stream it is a QP of (gr), -1: the flow is a whole transfer
+    FL_QP,  # its QP index in the stream
+    FL_HELD_BYTES,  # a stream's bytes whose steps are not yet released
+    FL_STEPS_DONE,  # steps of the stream the receiver has (this QP's share of each)
+    FL_WATCH_BYTES,  # delivered bytes that complete the next step (NEVER: none to watch)
+    FL_OP,  # its operation: dependencies within one are on data, across ops on completion
+    FL_LAT_PS,  # a transfer: from the arrival of the data it waits for to its start
+    FL_BASE_PS,  # a transfer: from the end of the op before (or its start time) to its start
+    FL_READY_PS,  # the latest release time of its dependencies so far
     FL_N,
-) = range(34)
+) = range(43)
 FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_N = range(5)
+
+# streams (gr[s, ...]): step k moves bytes [B(k-1), B(k)) with B(k) = GR_BYTES * k // GR_STEPS,
+# QP q carrying its share of them (kernel.qp_bytes); step k is released GR_LAT_PS after every
+# input has delivered step k - GR_OFFSET (the first steps GR_FIRST_PS after the stream starts)
+(
+    GR_STEPS,
+    GR_BYTES,
+    GR_DONE,  # steps every QP's receiver has
+    GR_RELEASED,  # steps its flows may send
+    GR_SCHED,  # steps a release is scheduled for
+    GR_FLOW0,  # its first flow (QP 0); its QPs are consecutive flows
+    GR_NQP,
+    GR_LAT_PS,
+    GR_FIRST_PS,
+    GR_OFFSET,
+    GR_RR,  # 1: QPs take whole messages in turn (round-robin), 0: every message split
+    GR_CHUNK,  # message bytes (round-robin)
+    GR_IN_OFF,  # gio[GR_IN_OFF:GR_IN_OFF + GR_IN_N]: the streams that release its steps
+    GR_IN_N,
+    GR_OUT_OFF,  # gio[GR_OUT_OFF:GR_OUT_OFF + GR_OUT_N]: the streams whose steps it releases
+    GR_OUT_N,
+    GR_STARTED,  # 1 once one of its flows started
+    GR_N,
+) = range(18)
 ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
 
 # nodes (nd[v, ...]): a NIC's list of flows that have data to send; a shared-buffer

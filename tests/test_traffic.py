@@ -67,11 +67,9 @@ def check_graph(table):
 
 @pytest.mark.parametrize("n", [2, 3, 8, 16])
 @pytest.mark.parametrize("channels", [1, 2])
-@pytest.mark.parametrize("segments", [0, 4])
-def test_ring_allreduce_per_rank_bytes(medium, n, channels, segments):
+def test_ring_allreduce_per_rank_bytes(medium, n, channels):
     size = 48 * n * channels * 1024
-    t = flows_of(medium, collective="allreduce", size=size, gpus=n, channels=channels,
-                 segments=segments)  # fmt: skip
+    t = flows_of(medium, collective="allreduce", size=size, gpus=n, channels=channels)
     per = sent_per_rank(t)
     assert len(per) == n
     assert set(per.values()) == {2 * (n - 1) * size // n}
@@ -91,13 +89,28 @@ def test_gather_scatter_alltoall_per_rank_bytes(medium, kind, n):
 @pytest.mark.parametrize("n", [7, 16, 100])
 def test_ring_totals_are_exact_for_any_size(medium, n):
     size = 10**7 + 3  # not divisible by n
-    t = flows_of(medium, collective="allreduce", size=size, gpus=n, segments=5)
+    t = flows_of(medium, collective="allreduce", size=size, gpus=n)
     assert int(t.bytes.sum()) == 2 * (n - 1) * size
 
 
-def test_ring_step_dependencies_follow_the_ring(medium):
+def test_ring_streams_are_released_by_the_edge_before(medium):
+    """One stream per ring edge; its step k waits for step k-1 of the edge into its sender."""
     n = 6
-    t = flows_of(medium, collective="allreduce", size=6 * 4096, gpus=n, segments=0)
+    t = flows_of(medium, collective="allreduce", size=6 * 4096, gpus=n, channels=2)
+    assert len(t) == t.n_groups == 2 * n and not len(t.dep)
+    assert set(t.group_steps.tolist()) == {2 * (n - 1)} and set(t.group_offset.tolist()) == {1}
+    for s in range(t.n_groups):
+        (i,) = t.group_in[t.group_in_ptr[s] : t.group_in_ptr[s + 1]]
+        assert t.dst[i] == t.src[s] and t.channel[i] == t.channel[s]
+
+
+def test_ring_steps_written_out_wait_for_the_step_before_upstream(medium):
+    from aifabric.traffic.steps import expand_steps
+
+    n = 6
+    t = expand_steps(flows_of(medium, collective="allreduce", size=6 * 4096, gpus=n, qps=2))
+    assert len(t) == n * 2 * 2 * (n - 1)
+    assert int(t.bytes.sum()) == 2 * (n - 1) * 6 * 4096
     nic_rank = {int(x): i for i, x in enumerate(np.unique(t.src))}
     for f in range(len(t)):
         deps = t.deps_of(f)
@@ -106,7 +119,9 @@ def test_ring_step_dependencies_follow_the_ring(medium):
             continue
         r = nic_rank[int(t.src[f])]
         got = {(nic_rank[int(t.src[d])], int(t.step[d])) for d in deps}
-        assert got == {((r - 1) % n, int(t.step[f]) - 1), (r, int(t.step[f]) - 1)}
+        assert got == {((r - 1) % n, int(t.step[f]) - 1)}
+        assert len(deps) == 2  # both QPs of the step upstream
+    check_graph(t)
 
 
 def reference_tree(n):
@@ -207,13 +222,13 @@ def test_hierarchical_keeps_servers_off_the_fabric(medium):
 )
 def test_transfer_count_closed_form(spec):
     for n in (2, 3, 8, 24):
-        for segments in (0, 3, 16):
+        for step_bytes in (64 * 1024, 2 * MiB):
             kind = spec["collective"]
             algorithm = spec.get("algorithm") or traffic.spec.COLLECTIVES[kind][0]
             stages = spec.get("stages", 2)
             if kind == "sendrecv" and n % stages:
                 continue
-            args = (kind, algorithm, n, 5 * MiB + 7, 2, segments, 256 * 1024)
+            args = (kind, algorithm, n, 5 * MiB + 7, 2, step_bytes, 256 * 1024)
             tr = coll.collective(*args, root=spec.get("root", 0) % n, stages=stages)
             assert coll.transfer_count(*args, stages=stages) == len(tr)
 
@@ -281,7 +296,7 @@ def test_each_kind_builds_what_its_closed_forms_say(kind):
     c = coll.KINDS[kind]
     for algorithm in c.algorithms:
         for n in (2, 5, 8, 12):
-            shape = coll.Shape(channels=2, segments=3, chunk=64 * 1024, root=n - 1, stages=2)
+            shape = coll.Shape(channels=2, step_bytes=256 * 1024, chunk=64 * 1024, root=n - 1)
             if c.refuse(n, shape):
                 continue
             size = 3 * MiB + 11
@@ -319,9 +334,9 @@ def test_closed_form_plan_equals_the_table(medium, kind, algorithm, hierarchical
     from aifabric.traffic.placement import place
     from aifabric.traffic.summary import op_stats
 
-    for gpus, size, channels, segments in ((12, 10**6 + 1, 1, 0), (32, 3 * MiB + 5, 2, 5)):
+    for gpus, size, channels in ((12, 10**6 + 1, 1), (32, 3 * MiB + 5, 2)):
         spec = dict(collective=kind, algorithm=algorithm, gpus=gpus, size=size, channels=channels,
-                    segments=segments, qps=3, chunk="64KiB", hierarchical=hierarchical, root=5,
+                    qps=3, chunk="64KiB", hierarchical=hierarchical, root=5,
                     stages=2 if hierarchical else 4, placement="fragmented")  # fmt: skip
         if hierarchical and gpus % 8:
             spec["gpus"] = 16
@@ -691,12 +706,14 @@ def test_ragged_arange():
     assert ragged_arange(starts, lengths).tolist() == [5, 6, 9, 10, 11]
 
 
-def test_cluster_24k_ring_is_coarse_but_exact():
+def test_cluster_24k_ring_is_one_stream_per_edge_with_every_step():
+    """49,150 dependent steps per edge, held as 24,576 streams (not 1.2 billion flows)."""
     fabric = topologies.load_fabric("cluster-24k")
     size = 64 * MiB
-    t = flows_of(fabric, collective="allreduce", size=size)
+    t = flows_of(fabric, collective="allreduce", size=size, algorithm="ring")
     n = 24576
-    assert len(t) == n * 16
+    assert len(t) == t.n_groups == n
+    assert set(t.group_steps.tolist()) == {2 * (n - 1)}
     assert int(t.bytes.sum()) == 2 * (n - 1) * size
-    row = np.repeat(np.arange(len(t)), np.diff(t.dep_ptr))
-    assert np.all(t.dep < row)
+    # stream r is released by the stream into its sender
+    assert np.array_equal(t.dst[t.group_in], t.src)

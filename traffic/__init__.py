@@ -27,7 +27,7 @@ tables, with `name` and `description` beside them). Jobs never share a NIC.
     distribution   p      fixed       uniform sizes: fixed | exponential | pareto (pareto_shape 1.5)
     model          t      -           a label; marks a training iteration (see traffic.training)
     matrix         m      -           a traffic-matrix file (see traffic.matrix); its NICs are
-                                      its own (no gpus, placement, channels, segments)
+                                      its own (no gpus, placement, channels)
     tp pp dp ep    t      8 1 rest 1  parallelism (tp inside a server)
     params, layers t      -, 32       model size (or layer_sizes = ["..", ..]), dtype_bytes = 2
     bucket, fsdp   t      25MiB, no   gradient AllReduce bucket; FSDP AllGather/ReduceScatter
@@ -39,7 +39,6 @@ tables, with `name` and `description` beside them). Jobs never share a NIC.
     qp_mode        all    split       split each message over the QPs | round-robin messages
     chunk          all    512KiB      message a channel posts at once
     window         all    0           clear-to-send: outstanding chunks per channel (0: none)
-    segments       all    16          pipelined flows per connection (0: one per algorithm step)
     priority       all    3           802.1p priority of the flows; start = earliest start time
 
 (c: collective, p: pattern, t: training, m: matrix.) Flow granularity: see

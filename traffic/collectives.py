@@ -6,21 +6,27 @@ count, bytes per rank and steps in closed form, and the nccl-tests busbw factor.
 It is the one place a kind is described: the workload keys, `traffic show`,
 the flow table's `op_busbw_factor` and the command line's choices read it.
 
-Each algorithm function returns `Transfers`: one row per (sender, receiver, channel,
-step group), in ranks 0..n-1 of one communicator, with the bytes it carries
-and the transfers it waits for (CSR, always earlier rows, so the graph is
-acyclic by construction). QP expansion and the mapping of ranks to NICs
-happen later (`aifabric.traffic.generate`).
+Each algorithm function returns `Transfers`, in ranks 0..n-1 of one communicator;
+QP expansion and the mapping of ranks to NICs happen later
+(`aifabric.traffic.generate`). Its rows are of one of two sorts:
 
-Granularity: a ring step moves 1/n of a channel's data on every edge of the
-ring at once, so a ring AllReduce over n ranks has 2(n-1) steps of n
-transfers: 1.2 billion transfers at 24,576 GPUs. Rings therefore group their
-2(n-1) steps into at most `segments` pipelined transfers per edge (step group
-k of edge r waits for group k-1 of edge r-1, whose data it forwards, and for
-its own group k-1); with `segments = 0`, or when the ring has fewer steps,
-every step is a transfer. Trees and chains (Broadcast) pipeline their data in
-at most `segments` pieces of at least one chunk. Halving-doubling and the
-pairwise AllToAll are not pipelined: one transfer per pair and step.
+- streams (rings, trees, chains): one row per connection (sender, receiver,
+  channel), as NCCL keeps one per peer and channel. It carries every step of
+  the operation on that connection, in order, in `stream_steps` steps of equal
+  size (within a byte; a ring chunk of NCCL is at most its step size, so large
+  ops run in several loops of steps). Step k of a stream is released when every
+  one of its input streams has delivered step k - offset at its sender (offset
+  1 on a ring: r forwards at step k what r - 1 sent it at step k - 1; 0 on a
+  tree or a chain: piece k moves on once it has arrived), plus the step's
+  latency. The engines execute streams: a simulator's NIC holds each stream's
+  released and arrived steps, so a ring AllReduce over 24,576 ranks is 24,576
+  rows per channel, not 1.2 billion, and no step starts before its input is
+  there. `expand_steps` (`aifabric.traffic.steps`) writes the same causality out
+  as one transfer per step for an engine that replays transfers.
+- transfers (halving-doubling, the pairwise AllToAll): one row per pair and
+  step; a row waits for the rows in `dep` (CSR, always earlier rows, so the
+  graph is acyclic by construction): the data it forwards must have arrived.
+
 Bytes are exact integers: data is cut into n chunks of floor/ceil sizes, so
 totals are exact and per-rank figures equal the closed forms whenever n
 divides the size.
@@ -46,9 +52,28 @@ class Transfers:
     dep_ptr: np.ndarray  # int64[n + 1]
     dep: np.ndarray  # int64, earlier rows
     steps: int  # algorithm steps of the operation
+    # streams (see the module docstring): steps per row, 0 for a plain transfer, and the
+    # rows whose arrivals release its steps (CSR), with the release offset
+    stream_steps: np.ndarray | None = None  # int32
+    stream_offset: np.ndarray | None = None  # int8
+    in_ptr: np.ndarray | None = None  # int64[n + 1]
+    inp: np.ndarray | None = None  # int64
+
+    def __post_init__(self):
+        n = len(self.src)
+        if self.stream_steps is None:
+            object.__setattr__(self, "stream_steps", np.zeros(n, dtype=_I32))
+            object.__setattr__(self, "stream_offset", np.zeros(n, dtype=np.int8))
+            object.__setattr__(self, "in_ptr", np.zeros(n + 1, dtype=_I64))
+            object.__setattr__(self, "inp", np.zeros(0, dtype=_I64))
 
     def __len__(self) -> int:
         return len(self.src)
+
+    @property
+    def streams(self) -> bool:
+        """Are the rows streams (a connection carrying its steps) rather than transfers?"""
+        return bool(len(self.src)) and bool(self.stream_steps[0] > 0)
 
 
 def parts(total: int, n: int) -> np.ndarray:
@@ -99,6 +124,11 @@ def concat(blocks: list[Transfers], steps: int | None = None) -> Transfers:
     for b in blocks:
         dep_ptr.append(b.dep_ptr[1:] + base)
         base += len(b.dep)
+    in_ptr = [np.zeros(1, _I64)]
+    base = 0
+    for b in blocks:
+        in_ptr.append(b.in_ptr[1:] + base)
+        base += len(b.inp)
     return Transfers(
         src=np.concatenate([b.src for b in blocks]),
         dst=np.concatenate([b.dst for b in blocks]),
@@ -108,107 +138,113 @@ def concat(blocks: list[Transfers], steps: int | None = None) -> Transfers:
         dep_ptr=np.concatenate(dep_ptr),
         dep=np.concatenate([b.dep + o for b, o in zip(blocks, offsets[:-1], strict=True)]),
         steps=max(b.steps for b in blocks) if steps is None else steps,
+        stream_steps=np.concatenate([b.stream_steps for b in blocks]),
+        stream_offset=np.concatenate([b.stream_offset for b in blocks]),
+        in_ptr=np.concatenate(in_ptr),
+        inp=np.concatenate([b.inp + o for b, o in zip(blocks, offsets[:-1], strict=True)]),
     )
 
 
-def _groups(total_steps: int, segments: int) -> np.ndarray:
-    """Boundaries of step groups: every step when segments is 0 or large enough."""
-    g = total_steps if segments == 0 else min(segments, total_steps)
-    return (np.arange(g + 1, dtype=_I64) * total_steps) // g
+def streams(
+    src, dst, channel, nbytes, stream_steps, offset, in_t, in_d, steps: int, step=None
+) -> Transfers:
+    """Stream rows: row t's steps are released by its inputs (pairs `in_t` waits for `in_d`)."""
+    m = len(src)
+    in_ptr, inp = csr_from_pairs(m, in_t, in_d)
+    return Transfers(
+        src=np.asarray(src, dtype=_I32),
+        dst=np.asarray(dst, dtype=_I32),
+        channel=np.asarray(channel, dtype=_I32),
+        step=np.zeros(m, _I32) if step is None else np.asarray(step, dtype=_I32),
+        bytes=np.asarray(nbytes, dtype=_I64),
+        dep_ptr=np.zeros(m + 1, _I64),
+        dep=np.zeros(0, _I64),
+        steps=steps,
+        stream_steps=np.maximum(np.asarray(stream_steps, dtype=_I32), 1),
+        stream_offset=np.broadcast_to(np.asarray(offset, dtype=np.int8), (m,)).copy(),
+        in_ptr=in_ptr,
+        inp=inp,
+    )
 
 
-def ring(n: int, size: int, channels: int, segments: int, phases: int, shift: int) -> Transfers:
-    """A ring of `phases` x (n-1) steps; at step s rank r sends chunk (r - s - shift) mod n to r+1.
+def pieces(nbytes, step_bytes: int):
+    """Steps a stream of `nbytes` moves in, at most `step_bytes` each (at least one)."""
+    return np.maximum(1, -(-np.asarray(nbytes, dtype=_I64) // max(int(step_bytes), 1)))
 
-    phases 2, shift 0: AllReduce (ReduceScatter then AllGather); phases 1: AllGather
-    (shift 0) or ReduceScatter (shift 1).
+
+def ring(n: int, size: int, channels: int, step_bytes: int, phases: int, shift: int) -> Transfers:
+    """A ring of `phases` x (n-1) steps per loop: one stream per edge r -> r+1 and channel.
+
+    At step s rank r sends chunk (r - s - shift) mod n to r+1: phases 2, shift 0 is
+    AllReduce (ReduceScatter then AllGather); phases 1 is AllGather (shift 0) or
+    ReduceScatter (shift 1). A channel's data runs in loops of n chunks of at most
+    `step_bytes` (NCCL's chunk), so an edge makes loops x phases x (n-1) steps; step k of
+    edge r is released once step k-1 of edge r-1 has arrived at r (offset 1), including
+    the first step of each loop, which NCCL's rank runs after the last receive of the one
+    before.
     """
-    total = phases * (n - 1)
     if n < 2:
         return empty(0)
-    bounds = _groups(total, segments)
-    g = len(bounds) - 1
+    per = phases * (n - 1)
     ch_sizes = parts(size, channels)
-    # F_c(x) = bytes of chunks 0..x-1 of channel c, chunk indices taken mod n.
-    chunk = np.stack([parts(int(s), n) for s in ch_sizes])  # (C, n)
-    prefix = np.zeros((channels, n + 1), dtype=_I64)
-    np.cumsum(chunk, axis=1, out=prefix[:, 1:])
-    r = np.arange(n, dtype=_I64)
-    a = bounds[:-1][:, None, None]
-    b = bounds[1:][:, None, None]
-    lo = r[None, None, :] - b + 1 - shift + 3 * n
-    hi = r[None, None, :] - a - shift + 1 + 3 * n
-    c = np.arange(channels)[None, :, None]
-
-    def cum(x):
-        return (x // n) * ch_sizes[c] + prefix[c, x % n]
-
-    nbytes = (cum(hi) - cum(lo)).reshape(-1)
-    m = g * channels * n
+    sent = []
+    for s in ch_sizes:
+        chunk = parts(int(s), n)
+        r = np.arange(n, dtype=_I64)
+        skipped = np.zeros(n, dtype=_I64)
+        for p in range(phases):
+            skipped += chunk[(r - shift + p + 1) % n]
+        sent.append(phases * int(s) - skipped)
+    loops = pieces(ch_sizes, n * step_bytes)
+    m = channels * n
     idx = np.arange(m, dtype=_I64)
-    k = idx // (channels * n)
+    c = idx // n
     rank = idx % n
-    src = rank.astype(_I32)
-    dst = ((rank + 1) % n).astype(_I32)
-    channel = ((idx // n) % channels).astype(_I32)
-    step = bounds[k].astype(_I32)
-    # group k > 0 of edge r waits for group k-1 of edge r-1 and of edge r
-    has = k > 0
-    deg = np.where(has, 2, 0)
-    dep_ptr = np.zeros(m + 1, dtype=_I64)
-    np.cumsum(deg, out=dep_ptr[1:])
-    later = idx[has]
-    prev = later - channels * n
-    prev_rank = prev - (later % n) + (later % n - 1) % n
-    dep = np.empty(2 * len(later), dtype=_I64)
-    dep[0::2] = prev_rank
-    dep[1::2] = prev
-    return Transfers(src, dst, channel, step, nbytes, dep_ptr, dep, total)
+    return streams(
+        src=rank,
+        dst=(rank + 1) % n,
+        channel=c,
+        nbytes=np.concatenate(sent),
+        stream_steps=loops[c] * per,
+        offset=1,
+        in_t=idx,
+        in_d=c * n + (rank - 1) % n,
+        steps=per,
+    )
 
 
-def chains(lanes: np.ndarray, size: int, channels: int, segments: int, chunk: int) -> Transfers:
+def chains(lanes: np.ndarray, size: int, channels: int, step_bytes: int) -> Transfers:
     """Pipelined chains: along each lane (a row of ranks) data flows rank to rank.
 
     Broadcast is one lane starting at the root; pipeline send/recv is one lane per
-    position of a stage. The data is cut into at most `segments` pieces of at least
-    one chunk; piece k on edge e waits for piece k on edge e-1 and piece k-1 on e.
+    position of a stage. Each edge is a stream of pieces of at most `step_bytes`; piece
+    k of edge e is released once piece k of edge e-1 has arrived (offset 0).
     """
     lanes = np.asarray(lanes, dtype=_I64)
     n_lanes, length = lanes.shape
     edges = length - 1
     if edges < 1:
         return empty(0)
-    blocks = []
-    for c, s in enumerate(parts(size, channels)):
-        pieces = max(1, -(-int(s) // chunk)) if edges > 1 else 1  # one hop: nothing to pipeline
-        g = pieces if segments == 0 else min(segments, pieces)
-        seg = parts(int(s), g)
-        m = g * n_lanes * edges
-        idx = np.arange(m, dtype=_I64)
-        k = idx // (n_lanes * edges)
-        lane = (idx // edges) % n_lanes
-        e = idx % edges
-        pairs_t, pairs_d = [], []
-        has_e = e > 0
-        pairs_t.append(idx[has_e])
-        pairs_d.append(idx[has_e] - 1)
-        has_k = k > 0
-        pairs_t.append(idx[has_k])
-        pairs_d.append(idx[has_k] - n_lanes * edges)
-        ptr, dep = csr_from_pairs(m, np.concatenate(pairs_t), np.concatenate(pairs_d))
-        blocks.append(
-            Transfers(
-                src=lanes[lane, e].astype(_I32),
-                dst=lanes[lane, e + 1].astype(_I32),
-                channel=np.full(m, c, dtype=_I32),
-                step=(e + k).astype(_I32),
-                bytes=seg[k],
-                dep_ptr=ptr,
-                dep=dep,
-                steps=edges + g - 1,
-            )
-        )
-    return concat(blocks)
+    ch_sizes = parts(size, channels)
+    m = channels * n_lanes * edges
+    idx = np.arange(m, dtype=_I64)
+    c = idx // (n_lanes * edges)
+    lane = (idx // edges) % n_lanes
+    e = idx % edges
+    k = pieces(ch_sizes, step_bytes)
+    later = idx[e > 0]
+    return streams(
+        src=lanes[lane, e],
+        dst=lanes[lane, e + 1],
+        channel=c,
+        nbytes=ch_sizes[c],
+        stream_steps=k[c],
+        offset=0,
+        in_t=later,
+        in_d=later - 1,
+        steps=edges + int(k.max()) - 1,
+        step=e,
+    )
 
 
 def inorder_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -228,75 +264,54 @@ def inorder_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
     return parent, depth
 
 
-def tree(n: int, size: int, channels: int, segments: int, chunk: int) -> Transfers:
+def tree(n: int, size: int, channels: int, step_bytes: int) -> Transfers:
     """Double binary tree AllReduce: two trees, each reduces half the data up and broadcasts it
     down. The second tree is the first shifted by one rank, so a leaf of one is inner in the
-    other. Pieces are pipelined like `chains`."""
+    other. Each edge is a stream per direction, in pieces of at most `step_bytes`: piece k
+    goes up once it has arrived from every child, and down from the root once it has
+    arrived from both of the root's children, then down an inner edge once it has arrived
+    from above (offset 0)."""
     if n < 2:
         return empty(0)
     parent, depth = inorder_tree(n)
     height = int(depth.max())
     root = int(np.flatnonzero(parent < 0)[0])
     nonroot = np.flatnonzero(parent >= 0)
-    up_order = nonroot[np.argsort(-depth[nonroot], kind="stable")]
-    down_order = nonroot[np.argsort(depth[nonroot], kind="stable")]
-    up_pos = np.empty(n, dtype=_I64)
-    up_pos[up_order] = np.arange(n - 1)
-    down_pos = np.empty(n, dtype=_I64)
-    down_pos[down_order] = np.arange(n - 1)
+    per = n - 1
+    pos = np.full(n, -1, dtype=_I64)  # row of position p's edge within one direction
+    pos[nonroot] = np.arange(per)
     root_children = np.flatnonzero(parent == root)
-    inner_children = nonroot[parent[nonroot] != root]
+    inner = nonroot[parent[nonroot] != root]
     blocks = []
     for c, s_c in enumerate(parts(size, channels)):
         for t, half in enumerate(parts(int(s_c), 2)):
-            pieces = max(1, -(-int(half) // chunk))
-            g = pieces if segments == 0 else min(segments, pieces)
-            seg = parts(int(half), g)
-            per = n - 1
-            m = 2 * g * per
-
-            def up(k, p, per=per):
-                return k * per + up_pos[p]
-
-            def down(k, p, g=g, per=per):
-                return g * per + k * per + down_pos[p]
-
-            ks = np.arange(g, dtype=_I64)
+            # rows 0..per-1: up (p -> parent p), rows per..2per-1: down (parent p -> p)
             pt, pd = [], []
-            # up: p waits for its children's piece k, and its own piece k-1
-            ch = inner_children
-            pt.append(up(ks[:, None], parent[ch][None, :]).ravel())
-            pd.append(up(ks[:, None], ch[None, :]).ravel())
-            if g > 1:
-                pt.append(up(ks[1:, None], nonroot[None, :]).ravel())
-                pd.append(up(ks[:-1, None], nonroot[None, :]).ravel())
-            # down into a root child: waits for the root to have every up piece k
+            up_children = inner  # up(parent(x)) waits for up(x)
+            pt.append(pos[parent[up_children]])
+            pd.append(pos[up_children])
             rc_t = np.repeat(root_children, len(root_children))
             rc_d = np.tile(root_children, len(root_children))
-            pt.append(down(ks[:, None], rc_t[None, :]).ravel())
-            pd.append(up(ks[:, None], rc_d[None, :]).ravel())
-            pt.append(down(ks[:, None], inner_children[None, :]).ravel())
-            pd.append(down(ks[:, None], parent[inner_children][None, :]).ravel())
-            if g > 1:
-                pt.append(down(ks[1:, None], nonroot[None, :]).ravel())
-                pd.append(down(ks[:-1, None], nonroot[None, :]).ravel())
-            ptr, dep = csr_from_pairs(m, np.concatenate(pt), np.concatenate(pd))
-            pos_up = np.tile(up_order, g)
-            pos_down = np.tile(down_order, g)
-            k_all = np.repeat(ks, per)
-            rank = lambda p, t=t: ((p + t) % n).astype(_I32)  # noqa: E731
+            pt.append(per + pos[rc_t])
+            pd.append(pos[rc_d])
+            pt.append(per + pos[inner])
+            pd.append(per + pos[parent[inner]])
+            k = int(pieces(int(half), step_bytes))
+            rank = lambda p, t=t: (p + t) % n  # noqa: E731
             blocks.append(
-                Transfers(
-                    src=np.concatenate([rank(pos_up), rank(parent[pos_down])]),
-                    dst=np.concatenate([rank(parent[pos_up]), rank(pos_down)]),
-                    channel=np.full(m, c, dtype=_I32),
+                streams(
+                    src=np.concatenate([rank(nonroot), rank(parent[nonroot])]),
+                    dst=np.concatenate([rank(parent[nonroot]), rank(nonroot)]),
+                    channel=np.full(2 * per, c),
+                    nbytes=np.full(2 * per, int(half)),
+                    stream_steps=np.full(2 * per, k),
+                    offset=0,
+                    in_t=np.concatenate(pt),
+                    in_d=np.concatenate(pd),
+                    steps=2 * height + k - 1,
                     step=np.concatenate(
-                        [height - depth[pos_up] + k_all, height + depth[pos_down] - 1 + k_all]
-                    ).astype(_I32),
-                    bytes=np.concatenate([seg[k_all], seg[k_all]]),
-                    dep_ptr=ptr,
-                    dep=dep,
-                    steps=2 * height + g - 1,
+                        [height - depth[nonroot], height + depth[nonroot] - 1]
+                    ),
                 )
             )
     return concat(blocks)
@@ -429,28 +444,18 @@ def pairwise(n: int, size: int, channels: int) -> Transfers:
     return concat(blocks, steps)
 
 
-def pipeline_pieces(nbytes: int, hops: int, chunk: int, segments: int) -> int:
-    """Pipelined flows a chain of `hops` carries `nbytes` in: chunks, capped by `segments`."""
-    p = max(1, -(-nbytes // chunk)) if hops > 1 else 1
-    return p if segments == 0 else min(segments, p)
-
-
 @dataclass(frozen=True)
 class Shape:
     """How a communicator runs an op, besides its ranks and size (the job's keys)."""
 
     channels: int = 1
-    segments: int = 16  # pipelined transfers per connection, 0 = one per step
-    chunk: int = 512 * 2**10
+    step_bytes: int = 2 * 2**20  # NCCL's chunk: the most one step of a stream moves
+    chunk: int = 512 * 2**10  # the message a channel posts (QP split, clear-to-send)
     root: int = 0  # Broadcast
     stages: int = 2  # send/recv
 
-    def pieces(self, nbytes: int, hops: int) -> int:
-        return pipeline_pieces(nbytes, hops, self.chunk, self.segments)
-
-    def groups(self, steps: int) -> int:
-        """Transfers per ring edge: its steps grouped into at most `segments`."""
-        return steps if self.segments == 0 else min(self.segments, steps)
+    def pieces(self, nbytes: int) -> int:
+        return int(pieces(nbytes, self.step_bytes))
 
     def per_channel(self, size: int) -> list[int]:
         return [int(x) for x in parts(size, self.channels)]
@@ -520,10 +525,10 @@ class _RingKind(Collective):
     shift = 0
 
     def transfers(self, algorithm, n, size, shape):
-        return ring(n, size, shape.channels, shape.segments, self.phases, self.shift)
+        return ring(n, size, shape.channels, shape.step_bytes, self.phases, self.shift)
 
     def channel_count(self, algorithm, n, size, shape):
-        return n * shape.groups(self.phases * (n - 1))
+        return n
 
     def channel_bytes(self, algorithm, n, size, shape, sent, recv):
         chunk = parts(size, n)
@@ -550,14 +555,14 @@ class AllReduce(_RingKind):
 
     def transfers(self, algorithm, n, size, shape):
         if algorithm == "tree":
-            return tree(n, size, shape.channels, shape.segments, shape.chunk)
+            return tree(n, size, shape.channels, shape.step_bytes)
         if algorithm == "halving-doubling":
             return halving_doubling(n, size, shape.channels)
         return super().transfers(algorithm, n, size, shape)
 
     def channel_count(self, algorithm, n, size, shape):
         if algorithm == "tree":
-            return sum(2 * (n - 1) * shape.pieces(int(h), 2) for h in parts(size, 2))
+            return 4 * (n - 1)
         if algorithm == "halving-doubling":
             p = 1 << (n.bit_length() - 1)
             return p * (p.bit_length() - 1) * 2 + 2 * (n - p)
@@ -582,7 +587,7 @@ class AllReduce(_RingKind):
     def steps(self, algorithm, n, size, shape):
         if algorithm == "tree":
             _, depth = inorder_tree(n)
-            g = max(shape.pieces(int(h), 2) for s in shape.per_channel(size) for h in parts(s, 2))
+            g = max(shape.pieces(int(h)) for s in shape.per_channel(size) for h in parts(s, 2))
             return 2 * int(depth.max()) + g - 1
         if algorithm == "halving-doubling":
             p = 1 << (n.bit_length() - 1)
@@ -639,12 +644,11 @@ class _ChainKind(Collective):
         raise NotImplementedError
 
     def transfers(self, algorithm, n, size, shape):
-        return chains(self.lanes(n, shape), size, shape.channels, shape.segments, shape.chunk)
+        return chains(self.lanes(n, shape), size, shape.channels, shape.step_bytes)
 
     def channel_count(self, algorithm, n, size, shape):
         lanes = self.lanes(n, shape)
-        hops = lanes.shape[1] - 1
-        return lanes.shape[0] * hops * shape.pieces(size, hops)
+        return lanes.shape[0] * (lanes.shape[1] - 1)
 
     def channel_bytes(self, algorithm, n, size, shape, sent, recv):
         lanes = self.lanes(n, shape)
@@ -653,7 +657,7 @@ class _ChainKind(Collective):
 
     def steps(self, algorithm, n, size, shape):
         hops = self.lanes(n, shape).shape[1] - 1
-        return hops + max(shape.pieces(s, hops) for s in shape.per_channel(size)) - 1
+        return hops + max(shape.pieces(s) for s in shape.per_channel(size)) - 1
 
 
 class Broadcast(_ChainKind):
@@ -717,13 +721,13 @@ def collective(
     n: int,
     size: int,
     channels: int = 1,
-    segments: int = 16,
+    step_bytes: int = 2 * 2**20,
     chunk: int = 512 * 2**10,
     root: int = 0,
     stages: int = 2,
 ) -> Transfers:
     """One communicator of n ranks running collective `name` with `algorithm`."""
-    shape = Shape(channels, segments, chunk, root, stages)
+    shape = Shape(channels, step_bytes, chunk, root, stages)
     return kind(name).transfers(algorithm, n, size, shape)
 
 
@@ -733,10 +737,10 @@ def transfer_count(
     n: int,
     size: int,
     channels: int = 1,
-    segments: int = 16,
+    step_bytes: int = 2 * 2**20,
     chunk: int = 512 * 2**10,
     stages: int = 2,
 ) -> int:
-    """How many transfers `collective` makes, in closed form (checked before building)."""
-    shape = Shape(channels, segments, chunk, 0, stages)
+    """How many rows (streams or transfers) `collective` makes, in closed form."""
+    shape = Shape(channels, step_bytes, chunk, 0, stages)
     return kind(name).transfer_count(algorithm, n, size, shape)

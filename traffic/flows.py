@@ -24,6 +24,22 @@ Added within schema 1 (absent from older files, then filled with defaults):
     op_chunk_bytes   chunk (message) size a channel posts at once
     op_window        clear-to-send admission: outstanding chunks per channel a
                      receiver grants; 0 = no receiver-driven admission
+    op_protocol      NCCL's protocol the op runs ("simple", "ll", "ll128"; "-" for
+                     traffic patterns); its flows' bytes are the protocol's wire payload
+    op_step_latency_ns  from the arrival of a step's input to the release of the step
+    op_base_latency_ns  before the op's first step
+    op_predicted_ns  NCCL's cost-model time of the op on an idle fabric (0: none)
+    group            per flow: the stream it is a QP of, -1 for a flow that is a whole
+                     transfer; a stream's flows are consecutive rows, QP 0 first
+    group_steps      per stream: its steps (equal shares of group_bytes, within a byte)
+    group_bytes      per stream: the bytes of all its QPs
+    group_offset     per stream: step k is released once every input stream has
+    group_in_ptr     delivered step k - offset (CSR over group_in)
+    group_in
+
+Streams are how collectives run (`aifabric.traffic.collectives`): a flow of a stream
+sends a step once it is released; a flow that is a transfer starts once the flows it
+waits for have delivered their data (those of its own op) or completed (earlier ops).
 
 `src` and `dst` are NIC node ids of the fabric the table was made for;
 `bytes` counts RoCE payload (it may be 0: a step with nothing to send, when
@@ -69,7 +85,7 @@ OP_COLUMNS = {
     "op_busbw_factor": np.float64,
 }
 # Added later within schema 1: default when absent (see the module docstring).
-EXTRA_FLOW_COLUMNS = {"msg_bytes": np.int64}
+EXTRA_FLOW_COLUMNS = {"msg_bytes": np.int64, "group": np.int64}
 EXTRA_OP_COLUMNS = {
     "op_groups": np.int32,
     "op_steps": np.int32,
@@ -78,8 +94,26 @@ EXTRA_OP_COLUMNS = {
     "op_qp_mode": np.str_,
     "op_chunk_bytes": np.int64,
     "op_window": np.int32,
+    "op_protocol": np.str_,
+    "op_step_latency_ns": np.int64,
+    "op_base_latency_ns": np.int64,
+    "op_predicted_ns": np.float64,
 }
-_EXTRA_DEFAULTS = {"op_groups": 1, "op_channels": 1, "op_qps": 1, "op_qp_mode": "split"}
+GROUP_COLUMNS = {
+    "group_steps": np.int32,
+    "group_bytes": np.int64,
+    "group_offset": np.int8,
+    "group_in_ptr": np.int64,
+    "group_in": np.int64,
+}
+_EXTRA_DEFAULTS = {
+    "op_groups": 1,
+    "op_channels": 1,
+    "op_qps": 1,
+    "op_qp_mode": "split",
+    "op_protocol": "-",
+}
+_FLOW_DEFAULTS = {"group": -1}
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,13 +148,26 @@ class FlowTable:
     op_qp_mode: np.ndarray | None = None
     op_chunk_bytes: np.ndarray | None = None
     op_window: np.ndarray | None = None
+    op_protocol: np.ndarray | None = None
+    op_step_latency_ns: np.ndarray | None = None
+    op_base_latency_ns: np.ndarray | None = None
+    op_predicted_ns: np.ndarray | None = None
+    group: np.ndarray | None = None
+    group_steps: np.ndarray | None = None
+    group_bytes: np.ndarray | None = None
+    group_offset: np.ndarray | None = None
+    group_in_ptr: np.ndarray | None = None
+    group_in: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.flow_id)
         m = len(self.op_id)
         for name, dtype in EXTRA_FLOW_COLUMNS.items():
             if getattr(self, name) is None:
-                object.__setattr__(self, name, np.zeros(n, dtype=dtype))
+                object.__setattr__(self, name, np.full(n, _FLOW_DEFAULTS.get(name, 0), dtype))
+        for name, dtype in GROUP_COLUMNS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.zeros(int(name == "group_in_ptr"), dtype))
         for name, dtype in EXTRA_OP_COLUMNS.items():
             if getattr(self, name) is None:
                 value = _EXTRA_DEFAULTS.get(name, 0)
@@ -133,6 +180,16 @@ class FlowTable:
         for name in (*OP_COLUMNS, *EXTRA_OP_COLUMNS):
             if len(getattr(self, name)) != m:
                 raise ValueError(f"op column {name} has the wrong length")
+        ng = len(self.group_steps)
+        for name in ("group_bytes", "group_offset"):
+            if len(getattr(self, name)) != ng:
+                raise ValueError(f"stream column {name} has the wrong length")
+        if len(self.group_in_ptr) != ng + 1 or self.group_in_ptr[-1] != len(self.group_in):
+            raise ValueError("group_in_ptr does not match the streams and group_in")
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.group_steps)
 
     def __len__(self) -> int:
         return len(self.flow_id)
@@ -170,6 +227,7 @@ class FlowTable:
         flows: dict[str, np.ndarray],
         deps: list | tuple[np.ndarray, np.ndarray],
         ops: dict[str, list],
+        groups: dict[str, np.ndarray] | None = None,
     ) -> FlowTable:
         """Assemble from columns (missing ones default to 0), dependencies and ops.
 
@@ -195,6 +253,13 @@ class FlowTable:
                 if name in ops
             }
         )
+        if "group" in flows:
+            cols["group"] = np.asarray(flows["group"], dtype=np.int64)
+        else:
+            cols["group"] = np.full(n, -1, dtype=np.int64)
+        for name, dtype in GROUP_COLUMNS.items():
+            if groups and name in groups:
+                op_cols[name] = np.asarray(groups[name], dtype=dtype)
         if isinstance(deps, tuple):
             dep_ptr, dep = (np.asarray(x, dtype=np.int64) for x in deps)
         else:

@@ -62,6 +62,10 @@ class Op:
     tr: coll.Transfers  # src/dst already NIC node ids
     start_ns: np.ndarray | None = None  # per transfer (patterns); None: the job's start
     hierarchical: bool = False
+    protocol: str = "-"  # NCCL's protocol (collectives): simple, ll, ll128
+    step_latency_ns: int = 0  # from an arrival to the release of the step it feeds
+    base_latency_ns: int = 0  # before the op's first step
+    predicted_ns: float = 0.0  # NCCL's cost model on an idle fabric (0: none)
 
 
 def map_groups(tr: coll.Transfers, nic_groups: np.ndarray) -> coll.Transfers:
@@ -75,6 +79,9 @@ def map_groups(tr: coll.Transfers, nic_groups: np.ndarray) -> coll.Transfers:
     nd = len(tr.dep)
     dep_ptr = np.concatenate([[0], (tr.dep_ptr[1:][None, :] + nd * np.arange(g)[:, None]).ravel()])
     dep = (tr.dep[None, :] + m * np.arange(g)[:, None]).ravel()
+    ni = len(tr.inp)
+    in_ptr = np.concatenate([[0], (tr.in_ptr[1:][None, :] + ni * np.arange(g)[:, None]).ravel()])
+    inp = (tr.inp[None, :] + m * np.arange(g)[:, None]).ravel()
     return coll.Transfers(
         src=src.astype(_I32),
         dst=dst.astype(_I32),
@@ -84,6 +91,10 @@ def map_groups(tr: coll.Transfers, nic_groups: np.ndarray) -> coll.Transfers:
         dep_ptr=dep_ptr.astype(_I64),
         dep=dep.astype(_I64),
         steps=tr.steps,
+        stream_steps=np.tile(tr.stream_steps, g),
+        stream_offset=np.tile(tr.stream_offset, g),
+        in_ptr=in_ptr.astype(_I64),
+        inp=inp.astype(_I64),
     )
 
 
@@ -101,6 +112,45 @@ def ragged_arange(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 def share(x: np.ndarray, q: np.ndarray, qps: int) -> np.ndarray:
     """QP q's part of x bytes cut in qps floor/ceil pieces."""
     return (x * (q + 1)) // qps - (x * q) // qps
+
+
+def qp_bytes(x, q, qps: int, mode: str, chunk: int):
+    """Bytes QP q of `qps` carries of the first x bytes of a stream: `split` cuts every byte
+    range in floor/ceil shares, `round-robin` deals whole messages of `chunk` bytes to QP
+    0, 1, 2, ... in turn. The simulator's kernel computes the same (`sim.kernel.qp_bytes`)."""
+    x = np.asarray(x, dtype=_I64)
+    q = np.asarray(q, dtype=_I64)
+    if qps == 1:
+        return x + 0 * q
+    if mode == "split":
+        return share(x, q, qps)
+    full, rem = x // chunk, x % chunk
+    count = np.maximum(0, (full - q + qps - 1) // qps)
+    return count * chunk + np.where(full % qps == q, rem, 0)
+
+
+def protocol_wire_bytes(nbytes, protocol: str):
+    """Payload bytes on the wire for `nbytes` of data: LL sends 8 data bytes in each 16-byte
+    line (a flag per 4 bytes), LL128 120 in each 128-byte line, Simple the data itself."""
+    nbytes = np.asarray(nbytes, dtype=_I64)
+    if protocol == "ll":
+        return -(-nbytes // 8) * 16
+    if protocol == "ll128":
+        return -(-nbytes // 120) * 128
+    return nbytes
+
+
+def expand_streams(tr: coll.Transfers, qps: int, mode: str, chunk: int):
+    """Stream rows -> flows (stream, qp, bytes, msg_bytes); flow t*qps + q is QP q of row t."""
+    m = len(tr)
+    t = np.repeat(np.arange(m, dtype=_I64), qps)
+    q = np.tile(np.arange(qps, dtype=_I64), m)
+    nbytes = qp_bytes(tr.bytes[t], q, qps, mode, chunk)
+    if qps == 1 or mode != "split":
+        msg = np.full(len(t), chunk, dtype=_I64)
+    else:
+        msg = np.maximum(share(np.int64(chunk), q, qps), 1)
+    return t, q, nbytes, msg
 
 
 def expand_qps(
@@ -153,8 +203,11 @@ class _Table:
     dep_ptr: list = field(default_factory=list)
     dep: list = field(default_factory=list)
     ops: dict[str, list] = field(default_factory=dict)
+    groups: dict[str, list] = field(default_factory=dict)  # streams: group_* columns
     n: int = 0
     n_dep: int = 0
+    n_groups: int = 0
+    n_in: int = 0
 
     def add(self, name, value):
         self.cols.setdefault(name, []).append(value)
@@ -179,15 +232,23 @@ class _Builder:
         sinks: list[tuple[np.ndarray, np.ndarray]] = []
         for op in ops:
             tr = op.tr
-            t, q, nbytes, msg, dep_ptr, dep = expand_qps(
-                tr, job["qps"], job["qp_mode"], job["chunk"]
-            )
+            if op.protocol not in ("-", "simple"):
+                tr = replace(tr, bytes=protocol_wire_bytes(tr.bytes, op.protocol))
+            group = None
+            if tr.streams:
+                t, q, nbytes, msg = expand_streams(tr, job["qps"], job["qp_mode"], job["chunk"])
+                dep_ptr, dep = np.zeros(len(t) + 1, _I64), np.zeros(0, _I64)
+                group = self.table.n_groups + t
+            else:
+                t, q, nbytes, msg, dep_ptr, dep = expand_qps(
+                    tr, job["qps"], job["qp_mode"], job["chunk"]
+                )
             nf = len(t)
             if self.table.n + nf > MAX_FLOWS:
                 raise TooManyFlows(
                     f"the workload makes more than {MAX_FLOWS:,} flows "
                     f"({op.kind} over {op.ranks} ranks adds {nf:,}); use fewer GPUs, "
-                    "fewer segments, channels or QPs, or hierarchical = true"
+                    "fewer channels or QPs, or hierarchical = true"
                 )
             base = self.table.n
             src = tr.src[t]
@@ -243,6 +304,15 @@ class _Builder:
             tb.add("priority", np.full(nf, job["priority"], dtype=np.int8))
             start = job["start"] + (op.start_ns[t] if op.start_ns is not None else 0)
             tb.add("start_ns", np.broadcast_to(np.asarray(start, dtype=_I64), (nf,)))
+            tb.add("group", np.full(nf, -1, dtype=_I64) if group is None else group)
+            if group is not None:
+                tb.groups.setdefault("group_steps", []).append(tr.stream_steps)
+                tb.groups.setdefault("group_bytes", []).append(tr.bytes)
+                tb.groups.setdefault("group_offset", []).append(tr.stream_offset)
+                tb.groups.setdefault("group_in_ptr", []).append(tr.in_ptr[1:] + tb.n_in)
+                tb.groups.setdefault("group_in", []).append(tr.inp + tb.n_groups)
+                tb.n_groups += len(tr)
+                tb.n_in += len(tr.inp)
             tb.dep_ptr.append(dep_ptr[1:] + tb.n_dep)
             tb.dep.append(dep + base)
             tb.n += nf
@@ -262,6 +332,10 @@ class _Builder:
                 op_qp_mode=job["qp_mode"],
                 op_chunk_bytes=job["chunk"],
                 op_window=job["window"],
+                op_protocol=op.protocol,
+                op_step_latency_ns=op.step_latency_ns,
+                op_base_latency_ns=op.base_latency_ns,
+                op_predicted_ns=op.predicted_ns,
             )
             self.n_ops += 1
 
@@ -279,7 +353,10 @@ class _Builder:
         del cols["qp"]  # the QP index lives on in sqpn/dqpn
         dep_ptr = np.concatenate([np.zeros(1, _I64), *tb.dep_ptr])
         dep = np.concatenate(tb.dep) if tb.dep else np.zeros(0, _I64)
-        return FlowTable.build(cols, (dep_ptr, dep), tb.ops)
+        groups = {k: np.concatenate(v) for k, v in tb.groups.items()}
+        if groups:
+            groups["group_in_ptr"] = np.concatenate([np.zeros(1, _I64), groups["group_in_ptr"]])
+        return FlowTable.build(cols, (dep_ptr, dep), tb.ops, groups)
 
     def _qpns(self, cols) -> tuple[np.ndarray, np.ndarray]:
         key = (
@@ -436,9 +513,34 @@ def collective_instances(
     return [(grid[:, rail], sizes[rail], job["root"] // per) for rail in range(per)]
 
 
-def job_shape(job: Job) -> coll.Shape:
+# NCCL's terms per protocol until the tuning table lands: the chunk one step of a ring
+# moves (buffer / NCCL_STEPS x chunk steps), the per-step latency over the network and
+# the base latency of a ring (NCCL src/graph/tuning.cc hwLat[NET], baseLat).
+_PROTOCOL_TERMS = {
+    "simple": (4 * 2**20 // 8 * 4, 14_000, 8_400),
+    "ll128": (4_915_200 // 8 * 4 * 120 // 128, 4_000, 14_000),
+    "ll": (524_288 // 8 // 2, 2_700, 6_600),
+}
+
+
+def protocol_terms(kind: str, algorithm: str, protocol: str) -> tuple[int, int, int]:
+    """(step bytes, step latency ns, base latency ns) of an op run with `protocol`."""
+    if protocol not in _PROTOCOL_TERMS:
+        return 2 * 2**20, 0, 0
+    return _PROTOCOL_TERMS[protocol]
+
+
+def job_protocol(job: Job) -> str:
+    p = job.values.get("protocol", "simple")
+    return "simple" if p == "auto" else p
+
+
+def job_shape(job: Job, kind: str | None = None, algorithm: str | None = None) -> coll.Shape:
     """The keys of a collective job that shape its communicators' transfers."""
-    return coll.Shape(job["channels"], job["segments"], job["chunk"], job["root"], job["stages"])
+    step_bytes = protocol_terms(
+        kind or job["collective"], algorithm or job["algorithm"], job_protocol(job)
+    )[0]
+    return coll.Shape(job["channels"], step_bytes, job["chunk"], job["root"], job["stages"])
 
 
 def collective_flow_count(job: Job, instances) -> int:
@@ -460,14 +562,19 @@ def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> li
             f"workload {name}: {kind} over {len(nics):,} GPUs makes {count:,} flows, more "
             f"than the {MAX_FLOWS:,} a flow table holds; use fewer GPUs"
             + ("" if job["hierarchical"] else " or hierarchical = true")
-            + ", or fewer segments, channels or QPs"
+            + ", or fewer channels or QPs"
         )
     blocks = []
     for ranks, part, root in instances:
         tr = collective.transfers(algorithm, len(ranks), part, replace(shape, root=root))
         blocks.append(map_groups(tr, ranks[None, :]))
     tr = coll.concat(blocks)
-    op = Op(kind, algorithm, size, len(nics), 1, tr.steps, tr, hierarchical=job["hierarchical"])
+    protocol = job_protocol(job)
+    _, lat, base = protocol_terms(kind, algorithm, protocol)
+    op = Op(
+        kind, algorithm, size, len(nics), 1, tr.steps, tr, hierarchical=job["hierarchical"],
+        protocol=protocol, step_latency_ns=lat, base_latency_ns=base,
+    )  # fmt: skip
     return [op] * job["iterations"]
 
 

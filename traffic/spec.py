@@ -109,7 +109,6 @@ COMMON = {
         parse_size, 512 * 2**10, 1, "message (chunk) size a channel posts at once", MAX_BYTES
     ),
     "window": Key(as_int, 0, 0, "clear-to-send: outstanding chunks per channel, 0 = no limit"),
-    "segments": Key(as_int, 16, 0, "pipelined flows per connection, 0 = one per algorithm step"),
 }
 COLLECTIVE = {
     "collective": Key(_choice(tuple(COLLECTIVES)), doc=", ".join(COLLECTIVES)),
@@ -163,7 +162,7 @@ MATRIX = {
                   "aifabric.traffic.matrix)"),
 }  # fmt: skip
 # Common keys a matrix job does not take: its file names the NICs and the flows.
-MATRIX_FIXED = ("gpus", "placement", "channels", "segments")
+MATRIX_FIXED = ("gpus", "placement", "channels")
 KINDS = {"collective": COLLECTIVE, "pattern": PATTERN, "model": TRAINING, "matrix": MATRIX}
 WORKLOAD_KEYS = ("name", "description", "jobs")
 

@@ -32,7 +32,13 @@ _I64 = np.int64
 
 
 def training_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list:
-    from aifabric.traffic.generate import Op, map_groups, server_matrix
+    from aifabric.traffic.generate import (
+        Op,
+        job_protocol,
+        map_groups,
+        protocol_terms,
+        server_matrix,
+    )
 
     grid = server_matrix(fabric, nics, f"workload {name}: a training job")
     n = grid.size
@@ -59,13 +65,15 @@ def training_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list:
     stage_bytes = [int(layers[s].sum()) // tp for s in stage_layers]
     moe_per_stage = [len(x) for x in np.array_split(np.arange(job["moe_layers"]), pp)]
     micro = job["micro_batches"] or 2 * pp
-    ch, seg, chunk = job["channels"], job["segments"], job["chunk"]
+    ch, chunk = job["channels"], job["chunk"]
+    protocol = job_protocol(job)
     ops: list[Op] = []
     made: dict[tuple, Op] = {}  # the same operation on the same groups is built once
 
     def collective(kind, algorithm, size, groups, key):
         if (kind, size, key) not in made:
-            tr = coll.collective(kind, algorithm, groups.shape[1], size, ch, seg, chunk)
+            step_bytes, lat, base = protocol_terms(kind, algorithm, protocol)
+            tr = coll.collective(kind, algorithm, groups.shape[1], size, ch, step_bytes, chunk)
             made[kind, size, key] = Op(
                 kind,
                 algorithm,
@@ -74,6 +82,9 @@ def training_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list:
                 len(groups),
                 tr.steps,
                 map_groups(tr, groups),
+                protocol=protocol,
+                step_latency_ns=lat,
+                base_latency_ns=base,
             )
         return made[kind, size, key]
 

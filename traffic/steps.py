@@ -1,0 +1,161 @@
+"""Streams written out as one transfer per step, for an engine that replays transfers.
+
+The simulator executes a stream (`aifabric.traffic.collectives`): its NIC sends
+step k once the stream's inputs have delivered step k - offset. An engine that
+starts whole flows once the flows they wait for have arrived (the emulator's
+replay) runs the same causality when every step of every stream's QP is a flow of
+its own, waiting for the same QP steps of its input streams that the kernel would
+wait for. `expand_steps` makes that table: flow (s, k, q) carries QP q's share of
+step k of stream s and waits for QP steps (i, k - offset, *) of each input i; a
+step with no input step (k < offset, or a stream with no inputs) waits only for
+what the stream's flow waited for (the ops before). Flows that wait for a stream's
+flow wait for its last step. Transfers that are not streams are copied unchanged.
+
+At lab scale this fits in memory (a ring AllReduce over 128 ranks is 254 steps of
+128 streams per channel and QP); `expanded_size` says how large it would be, so an
+engine can refuse before building.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aifabric.traffic.collectives import csr_from_pairs
+from aifabric.traffic.flows import EXTRA_FLOW_COLUMNS, FLOW_COLUMNS, FlowTable
+from aifabric.traffic.generate import qp_bytes
+
+_I64 = np.int64
+
+
+def _op_column(table: FlowTable, name: str) -> np.ndarray:
+    """An op column per flow (the flows' op looked up in the op table)."""
+    order = np.argsort(table.op_id)
+    row = order[np.searchsorted(table.op_id, table.op, sorter=order)]
+    return getattr(table, name)[row]
+
+
+def expanded_size(table: FlowTable) -> int:
+    """Flows `expand_steps` would make."""
+    if not table.n_groups:
+        return len(table)
+    steps = table.group_steps.astype(_I64)[table.group[table.group >= 0]]
+    return int((table.group < 0).sum() + steps.sum())
+
+
+def expand_steps(table: FlowTable) -> FlowTable:
+    """`table` with every stream QP cut into one flow per step (see the module docstring)."""
+    if not table.n_groups:
+        return table
+    n = len(table)
+    g = table.group
+    stream = g >= 0
+    steps = np.where(stream, table.group_steps.astype(_I64)[np.maximum(g, 0)], 1)
+    first_new = np.concatenate([[0], np.cumsum(steps)[:-1]])  # new id of each flow's step 0
+    last_new = first_new + steps - 1
+    total = int(steps.sum())
+    old = np.repeat(np.arange(n, dtype=_I64), steps)  # the flow each new flow comes from
+    k = np.arange(total, dtype=_I64) - first_new[old]  # its step (0 for a transfer)
+
+    # bytes: the QP's share of step k of its stream
+    mode = _op_column(table, "op_qp_mode")
+    chunk = np.maximum(_op_column(table, "op_chunk_bytes"), 1)
+    nbytes = table.bytes[old].copy()
+    member = np.flatnonzero(stream)
+    first_of = np.full(table.n_groups, n, dtype=_I64)
+    np.minimum.at(first_of, g[member], member)
+    nqp = np.bincount(g[member], minlength=table.n_groups)
+    qp = np.zeros(n, dtype=_I64)
+    qp[member] = member - first_of[g[member]]
+    sel = stream[old]
+    o = old[sel]
+    s = g[o]
+    kk = k[sel]
+    steps_s = table.group_steps.astype(_I64)[s]
+    b = table.group_bytes[s]
+
+    def end(j, pick=None):
+        bb, ss = (b, steps_s) if pick is None else (b[pick], steps_s[pick])
+        return (bb // ss) * j + ((bb % ss) * j) // ss
+
+    for m in np.unique(np.stack([nqp[s], (mode[o] == "round-robin"), chunk[o]]), axis=1).T:
+        q_count, rr, c = int(m[0]), bool(m[1]), int(m[2])
+        pick = (nqp[s] == q_count) & ((mode[o] == "round-robin") == rr) & (chunk[o] == c)
+        how = "round-robin" if rr else "split"
+        qq = qp[o[pick]]
+        hi = qp_bytes(end(kk[pick] + 1, pick), qq, q_count, how, c)
+        lo = qp_bytes(end(kk[pick], pick), qq, q_count, how, c)
+        part = np.flatnonzero(sel)[pick]
+        nbytes[part] = hi - lo
+
+    # dependencies: inputs' QP steps k - offset, and what the flow waited for (ops before)
+    pt, pd = [], []
+    offset = table.group_offset.astype(_I64)[s]
+    need = kk - offset
+    in_ptr, inp = table.group_in_ptr, table.group_in
+    deg = (in_ptr[1:] - in_ptr[:-1])[s]
+    new_sel = np.flatnonzero(sel)
+    for slot in range(int(deg.max()) if len(deg) else 0):
+        has = (deg > slot) & (need >= 0)
+        i = inp[in_ptr[s[has]] + slot]
+        for q2 in range(int(nqp.max())):
+            ok = nqp[i] > q2
+            src_old = first_of[i[ok]] + q2
+            pt.append(new_sel[has][ok])
+            pd.append(first_new[src_old] + need[has][ok])
+    # prerequisites of the original flows: every step waits for them; a prerequisite that
+    # is a stream's flow stands for its last step
+    pre_of = np.repeat(np.arange(n, dtype=_I64), np.diff(table.dep_ptr))
+    pre = table.dep
+    counts = steps[pre_of]
+    t_new = np.repeat(first_new[pre_of], counts) + _ragged(counts)
+    d_new = np.repeat(np.where(stream[pre], last_new[pre], first_new[pre]), counts)
+    pt.append(t_new)
+    pd.append(d_new)
+    t_all, d_all = np.concatenate(pt), np.concatenate(pd)
+    order = _topological(total, t_all, d_all)  # new row -> flow, every wait on an earlier row
+    row_of = np.empty(total, dtype=_I64)
+    row_of[order] = np.arange(total, dtype=_I64)
+    dep_ptr, dep = csr_from_pairs(total, row_of[t_all], row_of[d_all])
+    old, k = old[order], k[order]
+    nbytes = nbytes[order]
+    cols = {}
+    for name in (*FLOW_COLUMNS, *EXTRA_FLOW_COLUMNS):
+        if name in ("flow_id", "group"):
+            continue
+        cols[name] = getattr(table, name)[old]
+    cols["bytes"] = nbytes
+    cols["step"] = np.where(stream[old], k, table.step[old]).astype(np.int32)
+    ops = {name: getattr(table, name) for name in table.arrays() if name.startswith("op_")}
+    return FlowTable.build(cols, (dep_ptr, dep), ops)
+
+
+def _topological(n: int, t: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Flows in an order where each comes after the flows it waits for (t waits for d): by
+    level (Kahn's algorithm a level at a time), in flow order within a level."""
+    indeg = np.bincount(t, minlength=n)
+    order = np.argsort(d, kind="stable")
+    succ_ptr = np.zeros(n + 1, dtype=_I64)
+    np.cumsum(np.bincount(d, minlength=n), out=succ_ptr[1:])
+    succ = t[order]
+    level = np.flatnonzero(indeg == 0)
+    out = []
+    while len(level):
+        out.append(level)
+        nxt = succ[_ragged_from(succ_ptr[level], succ_ptr[level + 1] - succ_ptr[level])]
+        np.subtract.at(indeg, nxt, 1)
+        level = np.unique(nxt[indeg[nxt] == 0])
+    done = np.concatenate(out) if out else np.zeros(0, _I64)
+    if len(done) != n:
+        raise ValueError("the steps' dependencies have a cycle")
+    return done
+
+
+def _ragged_from(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    return np.repeat(starts, counts) + _ragged(counts)
+
+
+def _ragged(counts: np.ndarray) -> np.ndarray:
+    """concatenate(arange(c) for c in counts)."""
+    total = int(counts.sum())
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(_I64)[: len(counts)]
+    return np.arange(total, dtype=_I64) - np.repeat(starts, counts)
