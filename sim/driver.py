@@ -255,6 +255,10 @@ class Simulation:
         self._streams(fl)
         fr = np.zeros((n, L.FR_N), dtype=np.float64)
         fr[:, L.FR_LINE_BPS] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
+        if n:  # a protocol's rate cap (op_rate_factor)
+            row, known = self._op_rows()
+            cap = np.where(known, t.op_rate_factor[row], 1.0)
+            fr[:, L.FR_LINE_BPS] *= np.clip(cap, 1e-6, 1.0)
         fr[:, L.FR_RC_BPS] = fr[:, L.FR_LINE_BPS]
         fr[:, L.FR_RT_BPS] = fr[:, L.FR_LINE_BPS]
         fr[:, L.FR_ALPHA] = 1.0
@@ -343,6 +347,7 @@ class Simulation:
             gr[:, L.GR_LAT_PS] = lat[f0]
             gr[:, L.GR_FIRST_PS] = lat[f0] + base[f0]
             gr[:, L.GR_OFFSET] = t.group_offset
+            gr[:, L.GR_LOOP] = t.group_loop
             mode = np.where(known, t.op_qp_mode[row], "split")
             gr[:, L.GR_RR] = mode[f0] == "round-robin"
             gr[:, L.GR_CHUNK] = np.maximum(np.where(known, t.op_chunk_bytes[row], 1)[f0], 1)

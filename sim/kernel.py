@@ -81,6 +81,7 @@ from aifabric.sim.layout import (
     GR_RELEASED,
     GR_RR,
     GR_SCHED,
+    GR_LOOP,
     GR_STARTED,
     GR_STEPS,
     FL_DQPN,
@@ -1006,10 +1007,23 @@ def step_arrived(S, f, now):
         for i in range(gr[o, GR_IN_OFF], gr[o, GR_IN_OFF] + gr[o, GR_IN_N]):
             if gr[gio[i], GR_DONE] < t:
                 t = gr[gio[i], GR_DONE]
-        t = min(t + gr[o, GR_OFFSET], gr[o, GR_STEPS])
+        t = releasable(gr, o, t)
         if t > gr[o, GR_SCHED]:
             gr[o, GR_SCHED] = t
             schedule(S.ev, S.g, now + gr[o, GR_LAT_PS], EV_RELEASE, o, t)
+
+
+@njit(cache=True, inline="always")
+def releasable(gr, s, done):
+    """Steps of stream s its inputs release when each has delivered `done` steps: `offset`
+    more, and on a ring the next loop's first step, which sends the rank's own data."""
+    t = done + gr[s, GR_OFFSET]
+    loop = gr[s, GR_LOOP]
+    if loop == 1:
+        t = gr[s, GR_STEPS]
+    elif loop > 1 and t % loop == 0:
+        t += 1
+    return min(t, gr[s, GR_STEPS])
 
 
 @njit(cache=True)
@@ -1051,7 +1065,7 @@ def start_stream(S, f, now):
     s = fl[f, FL_GROUP]
     if gr[s, GR_STARTED] == 0:
         gr[s, GR_STARTED] = 1
-        t = gr[s, GR_STEPS] if gr[s, GR_IN_N] == 0 else min(gr[s, GR_OFFSET], gr[s, GR_STEPS])
+        t = gr[s, GR_STEPS] if gr[s, GR_IN_N] == 0 else releasable(gr, s, 0)
         if t > gr[s, GR_SCHED]:
             gr[s, GR_SCHED] = t
             schedule(S.ev, S.g, now + gr[s, GR_FIRST_PS], EV_RELEASE, s, t)

@@ -16,9 +16,10 @@ QP expansion and the mapping of ranks to NICs happen later
   size (within a byte; a ring chunk of NCCL is at most its step size, so large
   ops run in several loops of steps). Step k of a stream is released when every
   one of its input streams has delivered step k - offset at its sender (offset
-  1 on a ring: r forwards at step k what r - 1 sent it at step k - 1; 0 on a
-  tree or a chain: piece k moves on once it has arrived), plus the step's
-  latency. The engines execute streams: a simulator's NIC holds each stream's
+  1 on a ring: r forwards at step k what r - 1 sent it at step k - 1, except at
+  the first step of a loop, which is r's own chunk; 0 on a tree or a chain:
+  piece k moves on once it has arrived), plus the step's latency. The engines
+  execute streams: a simulator's NIC holds each stream's
   released and arrived steps, so a ring AllReduce over 24,576 ranks is 24,576
   rows per channel, not 1.2 billion, and no step starts before its input is
   there. `expand_steps` (`aifabric.traffic.steps`) writes the same causality out
@@ -56,6 +57,7 @@ class Transfers:
     # rows whose arrivals release its steps (CSR), with the release offset
     stream_steps: np.ndarray | None = None  # int32
     stream_offset: np.ndarray | None = None  # int8
+    stream_loop: np.ndarray | None = None  # int32: steps per loop, 0 none
     in_ptr: np.ndarray | None = None  # int64[n + 1]
     inp: np.ndarray | None = None  # int64
 
@@ -64,6 +66,7 @@ class Transfers:
         if self.stream_steps is None:
             object.__setattr__(self, "stream_steps", np.zeros(n, dtype=_I32))
             object.__setattr__(self, "stream_offset", np.zeros(n, dtype=np.int8))
+            object.__setattr__(self, "stream_loop", np.zeros(n, dtype=_I32))
             object.__setattr__(self, "in_ptr", np.zeros(n + 1, dtype=_I64))
             object.__setattr__(self, "inp", np.zeros(0, dtype=_I64))
 
@@ -140,13 +143,14 @@ def concat(blocks: list[Transfers], steps: int | None = None) -> Transfers:
         steps=max(b.steps for b in blocks) if steps is None else steps,
         stream_steps=np.concatenate([b.stream_steps for b in blocks]),
         stream_offset=np.concatenate([b.stream_offset for b in blocks]),
+        stream_loop=np.concatenate([b.stream_loop for b in blocks]),
         in_ptr=np.concatenate(in_ptr),
         inp=np.concatenate([b.inp + o for b, o in zip(blocks, offsets[:-1], strict=True)]),
     )
 
 
 def streams(
-    src, dst, channel, nbytes, stream_steps, offset, in_t, in_d, steps: int, step=None
+    src, dst, channel, nbytes, stream_steps, offset, in_t, in_d, steps: int, step=None, loop=0
 ) -> Transfers:
     """Stream rows: row t's steps are released by its inputs (pairs `in_t` waits for `in_d`)."""
     m = len(src)
@@ -162,6 +166,7 @@ def streams(
         steps=steps,
         stream_steps=np.maximum(np.asarray(stream_steps, dtype=_I32), 1),
         stream_offset=np.broadcast_to(np.asarray(offset, dtype=np.int8), (m,)).copy(),
+        stream_loop=np.broadcast_to(np.asarray(loop, dtype=_I32), (m,)).copy(),
         in_ptr=in_ptr,
         inp=inp,
     )
@@ -178,10 +183,11 @@ def ring(n: int, size: int, channels: int, step_bytes: int, phases: int, shift: 
     At step s rank r sends chunk (r - s - shift) mod n to r+1: phases 2, shift 0 is
     AllReduce (ReduceScatter then AllGather); phases 1 is AllGather (shift 0) or
     ReduceScatter (shift 1). A channel's data runs in loops of n chunks of at most
-    `step_bytes` (NCCL's chunk), so an edge makes loops x phases x (n-1) steps; step k of
-    edge r is released once step k-1 of edge r-1 has arrived at r (offset 1), including
-    the first step of each loop, which NCCL's rank runs after the last receive of the one
-    before.
+    `step_bytes` (NCCL's chunk), so an edge makes loops x phases x (n-1) steps. Step k of
+    edge r is released once step k-1 of edge r-1 has arrived at r (offset 1), but the
+    first step of a loop sends the rank's own chunk and waits for no input (loop): loops
+    follow each other on the connection, as NCCL's FIFO lets them, so the latency of a
+    ring's steps is paid once per op, as NCCL's cost model has it, not once per loop.
     """
     if n < 2:
         return empty(0)
@@ -207,6 +213,7 @@ def ring(n: int, size: int, channels: int, step_bytes: int, phases: int, shift: 
         nbytes=np.concatenate(sent),
         stream_steps=loops[c] * per,
         offset=1,
+        loop=per,
         in_t=idx,
         in_d=c * n + (rank - 1) % n,
         steps=per,

@@ -29,6 +29,8 @@ Added within schema 1 (absent from older files, then filled with defaults):
     op_step_latency_ns  from the arrival of a step's input to the release of the step
     op_base_latency_ns  before the op's first step
     op_predicted_ns  NCCL's cost-model time of the op on an idle fabric (0: none)
+    op_rate_factor   each QP's rate cap over its NIC's line rate (the protocol's bandwidth
+                     beyond its wire format, NCCL's model; 1: none)
     group            per flow: the stream it is a QP of, -1 for a flow that is a whole
                      transfer; a stream's flows are consecutive rows, QP 0 first
     group_steps      per stream: its steps (equal shares of group_bytes, within a byte)
@@ -36,6 +38,8 @@ Added within schema 1 (absent from older files, then filled with defaults):
     group_offset     per stream: step k is released once every input stream has
     group_in_ptr     delivered step k - offset (CSR over group_in)
     group_in
+    group_loop       per stream: steps per loop (0: none); a loop's first step waits for
+                     no input (a ring rank sends its own chunk)
 
 Streams are how collectives run (`aifabric.traffic.collectives`): a flow of a stream
 sends a step once it is released; a flow that is a transfer starts once the flows it
@@ -98,11 +102,13 @@ EXTRA_OP_COLUMNS = {
     "op_step_latency_ns": np.int64,
     "op_base_latency_ns": np.int64,
     "op_predicted_ns": np.float64,
+    "op_rate_factor": np.float64,
 }
 GROUP_COLUMNS = {
     "group_steps": np.int32,
     "group_bytes": np.int64,
     "group_offset": np.int8,
+    "group_loop": np.int32,
     "group_in_ptr": np.int64,
     "group_in": np.int64,
 }
@@ -112,6 +118,7 @@ _EXTRA_DEFAULTS = {
     "op_qps": 1,
     "op_qp_mode": "split",
     "op_protocol": "-",
+    "op_rate_factor": 1.0,
 }
 _FLOW_DEFAULTS = {"group": -1}
 
@@ -152,10 +159,12 @@ class FlowTable:
     op_step_latency_ns: np.ndarray | None = None
     op_base_latency_ns: np.ndarray | None = None
     op_predicted_ns: np.ndarray | None = None
+    op_rate_factor: np.ndarray | None = None
     group: np.ndarray | None = None
     group_steps: np.ndarray | None = None
     group_bytes: np.ndarray | None = None
     group_offset: np.ndarray | None = None
+    group_loop: np.ndarray | None = None
     group_in_ptr: np.ndarray | None = None
     group_in: np.ndarray | None = None
 
@@ -181,7 +190,7 @@ class FlowTable:
             if len(getattr(self, name)) != m:
                 raise ValueError(f"op column {name} has the wrong length")
         ng = len(self.group_steps)
-        for name in ("group_bytes", "group_offset"):
+        for name in ("group_bytes", "group_offset", "group_loop"):
             if len(getattr(self, name)) != ng:
                 raise ValueError(f"stream column {name} has the wrong length")
         if len(self.group_in_ptr) != ng + 1 or self.group_in_ptr[-1] != len(self.group_in):

@@ -66,6 +66,7 @@ class Op:
     step_latency_ns: int = 0  # from an arrival to the release of the step it feeds
     base_latency_ns: int = 0  # before the op's first step
     predicted_ns: float = 0.0  # NCCL's cost model on an idle fabric (0: none)
+    rate_factor: float = 1.0  # each QP's rate cap, as a fraction of its NIC's line rate
 
 
 def map_groups(tr: coll.Transfers, nic_groups: np.ndarray) -> coll.Transfers:
@@ -93,6 +94,7 @@ def map_groups(tr: coll.Transfers, nic_groups: np.ndarray) -> coll.Transfers:
         steps=tr.steps,
         stream_steps=np.tile(tr.stream_steps, g),
         stream_offset=np.tile(tr.stream_offset, g),
+        stream_loop=np.tile(tr.stream_loop, g),
         in_ptr=in_ptr.astype(_I64),
         inp=inp.astype(_I64),
     )
@@ -309,6 +311,7 @@ class _Builder:
                 tb.groups.setdefault("group_steps", []).append(tr.stream_steps)
                 tb.groups.setdefault("group_bytes", []).append(tr.bytes)
                 tb.groups.setdefault("group_offset", []).append(tr.stream_offset)
+                tb.groups.setdefault("group_loop", []).append(tr.stream_loop)
                 tb.groups.setdefault("group_in_ptr", []).append(tr.in_ptr[1:] + tb.n_in)
                 tb.groups.setdefault("group_in", []).append(tr.inp + tb.n_groups)
                 tb.n_groups += len(tr)
@@ -336,6 +339,7 @@ class _Builder:
                 op_step_latency_ns=op.step_latency_ns,
                 op_base_latency_ns=op.base_latency_ns,
                 op_predicted_ns=op.predicted_ns,
+                op_rate_factor=op.rate_factor,
             )
             self.n_ops += 1
 
@@ -513,21 +517,65 @@ def collective_instances(
     return [(grid[:, rail], sizes[rail], job["root"] // per) for rail in range(per)]
 
 
-# NCCL's terms per protocol until the tuning table lands: the chunk one step of a ring
-# moves (buffer / NCCL_STEPS x chunk steps), the per-step latency over the network and
-# the base latency of a ring (NCCL src/graph/tuning.cc hwLat[NET], baseLat).
-_PROTOCOL_TERMS = {
-    "simple": (4 * 2**20 // 8 * 4, 14_000, 8_400),
-    "ll128": (4_915_200 // 8 * 4 * 120 // 128, 4_000, 14_000),
-    "ll": (524_288 // 8 // 2, 2_700, 6_600),
-}
+@dataclass(frozen=True)
+class NcclTerms:
+    """How NCCL runs one op with a protocol: the most one step of a stream moves, the
+    per-step and base latencies and each QP's rate cap (`rate_factor`, over its line
+    rate)."""
+
+    step_bytes: int
+    step_latency_ns: int
+    base_latency_ns: int
+    rate_factor: float
 
 
-def protocol_terms(kind: str, algorithm: str, protocol: str) -> tuple[int, int, int]:
-    """(step bytes, step latency ns, base latency ns) of an op run with `protocol`."""
-    if protocol not in _PROTOCOL_TERMS:
-        return 2 * 2**20, 0, 0
-    return _PROTOCOL_TERMS[protocol]
+# NCCL's tuning model (src/graph/tuning.cc): the base latency of an algorithm x protocol,
+# the per-step latency over the network (hwLat[NCCL_HW_NET]), in ns; algorithms NCCL does
+# not have (halving-doubling, pairwise, p2p) take the ring's
+_BASE_NS = {
+    ("ring", "ll"): 6_600, ("ring", "ll128"): 14_000, ("ring", "simple"): 8_400,
+    ("tree", "ll"): 6_800, ("tree", "ll128"): 14_000, ("tree", "simple"): 0,
+}  # fmt: skip
+_NET_NS = {
+    ("ring", "ll"): 2_700, ("ring", "ll128"): 4_000, ("ring", "simple"): 14_000,
+    ("tree", "ll"): 5_000, ("tree", "ll128"): 8_500, ("tree", "simple"): 14_000,
+}  # fmt: skip
+# its bandwidth refinements with several nodes (ring LL 1/4, LL128 0.92; tree 0.92, LL
+# 1/3.8, LL128 120/128); the wire already costs LL half of the bandwidth and LL128 8/128
+_BANDWIDTH_FACTOR = {
+    ("ring", "simple"): 1.0, ("ring", "ll"): 0.25, ("ring", "ll128"): 0.92,
+    ("tree", "simple"): 0.92, ("tree", "ll"): 1 / 3.8, ("tree", "ll128"): 120 / 128,
+}  # fmt: skip
+_WIRE = {"simple": 1.0, "ll": 0.5, "ll128": 120 / 128}
+# data one step carries: the protocol's buffer / NCCL_STEPS (8) x chunk steps (Simple: 4
+# steps a chunk; LL and LL128 a step a chunk)
+_STEP_BYTES = {"simple": 4 * 2**20 // 8 * 4, "ll128": 4_915_200 // 8 * 120 // 128, "ll": 2**16 // 2}
+
+
+def _net_algorithm(algorithm: str) -> str:
+    return "tree" if algorithm == "tree" else "ring"
+
+
+def tree_step_bytes(size: int, channels: int, depth: int, step: int) -> int:
+    """NCCL's tree chunk (enqueue.cc): halved while the op has too few chunks per channel
+    to fill the tree's pipeline (8, 4 and 1 per level, down to 128, 64 and 32 KiB)."""
+    for per_level, floor in ((8, 128 * 2**10), (4, 64 * 2**10), (1, 32 * 2**10)):
+        while size // (channels * step) < depth * per_level and step > floor:
+            step //= 2
+    return step
+
+
+def nccl_terms(kind: str, algorithm: str, protocol: str, ranks: int, size: int, channels: int):
+    """NCCL's terms for one op (see `NcclTerms`); a protocol of "-" (none) has no latency."""
+    if protocol not in _WIRE:
+        return NcclTerms(2 * 2**20, 0, 0, 1.0)
+    a = _net_algorithm(algorithm)
+    step = _STEP_BYTES[protocol]
+    if algorithm == "tree" and protocol == "simple":
+        depth = int(np.floor(np.log2(max(ranks, 2)))) + 1
+        step = tree_step_bytes(size, channels, depth, step)
+    cap = min(1.0, _BANDWIDTH_FACTOR[a, protocol] / _WIRE[protocol])
+    return NcclTerms(step, _NET_NS[a, protocol], _BASE_NS[a, protocol], cap)
 
 
 def job_protocol(job: Job) -> str:
@@ -535,18 +583,25 @@ def job_protocol(job: Job) -> str:
     return "simple" if p == "auto" else p
 
 
-def job_shape(job: Job, kind: str | None = None, algorithm: str | None = None) -> coll.Shape:
+def job_terms(job: Job, ranks: int) -> NcclTerms:
+    return nccl_terms(
+        job["collective"], job["algorithm"], job_protocol(job), ranks, job["size"], job["channels"]
+    )
+
+
+def job_shape(job: Job, ranks: int = 2) -> coll.Shape:
     """The keys of a collective job that shape its communicators' transfers."""
-    step_bytes = protocol_terms(
-        kind or job["collective"], algorithm or job["algorithm"], job_protocol(job)
-    )[0]
-    return coll.Shape(job["channels"], step_bytes, job["chunk"], job["root"], job["stages"])
+    t = job_terms(job, ranks)
+    return coll.Shape(
+        channels=job["channels"], step_bytes=t.step_bytes, chunk=job["chunk"], root=job["root"],
+        stages=job["stages"],
+    )  # fmt: skip
 
 
 def collective_flow_count(job: Job, instances) -> int:
-    collective, shape = coll.kind(job["collective"]), job_shape(job)
+    collective = coll.kind(job["collective"])
     per_op = sum(
-        collective.transfer_count(job["algorithm"], len(ranks), size, shape)
+        collective.transfer_count(job["algorithm"], len(ranks), size, job_shape(job, len(ranks)))
         for ranks, size, _ in instances
     )
     return job["qps"] * per_op * job["iterations"]
@@ -554,7 +609,7 @@ def collective_flow_count(job: Job, instances) -> int:
 
 def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list[Op]:
     kind, algorithm, size = job["collective"], job["algorithm"], job["size"]
-    collective, shape = coll.kind(kind), job_shape(job)
+    collective = coll.kind(kind)
     instances = collective_instances(fabric, job, nics, name)
     count = collective_flow_count(job, instances)
     if count > MAX_FLOWS:
@@ -566,14 +621,15 @@ def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> li
         )
     blocks = []
     for ranks, part, root in instances:
-        tr = collective.transfers(algorithm, len(ranks), part, replace(shape, root=root))
+        shape = replace(job_shape(job, len(ranks)), root=root)
+        tr = collective.transfers(algorithm, len(ranks), part, shape)
         blocks.append(map_groups(tr, ranks[None, :]))
     tr = coll.concat(blocks)
-    protocol = job_protocol(job)
-    _, lat, base = protocol_terms(kind, algorithm, protocol)
+    terms = job_terms(job, max(len(r) for r, _, _ in instances))
     op = Op(
         kind, algorithm, size, len(nics), 1, tr.steps, tr, hierarchical=job["hierarchical"],
-        protocol=protocol, step_latency_ns=lat, base_latency_ns=base,
+        protocol=job_protocol(job), step_latency_ns=terms.step_latency_ns,
+        base_latency_ns=terms.base_latency_ns, rate_factor=terms.rate_factor,
     )  # fmt: skip
     return [op] * job["iterations"]
 

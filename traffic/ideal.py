@@ -23,13 +23,13 @@ def collective_stats(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> l
 
     kind, algorithm = job["collective"], job["algorithm"]
     collective = coll.kind(kind)
-    shape = job_shape(job)
     instances = collective_instances(fabric, job, nics, name)
     sent = np.zeros(fabric.n_nodes, dtype=np.float64)
     recv = np.zeros(fabric.n_nodes, dtype=np.float64)
     steps = 0
     for ranks, size, root in instances:
         n = len(ranks)
+        shape = job_shape(job, n)
         s, r = collective.rank_bytes(algorithm, n, size, replace(shape, root=root))
         sent[ranks] += s
         recv[ranks] += r

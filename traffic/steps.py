@@ -6,8 +6,8 @@ starts whole flows once the flows they wait for have arrived (the emulator's
 replay) runs the same causality when every step of every stream's QP is a flow of
 its own, waiting for the same QP steps of its input streams that the kernel would
 wait for. `expand_steps` makes that table: flow (s, k, q) carries QP q's share of
-step k of stream s and waits for QP steps (i, k - offset, *) of each input i; a
-step with no input step (k < offset, or a stream with no inputs) waits only for
+step k of stream s and waits for QP steps (i, k - offset, *) of each input i (a ring
+loop's first step: for what the step before it waits for); a step with no input step (k < offset, or a stream with no inputs) waits only for
 what the stream's flow waited for (the ops before). Flows that wait for a stream's
 flow wait for its last step. Transfers that are not streams are copied unchanged.
 
@@ -90,7 +90,12 @@ def expand_steps(table: FlowTable) -> FlowTable:
     # dependencies: inputs' QP steps k - offset, and what the flow waited for (ops before)
     pt, pd = [], []
     offset = table.group_offset.astype(_I64)[s]
+    loop = table.group_loop.astype(_I64)[s]
     need = kk - offset
+    # a loop's first step is released with the step before it (kernel.releasable)
+    first = (loop > 1) & (kk > 0) & (kk % np.maximum(loop, 1) == 0)
+    need = np.where(first, need - 1, need)
+    need = np.where(loop == 1, -1, need)
     in_ptr, inp = table.group_in_ptr, table.group_in
     deg = (in_ptr[1:] - in_ptr[:-1])[s]
     new_sel = np.flatnonzero(sel)

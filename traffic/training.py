@@ -36,7 +36,7 @@ def training_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list:
         Op,
         job_protocol,
         map_groups,
-        protocol_terms,
+        nccl_terms,
         server_matrix,
     )
 
@@ -72,8 +72,9 @@ def training_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list:
 
     def collective(kind, algorithm, size, groups, key):
         if (kind, size, key) not in made:
-            step_bytes, lat, base = protocol_terms(kind, algorithm, protocol)
-            tr = coll.collective(kind, algorithm, groups.shape[1], size, ch, step_bytes, chunk)
+            t = nccl_terms(kind, algorithm, protocol, groups.shape[1], size, ch)
+            shape = coll.Shape(ch, t.step_bytes, chunk)
+            tr = coll.kind(kind).transfers(algorithm, groups.shape[1], size, shape)
             made[kind, size, key] = Op(
                 kind,
                 algorithm,
@@ -83,8 +84,9 @@ def training_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list:
                 tr.steps,
                 map_groups(tr, groups),
                 protocol=protocol,
-                step_latency_ns=lat,
-                base_latency_ns=base,
+                step_latency_ns=t.step_latency_ns,
+                base_latency_ns=t.base_latency_ns,
+                rate_factor=t.rate_factor,
             )
         return made[kind, size, key]
 
