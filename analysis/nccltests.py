@@ -208,6 +208,7 @@ def blocks(ops: Sequence[Op]) -> list[Block]:
     jobs = list(dict.fromkeys(o.job for o in ops))
     for job in jobs:
         mine = [o for o in ops if o.job == job]
+        name = job if job.startswith("job ") else f"job {job}"  # an unnamed job is "job 0"
         runs: list[list[Op]] = []
         for o in mine:
             if runs and runs[-1][0].kind == o.kind:
@@ -217,7 +218,7 @@ def blocks(ops: Sequence[Op]) -> list[Block]:
         for run in runs:
             first = run[0]
             if first.kind not in TESTS:
-                say = f"job {job}: {len(run)} {first.kind} op(s), a traffic pattern: no rows"
+                say = f"{name}: {len(run)} {first.kind} op(s), a traffic pattern: no rows"
                 out.append(Block(None, (), (say,)))
                 continue
             test = TESTS[first.kind]
@@ -234,7 +235,7 @@ def blocks(ops: Sequence[Op]) -> list[Block]:
             algorithms = "/".join(dict.fromkeys(o.algorithm for o in run))
             ranks = "/".join(str(r) for r in dict.fromkeys(o.ranks for o in run))
             out.append(
-                Block(test, rows, (f"job {job}: {first.kind} {algorithms} over {ranks} ranks",),
+                Block(test, rows, (f"{name}: {first.kind} {algorithms} over {ranks} ranks",),
                       notes)
             )  # fmt: skip
     return out

@@ -17,13 +17,15 @@ from aifabric.fabric.errors import AifabricError
 def _run_ops(path: Path) -> list:
     """(position in its job, `Op`) of each collective op of the run directory at `path`."""
     from aifabric.analysis.frames import collectives
+    from aifabric.analysis.metrics import job_names
     from aifabric.analysis.nccltests import Op
     from aifabric.fabric.rundir import Run
-    from aifabric.fabric.scenario import job_bodies, job_names
+    from aifabric.fabric.scenario import job_bodies
 
     run = Run(path)
-    workload = run.meta["scenario"].get("workload", {})
-    bodies = dict(zip(job_names(workload), job_bodies(workload), strict=True))
+    listed = job_bodies(run.meta["scenario"].get("workload", {}))
+    # by the name the analyzer gives each job (its frames name jobs so)
+    bodies = {name: listed[j] for j, name in job_names(run, range(len(listed))).items()}
     seen: dict[str, int] = {}
     out = []
     for c in collectives(run).itertuples(index=False):
