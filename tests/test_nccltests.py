@@ -143,10 +143,10 @@ def test_sweep_show_prints_a_row_per_size(tmp_path):
 LINE_RATE = 100e9  # lab-small's NICs
 
 
-def model_us(n, sizes, base, lat, bwf, steps=None):
-    """NCCL's model for a ring AllReduce over n ranks, written out here."""
-    steps = 2 * (n - 1) if steps is None else steps
-    factor = 2 * (n - 1) / n
+def model_us(n, sizes, base, lat, bwf, tree=False):
+    """NCCL's model for a ring (or tree) AllReduce over n ranks, written out here."""
+    steps = 2 * math.ceil(math.log2(n)) if tree else 2 * (n - 1)
+    factor = 2 if tree else 2 * (n - 1) / n  # NCCL gives a tree half the bus bandwidth
     return base + steps * lat + factor * np.asarray(sizes, float) * 8 / (LINE_RATE * bwf) * 1e6
 
 
@@ -248,6 +248,21 @@ def test_calibrate_auto_splits_a_mixed_ll_simple_log(tmp_path):
     assert [chosen[s] for s in SIZES] == [
         "ll" if a < b else "simple" for a, b in zip(ll, simple, strict=True)
     ]
+
+
+def test_calibrate_fits_a_tree_and_refuses_a_log_faster_than_the_nics(tmp_path):
+    n = 16
+    times = model_us(n, SIZES, base=6.8, lat=4.0, bwf=0.5, tree=True)  # LL's default base
+    r, out = _calibrate(tmp_path, nccl_log(SIZES, times, n), "--algorithm", "tree",
+                        "--protocol", "ll")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    table = _nccl(out)
+    assert table["net_latency_us"] == {"tree": {"ll": pytest.approx(4.0, rel=0.02)}}
+    assert table["bandwidth_factor"] == {"tree": {"ll": pytest.approx(0.5, rel=0.02)}}
+    fast = model_us(n, SIZES, base=8.4, lat=9.0, bwf=1.6)  # 160 Gbit/s through 100G NICs
+    r, out = _calibrate(tmp_path, nccl_log(SIZES, fast, n), "--protocol", "simple", name="f")
+    assert r.exit_code == 1 and "faster than the NICs' line rate" in r.output, r.output
+    assert not out.exists()
 
 
 def test_calibrate_fits_the_base_from_two_rank_counts(tmp_path):

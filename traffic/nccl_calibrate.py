@@ -6,8 +6,11 @@ For one algorithm and protocol NCCL's tuner predicts
                  + busbw_factor(n) x size / (line_rate x bandwidth_factor)
 
 with steps(n) 2(n-1) for a ring AllReduce, n-1 for a ring AllGather, ReduceScatter or
-AllToAll, 2 ceil(log2 n) for a tree AllReduce; busbw_factor is nccl-tests' (the bytes a
-rank's busiest link carries, over size) and line_rate a NIC's link rate. The model is
+AllToAll, 2 ceil(log2 n) for a tree AllReduce; busbw_factor is nccl-tests' for a ring
+(the bytes a rank's busiest link carries, over size: NCCL's nRanks / nsteps inverted) and
+2 for a tree (NCCL's tuner gives a tree half the bus bandwidth), line_rate a NIC's link
+rate. A bandwidth factor above 1 (the log ran faster than the NICs allow) is refused:
+the log is not of this fabric, or its ranks shared NVLink. The model is
 linear in (net_latency, 1 / bandwidth_factor), and in base_latency when it is fitted too:
 `fit` solves it by least squares over relative error (each row weighted by 1 / its
 measured time, so small sizes count as much as large ones), non-negative, one protocol at
@@ -130,7 +133,9 @@ def _design(kind, algorithm, line_rate_bps, size, ranks) -> np.ndarray:
     """Per sample: (steps, microseconds the bus bytes take at the line rate)."""
     size, ranks = np.asarray(size, np.float64), np.asarray(ranks, np.int64)
     st = np.array([steps(kind, algorithm, int(n)) for n in ranks], np.float64)
-    factor = np.array([busbw_factor(kind, int(n)) for n in ranks], np.float64)
+    factor = np.array(
+        [2.0 if algorithm == "tree" else busbw_factor(kind, int(n)) for n in ranks], np.float64
+    )
     return np.column_stack([st, factor * size * 8e6 / line_rate_bps])
 
 
@@ -264,6 +269,13 @@ def fit(
         if not fits:
             raise AifabricError(f"the times do not grow with size: no {protocol} bandwidth to fit")
     fits = {p: fits[p] for p in PROTOCOLS if p in fits}
+    for p in fits.values():
+        if p.bandwidth_factor > 1:
+            raise AifabricError(
+                f"the fitted {p.protocol} bandwidth factor {p.bandwidth_factor:.3g} is above "
+                f"1: the log ran faster than the NICs' line rate "
+                f"({line_rate_bps / 1e9:g} Gbit/s) allows; is it this fabric's log?"
+            )
     result = Fit(kind, algorithm, line_rate_bps, fit_base, fits, tuple(labels), np.zeros(0))
     fitted = np.array(
         [result.predict(p, size[i : i + 1], ranks[i : i + 1])[0] for i, p in enumerate(labels)]
