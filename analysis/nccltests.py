@@ -139,9 +139,11 @@ class Block:
 
 
 def render_block(b: Block) -> str:
+    """A block as nccl-tests prints a test; one without rows (no test, or no op finished)
+    is its comment lines only."""
     lines = [f"# {c}" for c in b.comments]
-    if b.test is None:
-        return "\n".join(lines)
+    if b.test is None or not b.rows:
+        return "\n".join([*lines, *(f"# {n}" for n in b.notes)])
     lines.append(f"# Collective test starting: {b.test.program}")
     lines += header_lines()
     lines += [format_row(r) for r in b.rows]

@@ -16,6 +16,8 @@ from aifabric.fabric.errors import AifabricError
 
 def _run_ops(path: Path) -> list:
     """(position in its job, `Op`) of each collective op of the run directory at `path`."""
+    import pandas as pd
+
     from aifabric.analysis.frames import collectives
     from aifabric.analysis.metrics import job_names
     from aifabric.analysis.nccltests import Op
@@ -34,8 +36,8 @@ def _run_ops(path: Path) -> list:
         out.append(
             (seen[job], Op(
                 job=job, kind=c.kind, algorithm=c.algorithm, bytes=int(c.bytes),
-                ranks=int(c.ranks), time_ns=None if c.time_ns is None or c.time_ns != c.time_ns
-                else float(c.time_ns), busbw_factor=float(c.busbw_factor),
+                ranks=int(c.ranks), time_ns=None if pd.isna(c.time_ns) else float(c.time_ns),
+                busbw_factor=float(c.busbw_factor),
                 root=int(bodies.get(job, {}).get("root", 0)),
             ))
         )  # fmt: skip
@@ -45,8 +47,6 @@ def _run_ops(path: Path) -> list:
 def _mean_ops(runs: list[Path]) -> list:
     """One `Op` per (job, kind, bytes, ranks, position in the job) over the runs, its time
     the mean of the runs where it finished, ordered by job, size and position."""
-    import math
-
     groups: dict[tuple, list] = {}
     for path in runs:
         for pos, op in _run_ops(path):
@@ -55,7 +55,7 @@ def _mean_ops(runs: list[Path]) -> list:
     out = []
     for key in sorted(groups, key=lambda k: (jobs.index(k[0]), k[2], k[4])):
         ops = groups[key]
-        done = [o.time_ns for o in ops if o.time_ns and not math.isnan(o.time_ns)]
+        done = [o.time_ns for o in ops if o.time_ns]
         label = f"size {key[2]} B, {len(done)} of {len(ops)} runs"
         out.append(replace(ops[0], time_ns=sum(done) / len(done) if done else None, label=label))
     return out

@@ -114,6 +114,25 @@ def test_analyze_prints_a_block_per_job_of_nccl_tests_rows(two_jobs):
         assert avg == pytest.approx(np.mean([r.busbw_gbs for r in log.rows]), abs=0.01)
 
 
+def test_a_job_of_several_kinds_has_a_block_per_kind_and_an_unfinished_op_no_row(pristine):
+    # tests/test_analysis_run.py's COLLECTIVES: one job, five kinds, the send/recv unfinished
+    r = invoke("analyze", pristine, "--format", "nccl-tests")
+    assert r.exit_code == 0, r.output
+    tests = [line.split(": ")[1] for line in r.output.splitlines() if "test starting" in line]
+    assert tests == ["all_reduce_perf", "all_gather_perf", "alltoall_perf", "broadcast_perf"]
+    parts = r.output.split("# Collective test starting: ")[1:]
+    sizes = [[row.size for row in parse_log("# Collective test starting: " + p).rows]
+             for p in parts]  # fmt: skip
+    assert sizes == [[64 * 2**20], [32 * 2**20], [16 * 2**20], [8 * 2**20]]
+    assert r.output.rstrip().endswith("# op 4 (1048576 B) did not finish: no row")
+    a2a = parse_log("# Collective test starting: " + parts[2]).rows[0]
+    assert (a2a.count, a2a.redop, a2a.time_us) == (16 * 2**20 // 4 // 16, "none", 500.0)
+    assert a2a.busbw_gbs == pytest.approx(a2a.algbw_gbs * 15 / 16, abs=0.01)
+    from aifabric.experiments.nccltests import _run_ops
+
+    assert [op.time_ns for _, op in _run_ops(pristine)][-1] is None
+
+
 def test_analyze_nccl_tests_refuses_json_too(two_jobs):
     r = invoke("analyze", two_jobs.path, "--format", "nccl-tests", "--json")
     assert r.exit_code == 2, r.output
