@@ -8,52 +8,10 @@ The logs are read by `aifabric.analysis.nccltests`, the model fitted by
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from aifabric.cli import force_option, main, output_file
 from aifabric.fabric.errors import AifabricError
-
-
-def _kinds():
-    from aifabric.traffic.nccl_calibrate import KINDS
-
-    return KINDS
-
-
-def _samples(logs, collective: str | None, ranks: int | None):
-    """(kind, Samples, per-log description) of the logs, which must be of one test."""
-    import numpy as np
-
-    from aifabric.analysis.nccltests import TESTS, read_log
-    from aifabric.traffic.nccl_calibrate import Samples
-
-    kinds, size, n, time_us, described = set(), [], [], [], []
-    for path in logs:
-        log = read_log(path)
-        kind = collective or (log.test.kind if log.test else None)
-        if kind is None:
-            raise AifabricError(
-                f"{path} does not say which test it is (no '# Collective test starting:' "
-                "line); give --collective"
-            )
-        if log.test is not None and collective and log.test.kind != collective:
-            raise AifabricError(f"{path} is {log.test.program}, not --collective {collective}")
-        count = ranks or log.ranks
-        if count is None:
-            raise AifabricError(
-                f"{path} does not list its ranks (no '#  Rank  0 Group ...' lines); give --ranks"
-            )
-        kinds.add(kind)
-        size += [r.size for r in log.rows]
-        time_us += [r.time_us for r in log.rows]
-        n += [count] * len(log.rows)
-        described.append(f"{Path(path).name} ({TESTS[kind].program}, {count} ranks)")
-    if len(kinds) > 1:
-        raise AifabricError(f"the logs are of several tests ({', '.join(sorted(kinds))})")
-    arrays = Samples(np.array(size), np.array(n), np.array(time_us))
-    return kinds.pop(), arrays, described
 
 
 @main.command("calibrate")
@@ -99,48 +57,24 @@ def calibrate(logs, fabric_source, output, algorithm, protocol, ranks, collectiv
     """Fit NCCL's cost model (per-step latency, protocol bandwidth) to nccl-tests logs
     (all_reduce_perf, all_gather_perf, reduce_scatter_perf, alltoall_perf; their
     out-of-place columns) on FABRIC; print the fit per size and write an [nccl] table."""
-    from aifabric.analysis.table import render
+    from aifabric.analysis.nccltests import fit_text, read_logs
     from aifabric.fabric.files import write_atomic
     from aifabric.fabric.units import format_rate
     from aifabric.topologies import load_fabric
     from aifabric.traffic import nccl_calibrate as nc
 
     output_file(output, force)
-    kind, samples, described = _samples(logs, collective, ranks)
+    logs = read_logs(logs, collective, ranks)
     fabric = load_fabric(fabric_source)
     rate = nc.nic_line_rate_bps(fabric)
-    f = nc.fit(kind, algorithm, protocol, samples, rate, fit_base=fit_base)
-    several = len(set(samples.ranks.tolist())) > 1
-    click.echo(
-        render(
-            ["size (B)", *(["ranks"] if several else []), "protocol", "measured us",
-             "fitted us", "error %"],
-            [
-                [int(samples.size[i]), *([int(samples.ranks[i])] if several else []),
-                 f.protocol[i], f"{samples.time_us[i]:.2f}", f"{f.fitted_us[i]:.2f}",
-                 f"{100 * f.error[i]:+.2f}"]
-                for i in range(len(samples))
-            ],
-            title=f"{kind} {algorithm} on {fabric.name} (NIC line rate "
-            f"{format_rate(int(rate))}bps)",
-        )
-    )  # fmt: skip
-    click.echo()
-    click.echo(
-        render(
-            ["protocol", "sizes", "base latency us", "net latency us", "bandwidth factor"],
-            [
-                [p.protocol, p.rows, f"{p.base_latency_us:.4g}{'' if fit_base else ' (default)'}",
-                 f"{p.net_latency_us:.4g}", f"{p.bandwidth_factor:.4g}"]
-                for p in f.protocols.values()
-            ],
-            title=f"fitted; max |error| {100 * abs(f.error).max():.2f}%",
-        )
-    )  # fmt: skip
+    samples = nc.Samples(logs.size, logs.ranks, logs.time_us)
+    f = nc.fit(logs.kind, algorithm, protocol, samples, rate, fit_base=fit_base)
+    line_rate = f"NIC line rate {format_rate(int(rate))}bps"
+    click.echo(fit_text(f, logs, f"{logs.kind} {algorithm} on {fabric.name} ({line_rate})"))
     comments = [
-        f"aifabric calibrate: {', '.join(described)} on fabric {fabric_source} "
-        f"(NIC line rate {format_rate(int(rate))}bps); {kind} {algorithm} "
-        f"{'/'.join(f.protocols)}, max |error| {100 * abs(f.error).max():.2f}%"
+        f"aifabric calibrate: {', '.join(logs.described)} on fabric {fabric_source} "
+        f"({line_rate}); {logs.kind} {algorithm} {'/'.join(f.protocols)}, "
+        f"max |error| {100 * abs(f.error).max():.2f}%"
     ]
     try:
         write_atomic(output, nc.to_toml(nc.nccl_table(f), comments))

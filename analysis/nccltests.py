@@ -17,7 +17,8 @@ ends with padding are written without it.
 Reading (`parse_log`): the out-of-place columns of each data row, the test the log names
 (`# Collective test starting: all_reduce_perf`, nccl-tests 2.14 and later) and its ranks
 (the `#  Rank  r Group  g Pid ... device ...` lines of its preamble). A row that does
-not parse is refused with its line number.
+not parse is refused with its line number. `read_logs` gathers the rows of logs of one
+test as columns for `aifabric calibrate`, and `fit_text` shows its fit.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from aifabric.fabric.errors import AifabricError
 
@@ -357,3 +360,72 @@ def read_log(path: str | Path) -> Log:
     except UnicodeDecodeError:
         raise AifabricError(f"{path} is not an nccl-tests log: it is not text") from None
     return parse_log(text, str(path))
+
+
+@dataclass(frozen=True)
+class Logs:
+    """The rows of logs of one test, as columns (one entry per row), and per log what it is."""
+
+    kind: str
+    size: np.ndarray
+    ranks: np.ndarray
+    time_us: np.ndarray
+    described: tuple[str, ...]  # "all_reduce.log (all_reduce_perf, 16 ranks)"
+
+
+def read_logs(paths: Sequence[str], kind: str | None = None, ranks: int | None = None) -> Logs:
+    """The out-of-place rows of nccl-tests logs of one test: `kind` when a log does not name
+    its test (or to check it), `ranks` when one does not list its ranks (or over them)."""
+    kinds, size, n, time_us, described = [], [], [], [], []
+    for path in paths:
+        log = read_log(path)
+        mine = kind or (log.test.kind if log.test else None)
+        if mine is None:
+            raise AifabricError(
+                f"{path} does not say which test it is (no '# Collective test starting:' "
+                "line); give --collective"
+            )
+        if log.test is not None and kind and log.test.kind != kind:
+            raise AifabricError(f"{path} is {log.test.program}, not --collective {kind}")
+        count = ranks or log.ranks
+        if count is None:
+            raise AifabricError(
+                f"{path} does not list its ranks (no '#  Rank  0 Group ...' lines); give --ranks"
+            )
+        kinds += [mine] if mine not in kinds else []
+        size += [r.size for r in log.rows]
+        time_us += [r.time_us for r in log.rows]
+        n += [count] * len(log.rows)
+        described.append(f"{Path(path).name} ({TESTS[mine].program}, {count} ranks)")
+    if len(kinds) > 1:
+        raise AifabricError(f"the logs are of several tests ({', '.join(kinds)})")
+    return Logs(kinds[0], np.array(size), np.array(n), np.array(time_us), tuple(described))
+
+
+def fit_text(fit, logs: Logs, title: str) -> str:
+    """What `calibrate` prints of a fit (`aifabric.traffic.nccl_calibrate.Fit`) of `logs`:
+    per size the protocol, measured and fitted time and the error; then the fitted terms."""
+    from aifabric.analysis.table import render
+
+    several = len(set(logs.ranks.tolist())) > 1  # logs at several rank counts
+    per_size = render(
+        ["size (B)", *(["ranks"] if several else []), "protocol", "measured us", "fitted us",
+         "error %"],
+        [
+            [int(logs.size[i]), *([int(logs.ranks[i])] if several else []), fit.protocol[i],
+             f"{logs.time_us[i]:.2f}", f"{fit.fitted_us[i]:.2f}", f"{100 * fit.error[i]:+.2f}"]
+            for i in range(len(logs.size))
+        ],
+        title=title,
+    )  # fmt: skip
+    default = "" if fit.fit_base else " (default)"
+    terms = render(
+        ["protocol", "sizes", "base latency us", "net latency us", "bandwidth factor"],
+        [
+            [p.protocol, p.rows, f"{p.base_latency_us:.4g}{default}", f"{p.net_latency_us:.4g}",
+             f"{p.bandwidth_factor:.4g}"]
+            for p in fit.protocols.values()
+        ],
+        title=f"fitted; max |error| {100 * abs(fit.error).max():.2f}%",
+    )  # fmt: skip
+    return f"{per_size}\n\n{terms}"
