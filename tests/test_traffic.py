@@ -70,8 +70,8 @@ def check_graph(table):
 @pytest.mark.parametrize("segments", [0, 4])
 def test_ring_allreduce_per_rank_bytes(medium, n, channels, segments):
     size = 48 * n * channels * 1024
-    t = flows_of(medium, collective="allreduce", size=size, gpus=n, channels=channels,
-                 segments=segments)  # fmt: skip
+    t = flows_of(medium, collective="allreduce", algorithm="ring", size=size, gpus=n,
+                 channels=channels, segments=segments)  # fmt: skip
     per = sent_per_rank(t)
     assert len(per) == n
     assert set(per.values()) == {2 * (n - 1) * size // n}
@@ -97,7 +97,9 @@ def test_ring_totals_are_exact_for_any_size(medium, n):
 
 def test_ring_step_dependencies_follow_the_ring(medium):
     n = 6
-    t = flows_of(medium, collective="allreduce", size=6 * 4096, gpus=n, segments=0)
+    t = flows_of(
+        medium, collective="allreduce", algorithm="ring", size=6 * 4096, gpus=n, segments=0
+    )
     nic_rank = {int(x): i for i, x in enumerate(np.unique(t.src))}
     for f in range(len(t)):
         deps = t.deps_of(f)
@@ -182,7 +184,9 @@ def test_broadcast_and_sendrecv(medium, n):
 
 def test_hierarchical_keeps_servers_off_the_fabric(medium):
     size = 8 * 16 * 4096
-    t = flows_of(medium, collective="allreduce", size=size, gpus=128, hierarchical=True)
+    t = flows_of(
+        medium, collective="allreduce", algorithm="ring", size=size, gpus=128, hierarchical=True
+    )
     server = server_keys(medium, medium.nic_ids)[0]
     server_of = np.full(medium.n_nodes, -1)
     server_of[medium.nic_ids] = server
@@ -694,7 +698,7 @@ def test_ragged_arange():
 def test_cluster_24k_ring_is_coarse_but_exact():
     fabric = topologies.load_fabric("cluster-24k")
     size = 64 * MiB
-    t = flows_of(fabric, collective="allreduce", size=size)
+    t = flows_of(fabric, collective="allreduce", algorithm="ring", size=size)
     n = 24576
     assert len(t) == n * 16
     assert int(t.bytes.sum()) == 2 * (n - 1) * size

@@ -24,6 +24,9 @@ Added within schema 1 (absent from older files, then filled with defaults):
     op_chunk_bytes   chunk (message) size a channel posts at once
     op_window        clear-to-send admission: outstanding chunks per channel a
                      receiver grants; 0 = no receiver-driven admission
+    op_protocol      NCCL protocol the op runs: "ll", "ll128", "simple" ("" for
+                     patterns and traffic matrices; aifabric.traffic.nccl)
+    op_predicted_ns  NCCL's cost-model time of the op (0 where there is none)
 
 `src` and `dst` are NIC node ids of the fabric the table was made for;
 `bytes` counts RoCE payload (it may be 0: a step with nothing to send, when
@@ -78,8 +81,12 @@ EXTRA_OP_COLUMNS = {
     "op_qp_mode": np.str_,
     "op_chunk_bytes": np.int64,
     "op_window": np.int32,
+    "op_protocol": np.str_,
+    "op_predicted_ns": np.int64,
 }
-_EXTRA_DEFAULTS = {"op_groups": 1, "op_channels": 1, "op_qps": 1, "op_qp_mode": "split"}
+_EXTRA_DEFAULTS = {
+    "op_groups": 1, "op_channels": 1, "op_qps": 1, "op_qp_mode": "split", "op_protocol": "",
+}  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,6 +121,8 @@ class FlowTable:
     op_qp_mode: np.ndarray | None = None
     op_chunk_bytes: np.ndarray | None = None
     op_window: np.ndarray | None = None
+    op_protocol: np.ndarray | None = None
+    op_predicted_ns: np.ndarray | None = None
 
     def __post_init__(self):
         n = len(self.flow_id)

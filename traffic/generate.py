@@ -35,6 +35,7 @@ from aifabric.fabric.addressing import roce_udp_sport
 from aifabric.fabric.errors import SpecError
 from aifabric.fabric.model import Fabric
 from aifabric.traffic import collectives as coll
+from aifabric.traffic import nccl
 from aifabric.traffic.flows import FlowTable
 from aifabric.traffic.placement import place, server_keys
 from aifabric.traffic.spec import COMMON, Job, Workload
@@ -62,6 +63,8 @@ class Op:
     tr: coll.Transfers  # src/dst already NIC node ids
     start_ns: np.ndarray | None = None  # per transfer (patterns); None: the job's start
     hierarchical: bool = False
+    protocol: str = ""  # NCCL protocol (aifabric.traffic.nccl), "" for patterns and matrices
+    predicted_ns: int = 0  # NCCL's cost-model time of the op
 
 
 def map_groups(tr: coll.Transfers, nic_groups: np.ndarray) -> coll.Transfers:
@@ -262,6 +265,8 @@ class _Builder:
                 op_qp_mode=job["qp_mode"],
                 op_chunk_bytes=job["chunk"],
                 op_window=job["window"],
+                op_protocol=op.protocol,
+                op_predicted_ns=op.predicted_ns,
             )
             self.n_ops += 1
 
@@ -330,7 +335,7 @@ def generate(
     }
     for j, job in enumerate(workload.jobs):
         if j not in ops:
-            ops[j] = job_ops(fabric, job, placed[j], b.rng, f"{workload.name}")
+            ops[j] = job_ops(fabric, job, placed[j], b.rng, f"{workload.name}", workload.nccl_table)
         b.add_ops(j, job, ops[j])
     return b.finish()
 
@@ -383,16 +388,18 @@ def _gpus_wanted(job: Job) -> int:
     return job["gpus"]
 
 
-def job_ops(fabric: Fabric, job: Job, nics: np.ndarray, rng, name: str) -> list[Op]:
+def job_ops(
+    fabric: Fabric, job: Job, nics: np.ndarray, rng, name: str, table: nccl.Table = nccl.DEFAULT
+) -> list[Op]:
     if job.kind == "collective":
-        return _collective_ops(fabric, job, nics, name)
+        return _collective_ops(fabric, job, nics, name, table)
     if job.kind == "pattern":
         from aifabric.traffic.patterns import pattern_op
 
         return [pattern_op(fabric, job, nics, rng, name)]
     from aifabric.traffic.training import training_ops
 
-    return training_ops(fabric, job, nics, name)
+    return training_ops(fabric, job, nics, name, table)
 
 
 def server_matrix(fabric: Fabric, nics: np.ndarray, what: str) -> np.ndarray:
@@ -441,20 +448,37 @@ def job_shape(job: Job) -> coll.Shape:
     return coll.Shape(job["channels"], job["segments"], job["chunk"], job["root"], job["stages"])
 
 
-def collective_flow_count(job: Job, instances) -> int:
+def collective_choice(
+    fabric: Fabric, job: Job, nics: np.ndarray, instances, table: nccl.Table = nccl.DEFAULT
+) -> nccl.Choice:
+    """The job's algorithm and protocol ("auto": NCCL's choice) and NCCL's time for its op:
+    the communicator as NCCL sees it, every GPU in its servers (hierarchical) or every rank
+    its own NIC (flat: each step crosses the network)."""
+    servers = len(instances[0][0]) if job["hierarchical"] else len(nics)
+    return nccl.resolve(
+        table.merged(job["nccl"]), fabric, job["collective"], job["algorithm"],
+        job["protocol"], len(nics), servers, job["size"], job["channels"], nics,
+    )  # fmt: skip
+
+
+def collective_flow_count(job: Job, instances, algorithm: str) -> int:
     collective, shape = coll.kind(job["collective"]), job_shape(job)
     per_op = sum(
-        collective.transfer_count(job["algorithm"], len(ranks), size, shape)
+        collective.transfer_count(algorithm, len(ranks), size, shape)
         for ranks, size, _ in instances
     )
     return job["qps"] * per_op * job["iterations"]
 
 
-def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list[Op]:
-    kind, algorithm, size = job["collective"], job["algorithm"], job["size"]
+def _collective_ops(
+    fabric: Fabric, job: Job, nics: np.ndarray, name: str, table: nccl.Table
+) -> list[Op]:
+    kind, size = job["collective"], job["size"]
     collective, shape = coll.kind(kind), job_shape(job)
     instances = collective_instances(fabric, job, nics, name)
-    count = collective_flow_count(job, instances)
+    choice = collective_choice(fabric, job, nics, instances, table)
+    algorithm = choice.algorithm
+    count = collective_flow_count(job, instances, algorithm)
     if count > MAX_FLOWS:
         raise TooManyFlows(
             f"workload {name}: {kind} over {len(nics):,} GPUs makes {count:,} flows, more "
@@ -467,7 +491,8 @@ def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> li
         tr = collective.transfers(algorithm, len(ranks), part, replace(shape, root=root))
         blocks.append(map_groups(tr, ranks[None, :]))
     tr = coll.concat(blocks)
-    op = Op(kind, algorithm, size, len(nics), 1, tr.steps, tr, hierarchical=job["hierarchical"])
+    op = Op(kind, algorithm, size, len(nics), 1, tr.steps, tr, hierarchical=job["hierarchical"],
+            protocol=choice.protocol, predicted_ns=choice.predicted_ns)  # fmt: skip
     return [op] * job["iterations"]
 
 

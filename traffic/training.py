@@ -15,6 +15,10 @@ GPU holds 1/tp of its stage's parameters. The iteration issues, in order:
    `fsdp` an AllGather (backward re-gather) and a ReduceScatter.
 
 Operations are ordered per NIC in this order (see `aifabric.traffic.generate`).
+Their algorithms are fixed (ring, pairwise AllToAll, point-to-point sends); their
+protocol is the job's `protocol`, or with "auto" NCCL's choice (`aifabric.traffic.nccl`:
+its cost model for the collectives, its point-to-point rule for AllToAll and sends,
+which never run LL128), each with NCCL's predicted time.
 Expert gradients are reduced with the rest over the whole data-parallel group
 (a simplification: a real MoE reduces expert weights over dp/ep replicas).
 """
@@ -26,12 +30,15 @@ import numpy as np
 from aifabric.fabric.errors import SpecError
 from aifabric.fabric.model import Fabric
 from aifabric.traffic import collectives as coll
+from aifabric.traffic import nccl
 from aifabric.traffic.spec import Job
 
 _I64 = np.int64
 
 
-def training_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list:
+def training_ops(
+    fabric: Fabric, job: Job, nics: np.ndarray, name: str, table: nccl.Table = nccl.DEFAULT
+) -> list:
     from aifabric.traffic.generate import Op, map_groups, server_matrix
 
     grid = server_matrix(fabric, nics, f"workload {name}: a training job")
@@ -62,18 +69,27 @@ def training_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list:
     ch, seg, chunk = job["channels"], job["segments"], job["chunk"]
     ops: list[Op] = []
     made: dict[tuple, Op] = {}  # the same operation on the same groups is built once
+    table = table.merged(job["nccl"])
 
     def collective(kind, algorithm, size, groups, key):
         if (kind, size, key) not in made:
-            tr = coll.collective(kind, algorithm, groups.shape[1], size, ch, seg, chunk)
+            n = groups.shape[1]
+            tr = coll.collective(kind, algorithm, n, size, ch, seg, chunk)
+            proto = job["protocol"]
+            if kind in nccl.P2P_KINDS and proto == "ll128":
+                proto = "auto"
+            # every rank its own NIC: each step crosses the network (nodes = ranks)
+            c = nccl.resolve(table, fabric, kind, algorithm, proto, n, n, size, ch, groups)
             made[kind, size, key] = Op(
                 kind,
                 algorithm,
                 size,
-                groups.shape[1],
+                n,
                 len(groups),
                 tr.steps,
                 map_groups(tr, groups),
+                protocol=c.protocol,
+                predicted_ns=c.predicted_ns,
             )
         return made[kind, size, key]
 
