@@ -212,13 +212,21 @@ def _calibrate(tmp_path, log_text, *args, name="nccl.toml"):
 
 
 def _nccl(out: Path) -> dict:
+    """The [nccl] table calibrate wrote, checked as a scenario loads it."""
+    from aifabric.scenarios import load_scenario
+    from aifabric.traffic.nccl import DEFAULT, Table
+
     table = tomllib.loads(out.read_text())["nccl"]
-    try:  # the module that reads a scenario's [nccl] table, once it is on this branch
-        from aifabric.traffic.nccl import Table
-    except ImportError:
-        pass
-    else:
-        Table.from_dict(table)
+    scenario = out.with_suffix(".scenario.toml")
+    scenario.write_text(TWO_JOBS + "\n" + out.read_text())  # the written file, pasted in
+    assert load_scenario(scenario).extra["nccl"] == table
+    laid = Table.from_dict(table)  # over NCCL's defaults: what was fitted, the rest theirs
+    for key, algorithms in table.items():
+        for algorithm, protocols in algorithms.items():
+            assert getattr(laid, key)[algorithm] == {
+                **getattr(DEFAULT, key)[algorithm],
+                **protocols,
+            }
     allowed = {"base_latency_us", "net_latency_us", "nvlink_latency_us", "bandwidth_factor"}
     assert set(table) <= allowed | {"wire", "buffer_bytes", "steps"}
     for key in set(table) & allowed:

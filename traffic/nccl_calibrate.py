@@ -24,7 +24,8 @@ simple), the cut that the Bayesian information criterion prefers; then each size
 the protocol whose fitted model is fastest, and the protocols are fitted again, until the
 assignment holds (at most `AUTO_ROUNDS` rounds).
 
-`DEFAULT` is the one place the tuner's default table lives here.
+The default base latencies are NCCL's, from `aifabric.traffic.nccl.DEFAULT`, the table
+the written [nccl] keys are laid over.
 """
 
 from __future__ import annotations
@@ -35,37 +36,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aifabric.fabric.errors import AifabricError
+from aifabric.traffic.nccl import ALGORITHMS, DEFAULT, PROTOCOLS, nic_rate_bps
 
-PROTOCOLS = ("ll", "ll128", "simple")
-ALGORITHMS = ("ring", "tree")
 KINDS = ("allreduce", "allgather", "reducescatter", "alltoall")
 AUTO_ROUNDS = 10
 # relative error below which a fit counts as exact when auto weighs one cut against another
 # (a log's own noise is larger; without a floor an exact fit's log(0) would decide)
 ERROR_FLOOR = 1e-3
-
-# NCCL's tuner defaults (src/graph/tuning.cc, 2.18 to 2.21): baseLat, hwLat for the network
-# and for NVLink, in microseconds; the bandwidth factors are the tuner's per-protocol
-# derating of the bus bandwidth (LL carries 4 data bytes in 8 and is limited further, LL128
-# 120 in 128). The [nccl] table of a scenario has the same shape.
-DEFAULT = {
-    "base_latency_us": {
-        "ring": {"ll": 6.6, "ll128": 14.0, "simple": 8.4},
-        "tree": {"ll": 6.8, "ll128": 14.0, "simple": 0.0},
-    },
-    "net_latency_us": {
-        "ring": {"ll": 2.7, "ll128": 4.0, "simple": 14.0},
-        "tree": {"ll": 5.0, "ll128": 8.5, "simple": 14.0},
-    },
-    "nvlink_latency_us": {
-        "ring": {"ll": 0.6, "ll128": 1.9, "simple": 3.4},
-        "tree": {"ll": 0.6, "ll128": 1.25, "simple": 4.0},
-    },
-    "bandwidth_factor": {
-        "ring": {"ll": 0.25, "ll128": 0.92, "simple": 1.0},
-        "tree": {"ll": 0.25, "ll128": 0.92, "simple": 1.0},
-    },
-}
 
 
 def steps(kind: str, algorithm: str, n: int) -> int:
@@ -85,10 +62,9 @@ def busbw_factor(kind: str, n: int) -> float:
 
 def nic_line_rate_bps(fabric) -> float:
     """The NICs' link rate (the slowest, if they differ)."""
-    nics = fabric.nic_ids
-    if not len(nics):
+    if not len(fabric.nic_ids):
         raise AifabricError(f"fabric {fabric.name} has no NICs")
-    return float(fabric.port_rate_bps[fabric.nic_port[nics]].min())
+    return nic_rate_bps(fabric, fabric.nic_ids)
 
 
 @dataclass(frozen=True)
@@ -157,7 +133,7 @@ def _solve(x, t, base, fit_base):
 
 
 def _fit_one(kind, algorithm, protocol, x, t, fit_base) -> tuple[ProtocolFit | None, float]:
-    base0 = DEFAULT["base_latency_us"][algorithm][protocol]
+    base0 = DEFAULT.base_latency_us[algorithm][protocol]
     base, lat, inv, rss = _solve(x, t, base0, fit_base)
     if inv <= 0:  # the times do not grow with the size: no bandwidth to fit
         return None, rss
