@@ -370,6 +370,21 @@ def resolve(
     return Choice(a, p, int(round(t)))
 
 
+def job_choice(table: Table, fabric, job, nics, servers: int) -> Choice:
+    """A collective job's `resolve`d choice, its communicator as NCCL sees it: with
+    `hierarchical`, every GPU in its `servers`; flat, every rank its own NIC (each step
+    crosses the network, nodes = ranks); a send/recv chain, its `stages`."""
+    kind = job["collective"]
+    ranks = len(nics)
+    nodes = servers if job["hierarchical"] else ranks
+    if kind == "sendrecv":
+        ranks = nodes = job["stages"]
+    return resolve(
+        table.merged(job["nccl"]), fabric, kind, job["algorithm"], job["protocol"], ranks, nodes,
+        job["size"], job["channels"], nics,
+    )  # fmt: skip
+
+
 def refuse(kind: str, algorithm: str, protocol: str) -> str | None:
     """Why a job cannot run `kind` with this algorithm and protocol (None: it can)."""
     options = KINDS[kind].algorithms
