@@ -20,15 +20,9 @@ def _spec(name: str):
     return names
 
 
-def _algorithms():
-    from aifabric.traffic.collectives import KINDS
-
-    return dict.fromkeys(("auto", *(a for c in KINDS.values() for a in c.algorithms)))
-
-
 # Options that turn a bare collective or pattern name into a one-job workload.
 _SPEC_OPTIONS = (
-    ("algorithm", choice(_algorithms),
+    ("algorithm", choice(_spec("ALGORITHMS")),
      "Collective algorithm (auto, the default: NCCL's cost model picks it)."),
     ("protocol", choice(_spec("PROTOCOLS")),
      "NCCL protocol (auto, the default: NCCL's cost model picks it)."),

@@ -241,6 +241,18 @@ def test_hierarchical_ops_are_predicted_with_their_servers():
                                                       16 * 2**20) * 1000)  # fmt: skip
 
 
+def test_point_to_point_ops_are_predicted_per_hop():
+    """Not NCCL's tuner (it has no model for them): base + a network step per exchange."""
+    t = _flows(collective="sendrecv", size=2**20, stages=2)
+    assert t.op_protocol[0] == "simple"
+    assert t.op_predicted_ns[0] == round((8.4 + 14.0 + 2**20 / (1000 * 50)) * 1000)
+    t = _flows(collective="alltoall", size=2**20)
+    assert (t.op_algorithm[0], t.op_protocol[0]) == ("pairwise", "simple")
+    assert t.op_predicted_ns[0] == round((8.4 + 15 * 14.0 + 2**20 * 15 / 16 / 50e3) * 1000)
+    t = _flows(collective="alltoall", size=2**18, protocol="ll")
+    assert t.op_predicted_ns[0] == round((6.6 + 15 * 5.0 + 2**18 * 15 / 16 / 25e3) * 1000)
+
+
 def test_training_ops_carry_protocol_and_prediction():
     body = {"model": "m", "params": 2e9, "tp": 8, "pp": 2, "gpus": 64, "bucket": "64MiB"}
     t = generate(fabric("lab-medium"), workload_from_dict(body, "w"))

@@ -448,19 +448,6 @@ def job_shape(job: Job) -> coll.Shape:
     return coll.Shape(job["channels"], job["segments"], job["chunk"], job["root"], job["stages"])
 
 
-def collective_choice(
-    fabric: Fabric, job: Job, nics: np.ndarray, instances, table: nccl.Table = nccl.DEFAULT
-) -> nccl.Choice:
-    """The job's algorithm and protocol ("auto": NCCL's choice) and NCCL's time for its op:
-    the communicator as NCCL sees it, every GPU in its servers (hierarchical) or every rank
-    its own NIC (flat: each step crosses the network)."""
-    servers = len(instances[0][0]) if job["hierarchical"] else len(nics)
-    return nccl.resolve(
-        table.merged(job["nccl"]), fabric, job["collective"], job["algorithm"],
-        job["protocol"], len(nics), servers, job["size"], job["channels"], nics,
-    )  # fmt: skip
-
-
 def collective_flow_count(job: Job, instances, algorithm: str) -> int:
     collective, shape = coll.kind(job["collective"]), job_shape(job)
     per_op = sum(
@@ -476,7 +463,7 @@ def _collective_ops(
     kind, size = job["collective"], job["size"]
     collective, shape = coll.kind(kind), job_shape(job)
     instances = collective_instances(fabric, job, nics, name)
-    choice = collective_choice(fabric, job, nics, instances, table)
+    choice = nccl.job_choice(table, fabric, job, nics, len(instances[0][0]))
     algorithm = choice.algorithm
     count = collective_flow_count(job, instances, algorithm)
     if count > MAX_FLOWS:

@@ -28,18 +28,13 @@ def collective_stats(
     fabric: Fabric, job: Job, nics: np.ndarray, name: str, table: nccl.Table = nccl.DEFAULT
 ) -> list[dict]:
     """The per-op figures of `traffic.summary.op_stats` for a collective job, in closed form."""
-    from aifabric.traffic.generate import (
-        collective_choice,
-        collective_flow_count,
-        collective_instances,
-        job_shape,
-    )
+    from aifabric.traffic.generate import collective_flow_count, collective_instances, job_shape
 
     kind = job["collective"]
     collective = coll.kind(kind)
     shape = job_shape(job)
     instances = collective_instances(fabric, job, nics, name)
-    choice = collective_choice(fabric, job, nics, instances, table)
+    choice = nccl.job_choice(table, fabric, job, nics, len(instances[0][0]))
     algorithm = choice.algorithm
     sent = np.zeros(fabric.n_nodes, dtype=np.float64)
     recv = np.zeros(fabric.n_nodes, dtype=np.float64)

@@ -66,6 +66,9 @@ aifabric's algorithms that NCCL does not tune map onto the ring's row of the tab
   bandwidth factor. Their protocol is NCCL's point-to-point rule, LL when a peer's
   bytes fit in channels x 16 KiB (NCCL_P2P_LL_THRESHOLD), else Simple; LL128 is
   never used there.
+- A kind or algorithm added to `collectives.KINDS` later is predicted like
+  `pairwise` (n - 1 network steps, its busbw factor) and `auto` takes the least
+  time over its algorithms and the three protocols.
 """
 
 from __future__ import annotations
@@ -80,8 +83,7 @@ from aifabric.traffic.collectives import KINDS, busbw_factor
 
 ALGORITHMS = ("ring", "tree")  # the rows of the table (NCCL's)
 PROTOCOLS = ("ll", "ll128", "simple")
-ROW = {"ring": "ring", "tree": "tree", "halving-doubling": "ring", "pairwise": "ring",
-       "p2p": "ring"}  # fmt: skip
+ROW = {"tree": "tree"}  # the table's row of each algorithm: every other one takes the ring's
 TUNED = ("allreduce", "allgather", "reducescatter", "broadcast")  # NCCL's tuner models these
 P2P_KINDS = ("alltoall", "sendrecv")  # NCCL's point-to-point path
 P2P_LL_THRESHOLD = 16384  # bytes per channel (NCCL_P2P_LL_THRESHOLD)
@@ -258,7 +260,7 @@ def predict_ns(
     if ranks < 2:
         return 0.0
     nodes = min(max(nodes, 1), ranks)
-    row, p = ROW[algorithm], protocol
+    row, p = ROW.get(algorithm, "ring"), protocol
     bus = bw_bps / 8e9 * table.bandwidth_factor[row][p]  # GB/s, NCCL's unit
     base = table.base_latency_us[row][p]
     intra = table.nvlink_latency_us[row][p]
@@ -286,7 +288,7 @@ def predict_ns(
         if algorithm == "halving-doubling":
             p2 = 1 << (ranks.bit_length() - 1)
             nsteps = 2 * log2i(p2) + (2 if ranks > p2 else 0)
-        else:  # pairwise: n - 1 exchanges; p2p: one per hop of the chain
+        else:  # pairwise: n - 1 exchanges; p2p: one per hop of the chain; a new algorithm
             nsteps = ranks - 1
         lat = base + nsteps * inter
         bw = bus / busbw_factor(kind, ranks)
@@ -313,7 +315,8 @@ def choose(
     """(algorithm, protocol, predicted ns) as NCCL's tuner picks them: the least
     `predict_ns` over the algorithms the kind can run that NCCL tunes (tree only for
     AllReduce) and the three protocols, ties to NCCL's order (tree before ring; LL, LL128,
-    Simple). `algorithms` / `protocols` restrict the search (NCCL_ALGO, NCCL_PROTO).
+    Simple); for a kind NCCL does not tune, over its algorithms. `algorithms` /
+    `protocols` restrict the search (NCCL_ALGO, NCCL_PROTO).
     Point-to-point kinds take their one algorithm and NCCL's point-to-point protocol rule."""
     options = KINDS[kind].algorithms
     if kind in P2P_KINDS:
@@ -321,10 +324,10 @@ def choose(
         protocol = protocols[0] if protocols else p2p_protocol(kind, ranks, size, channels)
         t = predict_ns(table, kind, algorithm, protocol, ranks, nodes, size, bw_bps, channels)
         return algorithm, protocol, t
-    tuned = [a for a in ("tree", "ring") if a in options]  # NCCL_ALGO_TREE = 0, RING = 1
-    candidates = [a for a in (algorithms or tuned)]
+    # NCCL_ALGO_TREE = 0, RING = 1; a kind NCCL does not tune: any of its algorithms
+    tuned = [a for a in ("tree", "ring") if a in options] if kind in TUNED else list(options)
     best = None
-    for a in sorted(candidates, key=lambda a: tuned.index(a) if a in tuned else len(tuned)):
+    for a in sorted(algorithms or tuned, key=lambda a: tuned.index(a) if a in tuned else 99):
         for p in protocols or PROTOCOLS:
             t = predict_ns(table, kind, a, p, ranks, nodes, size, bw_bps, channels)
             if best is None or t < best[2]:
@@ -368,6 +371,21 @@ def resolve(
         protocols=None if protocol == "auto" else (protocol,),
     )  # fmt: skip
     return Choice(a, p, int(round(t)))
+
+
+def job_choice(table: Table, fabric, job, nics, servers: int) -> Choice:
+    """A collective job's `resolve`d choice, its communicator as NCCL sees it: with
+    `hierarchical`, every GPU in its `servers`; flat, every rank its own NIC (each step
+    crosses the network, nodes = ranks); a send/recv chain, its `stages`."""
+    kind = job["collective"]
+    ranks = len(nics)
+    nodes = servers if job["hierarchical"] else ranks
+    if kind == "sendrecv":
+        ranks = nodes = job["stages"]
+    return resolve(
+        table.merged(job["nccl"]), fabric, kind, job["algorithm"], job["protocol"], ranks, nodes,
+        job["size"], job["channels"], nics,
+    )  # fmt: skip
 
 
 def refuse(kind: str, algorithm: str, protocol: str) -> str | None:

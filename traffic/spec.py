@@ -39,6 +39,7 @@ PATTERNS = ("permutation", "incast", "uniform")
 PLACEMENTS = ("packed", "fragmented", "rail-aligned")
 QP_MODES = ("split", "round-robin")
 PROTOCOLS = ("auto", *nccl.PROTOCOLS)
+ALGORITHMS = tuple(dict.fromkeys(("auto", *(a for c in KINDS.values() for a in c.algorithms))))
 DISTRIBUTIONS = ("fixed", "exponential", "pareto")
 # Bounds that keep a workload within what one machine can generate and simulate;
 # each refusal names the bound (docs/traffic.md lists them).
@@ -126,11 +127,7 @@ NCCL_KEYS = {
 }
 COLLECTIVE = {
     "collective": Key(_choice(tuple(COLLECTIVES)), doc=", ".join(COLLECTIVES)),
-    "algorithm": Key(
-        as_str,
-        "auto",
-        doc=", ".join(dict.fromkeys(("auto", *(a for c in KINDS.values() for a in c.algorithms)))),
-    ),
+    "algorithm": Key(as_str, "auto", doc=", ".join(ALGORITHMS)),
     "size": Key(
         parse_size, 64 * 2**20, 1, "bytes of the operation (nccl-tests convention)", MAX_BYTES
     ),
