@@ -332,6 +332,7 @@ def _spread_text(r: dict) -> str:
 # Command modules add their commands to `main` when imported.
 from aifabric import (  # noqa: E402, F401
     cli_analysis,
+    cli_calibrate,
     cli_crosscheck,
     cli_emu,
     cli_run,

@@ -54,12 +54,29 @@ def _warn(warnings: list[str]) -> None:
 @click.option(
     "--series", is_flag=True, help="With --json: add the time series (throughput per link, ...)."
 )
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "nccl-tests"]),
+    default="text",
+    show_default=True,
+    help="nccl-tests: a run's collective ops as all_reduce_perf (all_gather_perf, ...) "
+    "prints them, a block per job.",
+)
 @json_option
-def analyze(target, rate, top, series, as_json):
+def analyze(target, rate, top, series, fmt, as_json):
     """Congestion, ECMP imbalance and completion times of a run directory or a capture."""
     notice_compiles()
     from aifabric.analysis import render, targets
 
+    if as_json and fmt not in ("text", "json"):
+        raise click.UsageError(f"--json and --format {fmt} are two formats; give one")
+    as_json = as_json or fmt == "json"
+    if fmt == "nccl-tests":
+        text, warnings = targets.nccl_tests(target)
+        _warn(warnings)
+        click.echo(text)
+        return
     m, warnings = targets.analyze(target, rate_bps=rate, top=top, series=series and as_json)
     _warn(warnings)
     if as_json:

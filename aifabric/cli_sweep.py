@@ -192,11 +192,28 @@ def _fmt(value, column: str = "") -> str:
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--metric", "metrics", multiple=True, help="A results column, or a metric name "
               "for every job's column (busbw_gbps) [default: the headline ones].")  # fmt: skip
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "nccl-tests"]),
+    default="text",
+    show_default=True,
+    help="nccl-tests: the runs' collective ops as all_reduce_perf (...) prints them, a row "
+    "per size, a block per configuration of the other keys.",
+)
 @json_option
-def sweep_show(directory, metrics, as_json):
+def sweep_show(directory, metrics, fmt, as_json):
     """Per configuration: mean, std, min/max and the 95% interval over seeds."""
     from aifabric.experiments.sweepdir import open_sweep
 
+    if as_json and fmt not in ("text", "json"):
+        raise click.UsageError(f"--json and --format {fmt} are two formats; give one")
+    as_json = as_json or fmt == "json"
+    if fmt == "nccl-tests":
+        from aifabric.experiments.nccltests import nccl_tests_text
+
+        click.echo(nccl_tests_text(directory))
+        return
     res = open_sweep(directory)
     rows = res.aggregate(list(metrics))
     contrasts = [{**c, "effects": res.effects(c)} for c in res.contrasts()]

@@ -20,16 +20,12 @@ def _spec(name: str):
     return names
 
 
-def _algorithms():
-    from aifabric.traffic.collectives import KINDS
-
-    return dict.fromkeys(a for c in KINDS.values() for a in c.algorithms)
-
-
 # Options that turn a bare collective or pattern name into a one-job workload.
 _SPEC_OPTIONS = (
-    ("algorithm", choice(_algorithms),
-     "Collective algorithm (the kind's first by default)."),
+    ("algorithm", choice(_spec("ALGORITHMS")),
+     "Collective algorithm (auto, the default: NCCL's cost model picks it)."),
+    ("protocol", choice(_spec("PROTOCOLS")),
+     "NCCL protocol (auto, the default: NCCL's cost model picks it)."),
     ("size", SIZE, "Bytes of the op, or per flow for patterns (e.g. 64MiB)."),
     ("gpus", GPUS, 'GPUs of the job, or "all".'),
     ("placement", choice(_spec("PLACEMENTS")), "Job placement."),
@@ -112,7 +108,10 @@ def traffic_presets(as_json):
 @spec_options
 @json_option
 def traffic_show(workload, fabric_name, seed, as_json, **options):
-    """Per op: bytes, flows, steps, bytes per rank, ideal time, busbw factor.
+    """Per op: bytes, flows, steps, bytes per rank, ideal times, busbw factor.
+
+    Two ideal times: at line rate (the busiest NIC's bytes at its rate) and NCCL's
+    cost-model time for the op's algorithm and protocol on an idle fabric.
 
     WORKLOAD is a preset, a TOML file, a traffic-matrix file (.npz, .csv, htsim), or a
     collective or pattern name with options (e.g. `allreduce --size 64MiB --gpus 128`).
@@ -143,18 +142,21 @@ def _show_text(s: dict) -> str:
         )
     rows = [
         [
-            g["job"], f"{g['count']}", g["kind"], g["algorithm"], _size(g["size_bytes"]),
+            g["job"], f"{g['count']}", g["kind"], g["algorithm"], g["protocol"] or "-",
+            _size(g["size_bytes"]),
             f"{g['ranks']:,}" + (f"x{g['groups']:,}" if g["groups"] > 1 else ""),
             f"{g['flows']:,}", f"{g['steps']:,}", _size(g["bytes"]),
             _size(g["max_rank_bytes"]), format_time(g["ideal_ns"]),
+            format_time(g["predicted_ns"]) if g["protocol"] else "-",
             f"{g['busbw_factor']:.3f}",
         ]
         for g in s["op_groups"]
     ]  # fmt: skip
-    head = ["job", "ops", "op", "algorithm", "size", "ranks", "flows", "steps", "bytes",
-            "per rank", "ideal", "busbw x"]  # fmt: skip
+    head = ["job", "ops", "op", "algorithm", "protocol", "size", "ranks", "flows", "steps",
+            "bytes", "per rank", "ideal", "NCCL model", "busbw x"]  # fmt: skip
     lines += ["", render(head, rows), "", f"ideal time, ops one after another: "
-              f"{format_time(s['ideal_ns'])}"]  # fmt: skip
+              f"{format_time(s['ideal_ns'])} at line rate, "
+              f"{format_time(s['predicted_ns'])} by NCCL's cost model (collectives)"]  # fmt: skip
     return "\n".join(lines)
 
 

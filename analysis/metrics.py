@@ -821,6 +821,10 @@ def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) 
                 busbw_emulated_bps=(
                     algbw * factor / scale if algbw is not None and factor is not None else None
                 ),
+                protocol=str(col["protocol"][i]) or None if "protocol" in col else None,
+                predicted_ns=(
+                    int(col["predicted_ns"][i]) or None if "predicted_ns" in col else None
+                ),
             )
         )
     return R.Collectives(

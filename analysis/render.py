@@ -192,17 +192,20 @@ def _jobs_table(m: R.RunMetrics, scale: float) -> str:
 
 def _ops_table(m: R.RunMetrics, scale: float) -> str:
     emulated = scale > 1
+    head = ["op", "job", "kind", "algorithm", "ranks", "bytes", "time", "NCCL model", "ideal",
+            "efficiency", "algbw", "busbw"]  # fmt: skip
     return render(
-        ["op", "job", "kind", "ranks", "bytes", "time", "ideal", "efficiency", "algbw", "busbw"]
-        + (["busbw emulated"] if emulated else []),
+        head + (["busbw emulated"] if emulated else []),
         [
             [
                 o.op,
                 o.job_name,
                 o.kind,
+                "/".join(x for x in (o.algorithm, o.protocol) if x and x != "-") or "-",
                 o.ranks,
                 f"{o.bytes:,} {bytes_are(o)}",
                 fmt(o.time_ns, "time"),
+                fmt(o.predicted_ns, "time"),
                 fmt(o.ideal_ns, "time"),
                 fmt(o.efficiency, "pct"),
                 fmt(o.algbw_bps, "rate"),
@@ -211,7 +214,8 @@ def _ops_table(m: R.RunMetrics, scale: float) -> str:
             + ([fmt(o.busbw_emulated_bps, "rate")] if emulated else [])
             for o in m.collectives.ops
         ],
-        title=f"collectives, per op (nccl-tests algbw and busbw; {BYTES_ARE})",
+        title=f"collectives, per op (algorithm/protocol; NCCL model: NCCL's cost-model time; "
+        f"nccl-tests algbw and busbw; {BYTES_ARE})",
     )
 
 

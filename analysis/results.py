@@ -231,7 +231,10 @@ class PausedPort(Result):
 @dataclass(frozen=True)
 class Collective(Result):
     """One collective op (or pattern): its time, ideal time at line rate, efficiency, and
-    nccl-tests algbw and busbw; None where it did not finish."""
+    nccl-tests algbw and busbw; None where it did not finish. `protocol` and
+    `predicted_ns` are the NCCL protocol the op ran and NCCL's cost-model time for it
+    (aifabric.traffic.nccl), None for patterns and for runs written before they were
+    recorded."""
 
     op: int
     job: int
@@ -249,6 +252,8 @@ class Collective(Result):
     busbw_factor: float | None
     busbw_bps: float | None
     busbw_emulated_bps: float | None
+    protocol: str | None = None
+    predicted_ns: int | None = None
 
 
 @dataclass(frozen=True)

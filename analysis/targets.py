@@ -164,6 +164,28 @@ def analyze(target: str, *, rate_bps=None, top: int = 10, series: bool = False):
         return m, _capture_warning(m)
 
 
+def nccl_tests(target: str) -> tuple[str, list[str]]:
+    """(nccl-tests' rows of a run directory's collective ops, warnings): a block per job
+    (`aifabric.analysis.nccltests`). A capture has no ops: one sentence."""
+    from aifabric.analysis import nccltests
+    from aifabric.analysis.metrics import run_metrics
+
+    with opened(target) as t:
+        if t.kind != "run":
+            raise AifabricError(
+                f"{t.label} is a capture: it has no collective ops to print as nccl-tests rows"
+            )
+        from aifabric.fabric.rundir import Run
+
+        run = Run(t.path)
+        m = run_metrics(run, top=1)
+        ops = nccltests.ops_of_run(m.collectives.ops, run.meta["scenario"].get("workload", {}))
+        if not ops:
+            raise AifabricError(f"run {t.label} has no collective ops")
+        lead = [f"aifabric analyze {t.label}: {m.engine} run of {m.fabric}, fabric time"]
+        return nccltests.render_blocks(nccltests.blocks(ops), lead), _run_warning(run)
+
+
 def report(target: str) -> tuple[str, list[str]]:
     """(the HTML report, warnings) of a run directory or a capture (`aifabric.analysis.report`)."""
     from aifabric.analysis.report import build_capture_report, build_report

@@ -43,8 +43,9 @@ from aifabric.topologies import load_fabric  # noqa: E402
 
 CAPTURED_NICS = 2  # the ports of the first NICs and of their switch are captured
 NEW_SERIES = ("cnp_sent",)
-# not hashed: the flow table's busbw factors, copied into the records (no simulated result)
-UNHASHED_COLLECTIVE_COLUMNS = ("busbw_factor",)
+# not hashed: the flow table's busbw factors, NCCL protocols and predicted times, copied into
+# the records (no simulated result)
+UNHASHED_COLLECTIVE_COLUMNS = ("busbw_factor", "protocol", "predicted_ns")
 
 
 def hashed(parts: dict) -> str:

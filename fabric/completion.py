@@ -5,7 +5,8 @@
 - `collective_records`: per collective operation its start (the first of its
   flows to start), its end (the last of its flows to end, -1 unless all did),
   algbw = bytes / time and busbw = algbw x the operation's busbw factor
-  (nccl-tests; recorded too, so the analyzer needs no table of its own), as
+  (nccl-tests; recorded too, so the analyzer needs no table of its own), and
+  the NCCL protocol and cost-model time the flow table gives it, as
   collectives.npz holds them;
 - `collective_rows`: the same as the run's summary lists them.
 """
@@ -59,6 +60,7 @@ def collective_records(flows, start_ns, end_ns) -> dict[str, np.ndarray]:
         "op": t.op_id, "job": t.op_job, "kind": t.op_kind, "algorithm": t.op_algorithm,
         "bytes": t.op_bytes, "ranks": t.op_ranks, "start_ns": start, "end_ns": end,
         "algbw_bps": algbw, "busbw_bps": busbw, "busbw_factor": t.op_busbw_factor,
+        "protocol": t.op_protocol, "predicted_ns": t.op_predicted_ns,
     }  # fmt: skip
 
 
@@ -76,6 +78,11 @@ def collective_rows(coll: dict) -> list[dict]:
             else None,
             "algbw_bps": float(coll["algbw_bps"][j]),
             "busbw_bps": float(coll["busbw_bps"][j]),
+            **(
+                {"protocol": str(coll["protocol"][j]), "predicted_ns": int(coll["predicted_ns"][j])}
+                if "protocol" in coll
+                else {}
+            ),
         }
         for j in range(len(coll["op"]))
     ]

@@ -27,7 +27,9 @@ temporary file renamed into place, so a reader never sees half of one):
     collectives.npz  per collective op: op job kind algorithm bytes ranks start_ns
                      end_ns algbw_bps busbw_bps (nccl-tests convention); busbw_factor
                      (busbw / algbw, recorded also for ops that did not finish; runs
-                     written before it was recorded lack it)
+                     written before it was recorded lack it); protocol and
+                     predicted_ns (the NCCL protocol and cost-model time of the op,
+                     aifabric.traffic.nccl; "" and 0 for patterns; older runs lack them)
     captures/*.pcap  packet captures where taken
     live.json        while the engine runs, its figures so far, rewritten at most once a
                      second (aifabric.fabric.live: simulated time, events, flows done,
@@ -819,6 +821,13 @@ def _check_collectives(path: Path, z: dict) -> None:
             raise AifabricError(
                 f"{path}: busbw_factor holds {factor.max()}, beyond 0..{MAX_BUSBW_FACTOR}"
             )
+    if "protocol" in z:
+        _column(path, z, "protocol", kind="U", length=n)
+    if "predicted_ns" in z:
+        _column(path, z, "predicted_ns", kind="i", length=n)
+        _within(
+            path, "predicted_ns", z["predicted_ns"], 0, np.iinfo(np.int64).max, "a negative value"
+        )
     for key in ("op", "job", "ranks", "bytes"):
         _within(path, key, z[key], 0, np.iinfo(np.int64).max, "a negative value")
 

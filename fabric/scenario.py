@@ -90,11 +90,16 @@ def _queue_dict(fabric: Fabric, role) -> dict[str, Any]:
     return asdict(fabric.queue(role))
 
 
+def job_bodies(workload: dict) -> list[dict]:
+    """The jobs of a workload spec, in order: its `jobs`, or the workload itself (one job)."""
+    return workload.get("jobs") if isinstance(workload.get("jobs"), list) else [workload]
+
+
 def job_names(workload: dict) -> list[str]:
     """A name per job of a workload spec: its `name`, else its collective, pattern or model;
     made unique. The sweep's per-job columns (`busbw_gbps@NAME`) and the run directory's
     `job_name` columns use it."""
-    bodies = workload.get("jobs") if isinstance(workload.get("jobs"), list) else [workload]
+    bodies = job_bodies(workload)
     names = []
     for i, body in enumerate(bodies):
         name = body.get("name") or next(

@@ -28,6 +28,8 @@ checked (an unknown key is an error, not silence):
                           (see aifabric.fabric.cc.PARAMETERS)
     [[faults]]        link = "nodeA--nodeB" (or "nodeA--nodeB#2", or a link id)
                       | node = "z0-ctsw1"; at = "50us"; action = "down" | "drain"
+    [nccl]            NCCL's latencies, bandwidth factors, buffers (aifabric.traffic.nccl
+                      Table keys), any subset; a job's `nccl = {...}` overrides it
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ from aifabric.fabric.specfile import Presets, check_table, load_toml, relative_t
 from aifabric.fabric.units import parse_time
 from aifabric.scenarios.overrides import ECMP_KEYS, apply_overrides
 from aifabric.topologies.spec import QUEUE_ROLES, queue_profiles
+from aifabric.traffic import nccl
 
-TABLES = ("scenario", "workload", "ecmp", "queue", "congestion_control", "faults")
+TABLES = ("scenario", "workload", "ecmp", "queue", "congestion_control", "faults", "nccl")
 SEED_KEYS = ("placement_seed", "qpn_seed", "hash_seed")
 SCENARIO_KEYS = (
     "name", "description", "topology", "workload", "seed", *SEED_KEYS, "sample_interval",
@@ -107,6 +110,9 @@ def scenario_from_dict(
         workload = traffic.load_workload(relative_to(str(head["workload"]), folder))
     else:
         workload = traffic.workload_from_dict(raw["workload"], name, folder)
+    if "nccl" in raw:
+        table = nccl.Table.from_dict(raw["nccl"], f"scenario {name}: nccl")
+        workload = dataclasses.replace(workload, nccl_table=table)
 
     run_seed = _seed(name, "seed", head.get("seed", 0) if seed is None else seed)
     seeds = {key: _seed(name, key, head[key]) for key in SEED_KEYS if key in head}
@@ -182,7 +188,10 @@ def scenario_from_dict(
         faults=faults,
         sample_interval_ns=interval,
         captures=tuple(captures),
-        extra={"description": head.get("description", "")},
+        extra={
+            "description": head.get("description", ""),
+            **({"nccl": raw["nccl"]} if "nccl" in raw else {}),
+        },
     )
 
 

@@ -4,7 +4,9 @@ An override names a key of a scenario's tables with dots and gives it a
 value: `ecmp.policy`, `queue.ecn_kmin`, `queue.rtsw.pfc_xoff`,
 `congestion_control.kind`, `scenario.seed`, `workload.qps`, and for one job
 of several `workload.jobs.NAME.qps` (or its index, `workload.jobs.0.qps`);
-`faults.0.at` changes a fault and `faults` replaces the list. Values are
+`faults.0.at` changes a fault and `faults` replaces the list;
+`nccl.steps`, `nccl.wire.ll`, `nccl.base_latency_us.ring.simple` set an entry
+of the [nccl] table. Values are
 TOML (`4`, `true`, `[1, 2]`, `"x"`), and a bare word that is not TOML is a
 string (`50KiB`, `eecmp`).
 
@@ -54,6 +56,7 @@ def _known() -> dict[str, tuple[str, ...]]:
     from aifabric.fabric.cc import DEFAULTS as CC_DEFAULTS
     from aifabric.scenarios import FAULT_KEYS, SCENARIO_KEYS
     from aifabric.topologies.spec import SCHEMA
+    from aifabric.traffic.nccl import KEYS as NCCL_KEYS
     from aifabric.traffic.spec import COMMON, KINDS, WORKLOAD_KEYS
 
     job_keys = dict.fromkeys(COMMON)
@@ -66,6 +69,7 @@ def _known() -> dict[str, tuple[str, ...]]:
         "congestion_control": ("kind", *CC_DEFAULTS),
         "faults": FAULT_KEYS,
         "workload": tuple(dict.fromkeys((*job_keys, *WORKLOAD_KEYS, "preset"))),
+        "nccl": NCCL_KEYS,
     }
 
 
@@ -92,6 +96,8 @@ def check_key(key: str) -> None:
         parts = parts[1:]
     if table == "workload" and len(parts) == 3 and parts[0] == "jobs":
         parts = parts[2:]
+    if table == "nccl" and parts:
+        parts = parts[:1]  # the entry below it (ring.ll, ...) is the loader's to check
     if len(parts) != 1 or parts[0] not in known[table]:
         raise SpecError(f"unknown key {key}: [{table}] takes {', '.join(known[table])}")
 

@@ -1,47 +1,29 @@
 """Collectives in time: the simulator against NCCL's cost model, and against causality.
 
-NCCL's model (NVIDIA/nccl src/graph/tuning.cc) is written out here from the source,
-independently of the product's tables: an op takes its algorithm x protocol's base
-latency, plus a per-step network latency for each dependent step (a ring AllReduce
-2(n-1), AllGather and ReduceScatter n-1, a tree AllReduce 2 log2(n) when every rank is
-its own node), plus its bytes over the bus bandwidth (nccl-tests' busbw factor times
-the size, over the line rate times the protocol's bandwidth factor).
+NCCL's model (NVIDIA/nccl src/graph/tuning.cc) is the formula tests/test_nccl.py writes
+out from the source, independently of the product's tables (`reference_us`), for a
+communicator whose every rank is its own node (aifabric's flat collectives: every step
+crosses the network).
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aifabric import topologies, traffic
 from aifabric.sim import Simulation
+from aifabric.traffic import nccl
+from tests.test_nccl import reference_us
 
 KiB, MiB = 2**10, 2**20
-# tuning.cc: baseLat[algorithm][protocol] and hwLat[NCCL_HW_NET][algorithm][protocol], in us
-BASE_US = {"ring": {"ll": 6.6, "ll128": 14.0, "simple": 8.4}, "tree": {"ll": 6.8, "ll128": 14.0, "simple": 0.0}}
-NET_US = {"ring": {"ll": 2.7, "ll128": 4.0, "simple": 14.0}, "tree": {"ll": 5.0, "ll128": 8.5, "simple": 14.0}}
-# its bandwidth refinements for several nodes: ring LL 1/4, LL128 0.92; tree x 0.92, LL 1/3.8,
-# LL128 120/128
-BW_FACTOR = {
-    "ring": {"ll": 1 / 4, "ll128": 0.92, "simple": 1.0},
-    "tree": {"ll": 1 / 3.8, "ll128": 120 / 128, "simple": 0.92},
-}
-BUSBW = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
-         "reducescatter": lambda n: (n - 1) / n}  # fmt: skip
 
 
 def nccl_model_us(kind, algorithm, protocol, n, size, line_bps):
-    if algorithm == "ring":
-        steps = 2 * (n - 1) if kind == "allreduce" else n - 1
-    else:
-        steps = 2 * int(math.floor(math.log2(n)))
-    latency = BASE_US[algorithm][protocol] + steps * NET_US[algorithm][protocol]
-    bus_bytes_per_us = line_bps / 8 / 1e6 * BW_FACTOR[algorithm][protocol]
-    return latency + BUSBW[kind](n) * size / bus_bytes_per_us
+    return reference_us(kind, algorithm, protocol, n, n, size, line_bps)
 
 
 def simulate(fabric, kind, algorithm, protocol, n, size, **job):
@@ -99,9 +81,7 @@ def test_uncongested_ops_take_nccls_model_time_large(medium, kind, algorithm, pr
 def causal_floor_us(kind, algorithm, protocol, n, size, flows, fabric) -> float:
     """The chain of dependent steps: each at least its step latency and its chunk's
     serialization at the line rate (the hops' propagation adds to that)."""
-    from aifabric.traffic.generate import nccl_terms
-
-    terms = nccl_terms(kind, algorithm, protocol, n, size, 1)
+    terms = nccl.terms(nccl.DEFAULT, kind, algorithm, protocol, n, size, 1)
     lat_ns, base_ns = terms.step_latency_ns, terms.base_latency_ns
     steps = int(flows.group_steps.max())
     chunk = int(flows.group_bytes.max()) / steps

@@ -59,7 +59,8 @@ def test_choices_come_from_the_library_tables():
     assert tuple(policy.type.choices) == POLICIES
     show = main.commands["traffic"].commands["show"]
     algorithm = next(p for p in show.params if p.name == "algorithm")
-    assert set(algorithm.type.choices) == {a for c in KINDS.values() for a in c.algorithms}
+    named = {a for c in KINDS.values() for a in c.algorithms}
+    assert set(algorithm.type.choices) == {"auto", *named}
     assert list(choice(("a", "b")).choices) == ["a", "b"]
     from aifabric.emu.net import SWITCHES
     from aifabric.fabric.routing import EMULATOR_POLICY

@@ -69,7 +69,8 @@ def check_graph(table):
 @pytest.mark.parametrize("channels", [1, 2])
 def test_ring_allreduce_per_rank_bytes(medium, n, channels):
     size = 48 * n * channels * 1024
-    t = flows_of(medium, collective="allreduce", size=size, gpus=n, channels=channels)
+    t = flows_of(medium, collective="allreduce", algorithm="ring", size=size, gpus=n,
+                 channels=channels)  # fmt: skip
     per = sent_per_rank(t)
     assert len(per) == n
     assert set(per.values()) == {2 * (n - 1) * size // n}
@@ -96,7 +97,9 @@ def test_ring_totals_are_exact_for_any_size(medium, n):
 def test_ring_streams_are_released_by_the_edge_before(medium):
     """One stream per ring edge; its step k waits for step k-1 of the edge into its sender."""
     n = 6
-    t = flows_of(medium, collective="allreduce", size=6 * 4096, gpus=n, channels=2)
+    t = flows_of(
+        medium, collective="allreduce", algorithm="ring", size=6 * 4096, gpus=n, channels=2
+    )
     assert len(t) == t.n_groups == 2 * n and not len(t.dep)
     assert set(t.group_steps.tolist()) == {2 * (n - 1)} and set(t.group_offset.tolist()) == {1}
     for s in range(t.n_groups):
@@ -108,7 +111,9 @@ def test_ring_steps_written_out_wait_for_the_step_before_upstream(medium):
     from aifabric.traffic.steps import expand_steps
 
     n = 6
-    t = expand_steps(flows_of(medium, collective="allreduce", size=6 * 4096, gpus=n, qps=2))
+    t = expand_steps(
+        flows_of(medium, collective="allreduce", algorithm="ring", size=6 * 4096, gpus=n, qps=2)
+    )
     assert len(t) == n * 2 * 2 * (n - 1)
     assert int(t.bytes.sum()) == 2 * (n - 1) * 6 * 4096
     nic_rank = {int(x): i for i, x in enumerate(np.unique(t.src))}
@@ -197,7 +202,9 @@ def test_broadcast_and_sendrecv(medium, n):
 
 def test_hierarchical_keeps_servers_off_the_fabric(medium):
     size = 8 * 16 * 4096
-    t = flows_of(medium, collective="allreduce", size=size, gpus=128, hierarchical=True)
+    t = flows_of(
+        medium, collective="allreduce", algorithm="ring", size=size, gpus=128, hierarchical=True
+    )
     server = server_keys(medium, medium.nic_ids)[0]
     server_of = np.full(medium.n_nodes, -1)
     server_of[medium.nic_ids] = server
@@ -354,7 +361,8 @@ def test_closed_form_plan_equals_the_table(medium, kind, algorithm, hierarchical
         want_s = np.zeros(medium.n_nodes)
         want_r = np.zeros(medium.n_nodes)
         for ranks, part, root in collective_instances(medium, w.jobs[0], nics, "t"):
-            shape = replace(job_shape(w.jobs[0]), root=root)
+            shape = replace(job_shape(w.jobs[0], len(ranks), algorithm, "simple", None, part),
+                            root=root)  # fmt: skip
             s_, r_ = coll.kind(kind).rank_bytes(algorithm, len(ranks), part, shape)
             want_s[ranks] += s_
             want_r[ranks] += r_

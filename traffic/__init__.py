@@ -16,7 +16,10 @@ tables, with `name` and `description` beside them). Jobs never share a NIC.
     key            kinds  default     meaning
     preset         -      -           start from a preset (dense, moe); the other keys override it
     collective     c      -           allreduce allgather reducescatter alltoall broadcast sendrecv
-    algorithm      c      first       ring|tree|halving-doubling (allreduce); ring; pairwise; p2p
+    algorithm      c      auto        ring|tree|halving-doubling (allreduce); ring; pairwise; p2p;
+                                      auto: NCCL's cost model picks (traffic.nccl)
+    protocol       c t    auto        ll | ll128 | simple | auto (NCCL's cost model picks)
+    nccl           c t    {}          [nccl] keys over the scenario's (traffic.nccl.Table)
     size           c p    64MiB/2MB   op bytes, nccl-tests convention (per flow, mean for patterns)
     hierarchical   c      false       intra-server step on NVLink; per-rail ops across servers
     root, stages   c      0, 2        broadcast root rank; sendrecv pipeline stages

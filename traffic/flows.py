@@ -24,11 +24,12 @@ Added within schema 1 (absent from older files, then filled with defaults):
     op_chunk_bytes   chunk (message) size a channel posts at once
     op_window        clear-to-send admission: outstanding chunks per channel a
                      receiver grants; 0 = no receiver-driven admission
-    op_protocol      NCCL's protocol the op runs ("simple", "ll", "ll128"; "-" for
-                     traffic patterns); its flows' bytes are the protocol's wire payload
+    op_protocol      NCCL protocol the op runs: "ll", "ll128", "simple" ("" for
+                     patterns and traffic matrices; aifabric.traffic.nccl); its flows'
+                     bytes are the protocol's wire payload
     op_step_latency_ns  from the arrival of a step's input to the release of the step
     op_base_latency_ns  before the op's first step
-    op_predicted_ns  NCCL's cost-model time of the op on an idle fabric (0: none)
+    op_predicted_ns  NCCL's cost-model time of the op (0 where there is none)
     op_rate_factor   each QP's rate cap over its NIC's line rate (the protocol's bandwidth
                      beyond its wire format, NCCL's model; 1: none)
     group            per flow: the stream it is a QP of, -1 for a flow that is a whole
@@ -101,7 +102,7 @@ EXTRA_OP_COLUMNS = {
     "op_protocol": np.str_,
     "op_step_latency_ns": np.int64,
     "op_base_latency_ns": np.int64,
-    "op_predicted_ns": np.float64,
+    "op_predicted_ns": np.int64,
     "op_rate_factor": np.float64,
 }
 GROUP_COLUMNS = {
@@ -117,7 +118,7 @@ _EXTRA_DEFAULTS = {
     "op_channels": 1,
     "op_qps": 1,
     "op_qp_mode": "split",
-    "op_protocol": "-",
+    "op_protocol": "",
     "op_rate_factor": 1.0,
 }
 _FLOW_DEFAULTS = {"group": -1}

@@ -35,6 +35,7 @@ from aifabric.fabric.addressing import roce_udp_sport
 from aifabric.fabric.errors import SpecError
 from aifabric.fabric.model import Fabric
 from aifabric.traffic import collectives as coll
+from aifabric.traffic import nccl
 from aifabric.traffic.flows import FlowTable
 from aifabric.traffic.placement import place, server_keys
 from aifabric.traffic.spec import COMMON, Job, Workload
@@ -62,10 +63,10 @@ class Op:
     tr: coll.Transfers  # src/dst already NIC node ids
     start_ns: np.ndarray | None = None  # per transfer (patterns); None: the job's start
     hierarchical: bool = False
-    protocol: str = "-"  # NCCL's protocol (collectives): simple, ll, ll128
+    protocol: str = ""  # NCCL protocol (aifabric.traffic.nccl), "" for patterns and matrices
+    predicted_ns: int = 0  # NCCL's cost-model time of the op
     step_latency_ns: int = 0  # from an arrival to the release of the step it feeds
     base_latency_ns: int = 0  # before the op's first step
-    predicted_ns: float = 0.0  # NCCL's cost model on an idle fabric (0: none)
     rate_factor: float = 1.0  # each QP's rate cap, as a fraction of its NIC's line rate
 
 
@@ -129,17 +130,6 @@ def qp_bytes(x, q, qps: int, mode: str, chunk: int):
     full, rem = x // chunk, x % chunk
     count = np.maximum(0, (full - q + qps - 1) // qps)
     return count * chunk + np.where(full % qps == q, rem, 0)
-
-
-def protocol_wire_bytes(nbytes, protocol: str):
-    """Payload bytes on the wire for `nbytes` of data: LL sends 8 data bytes in each 16-byte
-    line (a flag per 4 bytes), LL128 120 in each 128-byte line, Simple the data itself."""
-    nbytes = np.asarray(nbytes, dtype=_I64)
-    if protocol == "ll":
-        return -(-nbytes // 8) * 16
-    if protocol == "ll128":
-        return -(-nbytes // 120) * 128
-    return nbytes
 
 
 def expand_streams(tr: coll.Transfers, qps: int, mode: str, chunk: int):
@@ -234,8 +224,6 @@ class _Builder:
         sinks: list[tuple[np.ndarray, np.ndarray]] = []
         for op in ops:
             tr = op.tr
-            if op.protocol not in ("-", "simple"):
-                tr = replace(tr, bytes=protocol_wire_bytes(tr.bytes, op.protocol))
             group = None
             if tr.streams:
                 t, q, nbytes, msg = expand_streams(tr, job["qps"], job["qp_mode"], job["chunk"])
@@ -411,7 +399,7 @@ def generate(
     }
     for j, job in enumerate(workload.jobs):
         if j not in ops:
-            ops[j] = job_ops(fabric, job, placed[j], b.rng, f"{workload.name}")
+            ops[j] = job_ops(fabric, job, placed[j], b.rng, f"{workload.name}", workload.nccl_table)
         b.add_ops(j, job, ops[j])
     return b.finish()
 
@@ -464,16 +452,18 @@ def _gpus_wanted(job: Job) -> int:
     return job["gpus"]
 
 
-def job_ops(fabric: Fabric, job: Job, nics: np.ndarray, rng, name: str) -> list[Op]:
+def job_ops(
+    fabric: Fabric, job: Job, nics: np.ndarray, rng, name: str, table: nccl.Table = nccl.DEFAULT
+) -> list[Op]:
     if job.kind == "collective":
-        return _collective_ops(fabric, job, nics, name)
+        return _collective_ops(fabric, job, nics, name, table)
     if job.kind == "pattern":
         from aifabric.traffic.patterns import pattern_op
 
         return [pattern_op(fabric, job, nics, rng, name)]
     from aifabric.traffic.training import training_ops
 
-    return training_ops(fabric, job, nics, name)
+    return training_ops(fabric, job, nics, name, table)
 
 
 def server_matrix(fabric: Fabric, nics: np.ndarray, what: str) -> np.ndarray:
@@ -502,7 +492,7 @@ def collective_instances(
     """
     kind, size = job["collective"], job["size"]
     collective = coll.kind(kind)
-    shape = job_shape(job)
+    shape = coll.Shape(channels=job["channels"], root=job["root"], stages=job["stages"])
     why = collective.refuse(len(nics), shape, "GPUs")
     if why:
         raise SpecError(f"workload {name}: {why}")
@@ -517,101 +507,47 @@ def collective_instances(
     return [(grid[:, rail], sizes[rail], job["root"] // per) for rail in range(per)]
 
 
-@dataclass(frozen=True)
-class NcclTerms:
-    """How NCCL runs one op with a protocol: the most one step of a stream moves, the
-    per-step and base latencies and each QP's rate cap (`rate_factor`, over its line
-    rate)."""
-
-    step_bytes: int
-    step_latency_ns: int
-    base_latency_ns: int
-    rate_factor: float
-
-
-# NCCL's tuning model (src/graph/tuning.cc): the base latency of an algorithm x protocol,
-# the per-step latency over the network (hwLat[NCCL_HW_NET]), in ns; algorithms NCCL does
-# not have (halving-doubling, pairwise, p2p) take the ring's
-_BASE_NS = {
-    ("ring", "ll"): 6_600, ("ring", "ll128"): 14_000, ("ring", "simple"): 8_400,
-    ("tree", "ll"): 6_800, ("tree", "ll128"): 14_000, ("tree", "simple"): 0,
-}  # fmt: skip
-_NET_NS = {
-    ("ring", "ll"): 2_700, ("ring", "ll128"): 4_000, ("ring", "simple"): 14_000,
-    ("tree", "ll"): 5_000, ("tree", "ll128"): 8_500, ("tree", "simple"): 14_000,
-}  # fmt: skip
-# its bandwidth refinements with several nodes (ring LL 1/4, LL128 0.92; tree 0.92, LL
-# 1/3.8, LL128 120/128); the wire already costs LL half of the bandwidth and LL128 8/128
-_BANDWIDTH_FACTOR = {
-    ("ring", "simple"): 1.0, ("ring", "ll"): 0.25, ("ring", "ll128"): 0.92,
-    ("tree", "simple"): 0.92, ("tree", "ll"): 1 / 3.8, ("tree", "ll128"): 120 / 128,
-}  # fmt: skip
-_WIRE = {"simple": 1.0, "ll": 0.5, "ll128": 120 / 128}
-# data one step carries: the protocol's buffer / NCCL_STEPS (8) x chunk steps (Simple: 4
-# steps a chunk; LL and LL128 a step a chunk)
-_STEP_BYTES = {"simple": 4 * 2**20 // 8 * 4, "ll128": 4_915_200 // 8 * 120 // 128, "ll": 2**16 // 2}
-
-
-def _net_algorithm(algorithm: str) -> str:
-    return "tree" if algorithm == "tree" else "ring"
-
-
-def tree_step_bytes(size: int, channels: int, depth: int, step: int) -> int:
-    """NCCL's tree chunk (enqueue.cc): halved while the op has too few chunks per channel
-    to fill the tree's pipeline (8, 4 and 1 per level, down to 128, 64 and 32 KiB)."""
-    for per_level, floor in ((8, 128 * 2**10), (4, 64 * 2**10), (1, 32 * 2**10)):
-        while size // (channels * step) < depth * per_level and step > floor:
-            step //= 2
-    return step
-
-
-def nccl_terms(kind: str, algorithm: str, protocol: str, ranks: int, size: int, channels: int):
-    """NCCL's terms for one op (see `NcclTerms`); a protocol of "-" (none) has no latency."""
-    if protocol not in _WIRE:
-        return NcclTerms(2 * 2**20, 0, 0, 1.0)
-    a = _net_algorithm(algorithm)
-    step = _STEP_BYTES[protocol]
-    if algorithm == "tree" and protocol == "simple":
-        depth = int(np.floor(np.log2(max(ranks, 2)))) + 1
-        step = tree_step_bytes(size, channels, depth, step)
-    cap = min(1.0, _BANDWIDTH_FACTOR[a, protocol] / _WIRE[protocol])
-    return NcclTerms(step, _NET_NS[a, protocol], _BASE_NS[a, protocol], cap)
-
-
-def job_protocol(job: Job) -> str:
-    p = job.values.get("protocol", "simple")
-    return "simple" if p == "auto" else p
-
-
-def job_terms(job: Job, ranks: int) -> NcclTerms:
-    return nccl_terms(
-        job["collective"], job["algorithm"], job_protocol(job), ranks, job["size"], job["channels"]
-    )
-
-
-def job_shape(job: Job, ranks: int = 2) -> coll.Shape:
-    """The keys of a collective job that shape its communicators' transfers."""
-    t = job_terms(job, ranks)
+def job_shape(
+    job: Job,
+    ranks: int,
+    algorithm: str,
+    protocol: str,
+    table: nccl.Table | None = None,
+    size: int | None = None,
+) -> coll.Shape:
+    """The keys of a collective job that shape a communicator's transfers (of `size` bytes,
+    the job's by default), with NCCL's step size for `algorithm` and `protocol`
+    (`aifabric.traffic.nccl.terms`)."""
+    t = nccl.terms(
+        (table or nccl.DEFAULT).merged(job["nccl"]), job["collective"], algorithm, protocol,
+        ranks, job["size"] if size is None else size, job["channels"],
+    )  # fmt: skip
     return coll.Shape(
         channels=job["channels"], step_bytes=t.step_bytes, chunk=job["chunk"], root=job["root"],
         stages=job["stages"],
     )  # fmt: skip
 
 
-def collective_flow_count(job: Job, instances) -> int:
+def collective_flow_count(job: Job, instances, algorithm: str, protocol: str, table=None) -> int:
     collective = coll.kind(job["collective"])
     per_op = sum(
-        collective.transfer_count(job["algorithm"], len(ranks), size, job_shape(job, len(ranks)))
+        collective.transfer_count(
+            algorithm, len(ranks), size, job_shape(job, len(ranks), algorithm, protocol, table, size)
+        )
         for ranks, size, _ in instances
     )
     return job["qps"] * per_op * job["iterations"]
 
 
-def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list[Op]:
-    kind, algorithm, size = job["collective"], job["algorithm"], job["size"]
+def _collective_ops(
+    fabric: Fabric, job: Job, nics: np.ndarray, name: str, table: nccl.Table
+) -> list[Op]:
+    kind, size = job["collective"], job["size"]
     collective = coll.kind(kind)
     instances = collective_instances(fabric, job, nics, name)
-    count = collective_flow_count(job, instances)
+    choice = nccl.job_choice(table, fabric, job, nics, len(instances[0][0]))
+    algorithm = choice.algorithm
+    count = collective_flow_count(job, instances, algorithm, choice.protocol, table)
     if count > MAX_FLOWS:
         raise TooManyFlows(
             f"workload {name}: {kind} over {len(nics):,} GPUs makes {count:,} flows, more "
@@ -621,15 +557,21 @@ def _collective_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> li
         )
     blocks = []
     for ranks, part, root in instances:
-        shape = replace(job_shape(job, len(ranks)), root=root)
+        shape = replace(
+            job_shape(job, len(ranks), algorithm, choice.protocol, table, part), root=root
+        )
         tr = collective.transfers(algorithm, len(ranks), part, shape)
         blocks.append(map_groups(tr, ranks[None, :]))
     tr = coll.concat(blocks)
-    terms = job_terms(job, max(len(r) for r, _, _ in instances))
+    terms = nccl.terms(
+        table.merged(job["nccl"]), kind, algorithm, choice.protocol,
+        max(len(r) for r, _, _ in instances), size, job["channels"],
+    )  # fmt: skip
     op = Op(
         kind, algorithm, size, len(nics), 1, tr.steps, tr, hierarchical=job["hierarchical"],
-        protocol=job_protocol(job), step_latency_ns=terms.step_latency_ns,
-        base_latency_ns=terms.base_latency_ns, rate_factor=terms.rate_factor,
+        protocol=choice.protocol, predicted_ns=choice.predicted_ns,
+        step_latency_ns=terms.step_latency_ns, base_latency_ns=terms.base_latency_ns,
+        rate_factor=terms.rate_factor,
     )  # fmt: skip
     return [op] * job["iterations"]
 

@@ -31,12 +31,15 @@ from aifabric.fabric.specfile import (
     parse_keys,
 )
 from aifabric.fabric.units import parse_size, parse_time
+from aifabric.traffic import nccl
 from aifabric.traffic.collectives import KINDS
 
 COLLECTIVES = {name: c.algorithms for name, c in KINDS.items()}  # name -> its algorithms
 PATTERNS = ("permutation", "incast", "uniform")
 PLACEMENTS = ("packed", "fragmented", "rail-aligned")
 QP_MODES = ("split", "round-robin")
+PROTOCOLS = ("auto", *nccl.PROTOCOLS)
+ALGORITHMS = tuple(dict.fromkeys(("auto", *(a for c in KINDS.values() for a in c.algorithms))))
 DISTRIBUTIONS = ("fixed", "exponential", "pareto")
 # Bounds that keep a workload within what one machine can generate and simulate;
 # each refusal names the bound (docs/traffic.md lists them).
@@ -86,6 +89,12 @@ def _gpus(value):
     return value
 
 
+def _table(value):
+    if not isinstance(value, dict):
+        raise ValueError("must be an inline table of [nccl] keys (aifabric.traffic.nccl)")
+    return value
+
+
 def _sizes(value):
     if not isinstance(value, list) or not value:
         raise ValueError("must be a non-empty list of sizes")
@@ -110,11 +119,14 @@ COMMON = {
     ),
     "window": Key(as_int, 0, 0, "clear-to-send: outstanding chunks per channel, 0 = no limit"),
 }
+# Keys of the jobs that issue collectives (collective and training jobs).
+NCCL_KEYS = {
+    "protocol": Key(_choice(PROTOCOLS), "auto", doc="NCCL protocol; auto: NCCL's cost model"),
+    "nccl": Key(_table, {}, doc="[nccl] keys overriding the scenario's (aifabric.traffic.nccl)"),
+}
 COLLECTIVE = {
     "collective": Key(_choice(tuple(COLLECTIVES)), doc=", ".join(COLLECTIVES)),
-    "algorithm": Key(
-        as_str, "", doc=", ".join(dict.fromkeys(a for c in KINDS.values() for a in c.algorithms))
-    ),
+    "algorithm": Key(as_str, "auto", doc=", ".join(ALGORITHMS)),
     "size": Key(
         parse_size, 64 * 2**20, 1, "bytes of the operation (nccl-tests convention)", MAX_BYTES
     ),
@@ -125,6 +137,7 @@ COLLECTIVE = {
     "root": Key(as_int, 0, 0, "broadcast root rank"),
     "stages": Key(as_int, 2, 2, "sendrecv: pipeline stages"),
     "iterations": Key(as_int, 1, 1, "times the operation runs, one after the other", MAX_REPEATS),
+    **NCCL_KEYS,
 }
 PATTERN = {
     "pattern": Key(_choice(PATTERNS), doc=", ".join(PATTERNS)),
@@ -156,6 +169,7 @@ TRAINING = {
     "moe_layers": Key(
         as_int, 0, 0, "MoE layers (each: 2 AllToAll forward, 2 backward)", MAX_REPEATS
     ),
+    **NCCL_KEYS,
     "moe_alltoall": Key(
         parse_size, 32 * 2**20, 0, "AllToAll size per GPU per MoE layer", MAX_BYTES
     ),
@@ -189,6 +203,7 @@ class Workload:
     description: str
     jobs: tuple[Job, ...]
     raw: dict[str, Any]
+    nccl_table: nccl.Table = nccl.DEFAULT  # a scenario's [nccl] table; each job's nccl over it
 
 
 PRESETS = Presets("aifabric.traffic", "presets", "workload")
@@ -340,14 +355,11 @@ def _job(name: str, where: str, body: dict, folder: Path | None = None) -> Job:
             f"qps = {values['qps']} must stay within 64 and 256"
         )
     if kind == "collective":
-        options = COLLECTIVES[values["collective"]]
-        algorithm = values["algorithm"] or options[0]
-        if algorithm not in options:
-            raise SpecError(
-                f"workload {name}: {where}algorithm = {shown(algorithm)} does not run "
-                f"{values['collective']}; it takes {', '.join(options)}"
-            )
-        values["algorithm"] = algorithm
+        why = nccl.refuse(values["collective"], values["algorithm"], values["protocol"])
+        if why:
+            raise SpecError(f"workload {name}: {where}{why}")
+    if kind in ("collective", "model"):
+        nccl.Table.from_dict(values["nccl"], f"workload {name}: {where}nccl")
     if kind == "model":
         kind = "training"
         if values["ep"] > 1 and not values["moe_layers"]:

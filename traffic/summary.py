@@ -1,4 +1,4 @@
-"""What each operation of a flow table asks of the fabric: bytes, flows, steps, ideal time."""
+"""What each operation of a flow table asks of the fabric: bytes, flows, steps, ideal times."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from aifabric.traffic.flows import FlowTable
 
 def op_stats(fabric: Fabric, table: FlowTable) -> list[dict]:
     """One dict per op. `ideal_ns` is the busiest NIC's bytes (sent or received) at its
-    line rate: the time the op takes if the fabric never congests and steps overlap."""
+    line rate: the time the op takes if the fabric never congests and steps overlap.
+    `predicted_ns` is NCCL's cost-model time for the op's algorithm and `protocol` on an
+    idle fabric (`aifabric.traffic.nccl`; 0 for patterns and traffic matrices)."""
     rate = np.zeros(fabric.n_nodes, dtype=np.float64)
     nics = fabric.nic_ids
     rate[nics] = fabric.port_rate_bps[fabric.nic_port[nics]]
@@ -31,6 +33,7 @@ def op_stats(fabric: Fabric, table: FlowTable) -> list[dict]:
                 "job": int(table.op_job[i]),
                 "kind": str(table.op_kind[i]),
                 "algorithm": str(table.op_algorithm[i]),
+                "protocol": str(table.op_protocol[i]),
                 "size_bytes": int(table.op_bytes[i]),
                 "ranks": int(table.op_ranks[i]),
                 "groups": int(table.op_groups[i]),
@@ -40,6 +43,7 @@ def op_stats(fabric: Fabric, table: FlowTable) -> list[dict]:
                 "max_rank_bytes": int(sent.max()) if hi > lo else 0,
                 "mean_rank_bytes": int(round(sent.sum() / senders)) if senders else 0,
                 "ideal_ns": int(np.ceil(seconds.max() * 1e9)) if hi > lo else 0,
+                "predicted_ns": int(table.op_predicted_ns[i]),
                 "busbw_factor": float(table.op_busbw_factor[i]),
                 "channels": int(table.op_channels[i]),
                 "qps": int(table.op_qps[i]),
@@ -80,7 +84,7 @@ def describe(fabric: Fabric, workload, seed: int = 0) -> dict:
 
     job = workload.jobs[0]
     nics = place(fabric, job["gpus"], job["placement"], np.random.default_rng(seed))
-    ops = collective_stats(fabric, job, nics, workload.name)
+    ops = collective_stats(fabric, job, nics, workload.name, workload.nccl_table)
     return {
         "fabric": fabric.name,
         "closed_form": True,
@@ -93,11 +97,14 @@ def describe(fabric: Fabric, workload, seed: int = 0) -> dict:
 
 def show(fabric: Fabric, workload, seed: int = 0) -> dict:
     """`describe`, with the workload's name and job count, and its ops grouped: one group
-    per run of identical ops (job, kind, algorithm, size, ranks, communicators)."""
+    per run of identical ops (job, kind, algorithm, protocol, size, ranks, communicators)."""
     s = describe(fabric, workload, seed)
     groups: dict[tuple, list] = {}
     for op in s["ops"]:
-        key = (op["job"], op["kind"], op["algorithm"], op["size_bytes"], op["ranks"], op["groups"])
+        key = (
+            op["job"], op["kind"], op["algorithm"], op["protocol"], op["size_bytes"], op["ranks"],
+            op["groups"],
+        )  # fmt: skip
         groups.setdefault(key, []).append(op)
     return {
         "workload": workload.name,
@@ -105,5 +112,6 @@ def show(fabric: Fabric, workload, seed: int = 0) -> dict:
         "jobs": len(workload.jobs),
         **s,
         "ideal_ns": sum(op["ideal_ns"] for op in s["ops"]),
+        "predicted_ns": sum(op["predicted_ns"] for op in s["ops"]),
         "op_groups": [{"count": len(ops), **ops[0]} for ops in groups.values()],
     }

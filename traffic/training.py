@@ -15,6 +15,10 @@ GPU holds 1/tp of its stage's parameters. The iteration issues, in order:
    `fsdp` an AllGather (backward re-gather) and a ReduceScatter.
 
 Operations are ordered per NIC in this order (see `aifabric.traffic.generate`).
+Their algorithms are fixed (ring, pairwise AllToAll, point-to-point sends); their
+protocol is the job's `protocol`, or with "auto" NCCL's choice (`aifabric.traffic.nccl`:
+its cost model for the collectives, its point-to-point rule for AllToAll and sends,
+which never run LL128), each with NCCL's predicted time.
 Expert gradients are reduced with the rest over the whole data-parallel group
 (a simplification: a real MoE reduces expert weights over dp/ep replicas).
 """
@@ -26,19 +30,16 @@ import numpy as np
 from aifabric.fabric.errors import SpecError
 from aifabric.fabric.model import Fabric
 from aifabric.traffic import collectives as coll
+from aifabric.traffic import nccl
 from aifabric.traffic.spec import Job
 
 _I64 = np.int64
 
 
-def training_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list:
-    from aifabric.traffic.generate import (
-        Op,
-        job_protocol,
-        map_groups,
-        nccl_terms,
-        server_matrix,
-    )
+def training_ops(
+    fabric: Fabric, job: Job, nics: np.ndarray, name: str, table: nccl.Table = nccl.DEFAULT
+) -> list:
+    from aifabric.traffic.generate import Op, map_groups, server_matrix
 
     grid = server_matrix(fabric, nics, f"workload {name}: a training job")
     n = grid.size
@@ -66,24 +67,31 @@ def training_ops(fabric: Fabric, job: Job, nics: np.ndarray, name: str) -> list:
     moe_per_stage = [len(x) for x in np.array_split(np.arange(job["moe_layers"]), pp)]
     micro = job["micro_batches"] or 2 * pp
     ch, chunk = job["channels"], job["chunk"]
-    protocol = job_protocol(job)
     ops: list[Op] = []
     made: dict[tuple, Op] = {}  # the same operation on the same groups is built once
+    table = table.merged(job["nccl"])
 
     def collective(kind, algorithm, size, groups, key):
         if (kind, size, key) not in made:
-            t = nccl_terms(kind, algorithm, protocol, groups.shape[1], size, ch)
+            n = groups.shape[1]
+            proto = job["protocol"]
+            if kind in nccl.P2P_KINDS and proto == "ll128":
+                proto = "auto"
+            # every rank its own NIC: each step crosses the network (nodes = ranks)
+            c = nccl.resolve(table, fabric, kind, algorithm, proto, n, n, size, ch, groups)
+            t = nccl.terms(table, kind, algorithm, c.protocol, n, size, ch)
             shape = coll.Shape(ch, t.step_bytes, chunk)
-            tr = coll.kind(kind).transfers(algorithm, groups.shape[1], size, shape)
+            tr = coll.kind(kind).transfers(algorithm, n, size, shape)
             made[kind, size, key] = Op(
                 kind,
                 algorithm,
                 size,
-                groups.shape[1],
+                n,
                 len(groups),
                 tr.steps,
                 map_groups(tr, groups),
-                protocol=protocol,
+                protocol=c.protocol,
+                predicted_ns=c.predicted_ns,
                 step_latency_ns=t.step_latency_ns,
                 base_latency_ns=t.base_latency_ns,
                 rate_factor=t.rate_factor,
