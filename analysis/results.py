@@ -105,6 +105,7 @@ class EcmpSwitch(Result):
     links: int
     ports: tuple[str, ...]
     qps: int
+    hash_units: int  # the QPs' distinct hashed keys (`routing.hashed_fields`): the balls
     bytes_per_link: tuple[int, ...]
     qps_per_link: tuple[int, ...]
     bytes: Imbalance
@@ -126,6 +127,7 @@ class EcmpTier(Result):
     links_in_tier: int
     links_used: int
     qps: int
+    hash_units: int
     bytes: Imbalance
     bytes_expected: UniformReference
     qps_imbalance: Imbalance

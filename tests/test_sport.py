@@ -1,4 +1,5 @@
-"""RoCEv2 UDP source ports as NICs derive them ([nic] sport), QPNs as NICs allocate them."""
+"""RoCEv2 UDP source ports as NICs derive them ([nic] sport), QPNs as NICs allocate them, and
+the uniform-hashing reference of the ECMP figures over the ports the QPs really have."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from aifabric import topologies, traffic
+from aifabric.analysis.ecmp import ecmp_metrics, expected_collisions
 from aifabric.cli import main
 from aifabric.fabric.addressing import (
     allocate_qpns,
@@ -14,6 +16,8 @@ from aifabric.fabric.addressing import (
     roce_udp_sport,
     udp_sports,
 )
+from aifabric.fabric.routing import Routing
+from aifabric.fabric.spread import QpFlows, ecmp_spread, expand_qps, random_spread
 from aifabric.scenarios import load_scenario, scenario_from_dict
 
 
@@ -141,3 +145,77 @@ def test_an_unknown_rule_is_one_sentence(tmp_path, monkeypatch):
     assert len(last) == 1 and "Traceback" not in r.output, r.output
     assert last[0] == "Error: scenario s: nic.sport = 'crc' is not one of linux, xor, random"
     assert not (tmp_path / "out").exists()
+
+
+def shared_port_flows(fabric, pairs: int, rng):
+    """`pairs` connections from rack 0 to other racks, two QPs each; even consecutive QPNs
+    at both ends, so the xor rule gives both QPs of a connection one port."""
+    nics = fabric.nic_ids
+    src = np.repeat(rng.choice(nics[:4], pairs), 2)
+    dst = np.repeat(rng.choice(nics[4:], pairs), 2)
+    sqpn = np.repeat(rng.integers(0x80, 1 << 23, pairs) * 2, 2) + np.tile([0, 1], pairs)
+    dqpn = np.repeat(rng.integers(0x80, 1 << 23, pairs) * 2, 2) + np.tile([0, 1], pairs)
+    sport = roce_udp_sport(sqpn, dqpn)
+    assert np.array_equal(sport[0::2], sport[1::2])
+    return src, dst, sqpn, dqpn, sport
+
+
+@pytest.mark.parametrize(("policy", "units"), [("5tuple", 1), ("eecmp", 2)])
+def test_the_uniform_reference_hashes_qps_sharing_a_port_as_one(policy, units):
+    """Two QPs with one 5-tuple are one ball for a 5-tuple hash (never split), two for
+    eecmp (the dQPN tells them apart): the expected collisions are those of the units."""
+    fabric = topologies.load_fabric("lab-small")
+    pairs = 12
+    src, dst, sqpn, dqpn, sport = shared_port_flows(fabric, pairs, np.random.default_rng(4))
+    routing = Routing(fabric, policy, 1)
+    paths = routing.paths(src, dst, sport, dqpn)
+    flows_ = {"src": src, "dst": dst, "sport": sport, "dqpn": dqpn,
+              "bytes": np.full(2 * pairs, 4096), "path_ptr": paths.ptr}  # fmt: skip
+    m = ecmp_metrics(fabric, flows_, routing, paths.ports.astype(np.int64)).to_dict()
+    row = next(r for r in m["switches"] if (r["switch"], r["tier"]) == ("z0-r0-rtsw", "rtsw>ctsw"))
+    assert row["qps"] == 2 * pairs and row["hash_units"] == units * pairs
+    assert row["collisions_expected"] == pytest.approx(expected_collisions(units * pairs, 4))
+    occupied = sum(1 for c in row["qps_per_link"] if c)
+    assert row["collisions"] == units * pairs - occupied
+    if units == 1:
+        assert all(c % 2 == 0 for c in row["qps_per_link"])  # the pairs go together
+    # the reference of QPs per link: under 5-tuple hashing a pair lands together, so the
+    # max/mean of QP counts is that of `pairs` balls of weight 2, not of 2 x pairs balls
+    rng = np.random.default_rng(5)
+    draws = rng.integers(0, 4, size=(20_000, units * pairs))
+    loads = np.stack([np.bincount(d, minlength=4) for d in draws]) * (2 // units)
+    want = np.mean(loads.max(axis=1) / loads.mean(axis=1))
+    assert row["qps_expected"]["max_mean"] == pytest.approx(want, rel=0.03)
+
+
+def test_the_spread_reference_draws_once_per_hashed_key(medium):
+    rng = np.random.default_rng(6)
+    src, dst, sqpn, dqpn, sport = shared_port_flows(medium, 64, rng)
+    qp = QpFlows(
+        src=src.astype(np.int32), dst=dst.astype(np.int32), sqpn=sqpn, dqpn=dqpn, sport=sport,
+        weight=np.full(128, 0.5), flow=np.repeat(np.arange(64), 2),
+    )  # fmt: skip
+    routing = Routing(medium, "5tuple", 1)
+    units = np.repeat(np.arange(64), 2)
+    ideal = routing.paths(qp.src, qp.dst, qp.sport, qp.dqpn, rng=rng, units=units)
+    for f in range(0, 128, 2):
+        assert np.array_equal(ideal.of(f), ideal.of(f + 1))
+    assert ecmp_spread(routing, qp, trials=2)["hash_units"] == 64
+    assert ecmp_spread(Routing(medium, "eecmp", 1), qp, trials=2)["hash_units"] == 128
+
+
+def test_ecmp_takes_the_source_port_rule(medium):
+    xor = random_spread(medium, 200, "5tuple", qps=8, sport="xor", trials=2)
+    linux = random_spread(medium, 200, "5tuple", qps=8, sport="linux", trials=2)
+    assert xor["sport"] == "xor" and linux["sport"] == "linux"
+    assert xor["ports_per_flow"] < 6 < 7.9 < linux["ports_per_flow"]
+    assert xor["hash_units"] < 200 * 6 < 200 * 7.9 < linux["hash_units"]
+    qp = expand_qps(np.array([0]), np.array([20]), 8, np.random.default_rng(1), "xor")
+    assert np.array_equal(qp.sport, roce_udp_sport(qp.sqpn, qp.dqpn))
+    assert np.diff(qp.sqpn).tolist() == np.diff(qp.dqpn).tolist() == [1] * 7
+    r = CliRunner().invoke(main, ["ecmp", "lab-medium", "--flows", "50", "--qps", "8",
+                                  "--sport", "random", "--trials", "1", "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert '"sport": "random"' in r.output
+    r = CliRunner().invoke(main, ["ecmp", "lab-medium", "--sport", "crc"])
+    assert r.exit_code == 2 and "linux" in r.output, r.output
