@@ -86,7 +86,8 @@ class Imbalance(Result):
 @dataclass(frozen=True)
 class UniformReference(Result):
     """The same figures expected under uniform hashing of the same QPs over the same next
-    hops (the mean over `aifabric.analysis.ecmp.TRIALS` draws)."""
+    hops, one draw per hashed key (`hash_units`: QPs sharing a 5-tuple go together; the
+    mean over `aifabric.analysis.ecmp.TRIALS` draws)."""
 
     max_mean: float
     cv: float
