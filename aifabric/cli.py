@@ -39,6 +39,12 @@ def _policies():
     return POLICIES
 
 
+def _sport_rules():
+    from aifabric.fabric.addressing import SPORT_RULES
+
+    return SPORT_RULES
+
+
 def emulated_switches():
     """The emulator's kinds of switch (`--switch`), each with the policy that hashes as it does."""
     from aifabric.fabric.routing import EMULATOR_POLICY
@@ -254,6 +260,12 @@ def topo_export(source, fmt, output, force):
     show_default=True,
     help="QPs per flow (QP scaling).",
 )
+@click.option(
+    "--sport",
+    type=choice(_sport_rules),
+    default=None,
+    help="How NICs derive a QP's UDP source port from its QPNs [default: linux].",
+)
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option(
     "--same-seed", is_flag=True, help="Give every switch the same hash seed (shows polarization)."
@@ -266,9 +278,10 @@ def topo_export(source, fmt, output, force):
     help="Draws for the uniform-hashing reference.",
 )
 @json_option
-def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
+def ecmp(source, flows, policy, qps, sport, seed, same_seed, trials, as_json):
     """How ECMP spreads random flows over SOURCE's links, tier by tier (up and down), next
     to uniform hashing."""
+    from aifabric.fabric.addressing import DEFAULT_SPORT
     from aifabric.fabric.spread import random_spread
     from aifabric.topologies import load_fabric
 
@@ -286,6 +299,7 @@ def ecmp(source, flows, policy, qps, seed, same_seed, trials, as_json):
         seed=seed,
         same_seed=same_seed,
         trials=trials,
+        sport=sport or DEFAULT_SPORT,
     )
     if as_json:
         emit_json(result)
@@ -304,7 +318,11 @@ def warmup():
 def _spread_text(r: dict) -> str:
     head = (
         f"{r['fabric']}: {r['flows']:,} flows x {r['qps']} QP, policy {r['policy']}, "
-        f"seed {r['seed']}" + (" (same seed on every switch)" if r["same_seed"] else "")
+        f"seed {r['seed']}"
+        + (" (same seed on every switch)" if r["same_seed"] else "")
+        + f"\nsource ports {r['sport']}: {r['ports_per_flow']:.2f} per flow, "
+        f"{r['flows_all_ports_distinct']:.1%} of flows with one per QP; the uniform "
+        f"reference draws once per {r['hash_units']:,} distinct hashed keys"
     )
     rows = [
         [

@@ -6,13 +6,18 @@ the spines, or a spine's parallel links down to a rack. Only choices count:
 a ring that crosses 7 rack boundaries can load at most the uplinks of those
 7 racks, and those are the bins its imbalance is measured over.
 
-Per switch and tier, the balls are the distinct QPs (src, dst, UDP source
-port, dQPN: what the hash sees; a QP's flows over many steps take one path)
-that made a choice there, the bins the union of their next-hop sets. Beside
-every observed figure stands its expectation under uniform hashing: each QP
-at each of its choices picks one of its next hops uniformly at random,
-averaged over `TRIALS` draws (fixed seed), and for collisions the closed
-form m - n (1 - (1 - 1/n)^m) of m QPs on n links.
+Per switch and tier, the QPs are the distinct (src, dst, UDP source port,
+dQPN) that made a choice there (a QP's flows over many steps take one path),
+the bins the union of their next-hop sets. The balls are their hashing units:
+QPs equal in every field the policy hashes (`routing.hashed_fields`: the
+5-tuple, and the dQPN under eecmp) are one unit, since no hash can split
+them (the QPs of a connection whose NICs gave them one UDP source port).
+Beside every observed figure stands its expectation under uniform hashing:
+each unit at each of its choices picks one of its next hops uniformly at
+random (its QPs with it), averaged over `TRIALS` draws (fixed seed), and for
+collisions (units landing on an occupied link) the closed form
+m - n (1 - (1 - 1/n)^m) of m units on n links. So "beyond uniform" is what
+the hash did, not the ports the QPs were given.
 
 A run with faults had fewer next hops after each: a flow's sets are those of
 the routing that chose its route (`route_epoch` in flows.npz, as the simulator
@@ -41,13 +46,16 @@ def expected_collisions(balls: int, bins: int) -> float:
 
 
 def _choices(fabric, routings: Sequence, epoch: np.ndarray, flows: dict, ports: np.ndarray):
-    """One row per (QP, hop with a choice): QP, chosen port, the candidate ports (CSR)."""
+    """One row per (QP, hop with a choice): QP, chosen port, the candidate ports (CSR),
+    bytes per QP, and per QP its hashing unit under the routing's policy."""
     from aifabric.analysis.metrics import group_rows
+    from aifabric.fabric.routing import hash_units, hashed_fields
 
     n = len(flows["src"])
     ptr = flows["path_ptr"].astype(np.int64)
     keys = np.stack([flows[k].astype(np.int64).view(np.uint64) for k in QP_KEY], axis=1)
     qp, rep, _, _ = group_rows(keys, np.zeros(n, dtype=np.int64))
+    qp_unit = hash_units([flows[k][rep] for k in hashed_fields(routings[0].policy)])
     qp_bytes = np.bincount(qp, weights=flows["bytes"].astype(np.float64), minlength=len(rep))
     cache: dict[tuple[int, int, int], np.ndarray] = {}
     row_qp, row_port, cand = [], [], []
@@ -76,18 +84,22 @@ def _choices(fabric, routings: Sequence, epoch: np.ndarray, flows: dict, ports: 
         cand_ptr,
         flat,
         qp_bytes,
+        qp_unit,
     )
 
 
-def _uniform_draws(cand_ptr, flat, weight, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _uniform_draws(cand_ptr, flat, weight, group, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(ports, their loads [TRIALS, ports] in weight and in QPs) of uniform choices, over
-    the candidate ports only."""
+    the candidate ports only; the rows of one `group` (a hashing unit at one switch, see
+    `hash_units`) share their draw."""
     ports, slot = np.unique(flat, return_inverse=True)
     size = np.diff(cand_ptr)
+    groups = int(group.max()) + 1 if len(group) else 0
     by = np.zeros((TRIALS, len(ports)))
     count = np.zeros((TRIALS, len(ports)))
     for t in range(TRIALS):
-        pick = slot[cand_ptr[:-1] + (rng.random(len(size)) * size).astype(np.int64)]
+        u = rng.random(groups)[group]
+        pick = slot[cand_ptr[:-1] + (u * size).astype(np.int64)]
         by[t] = np.bincount(pick, weights=weight, minlength=len(ports))
         count[t] = np.bincount(pick, minlength=len(ports))
     return ports, by, count
@@ -121,17 +133,20 @@ def ecmp_metrics(
     if epoch is None:
         epoch = np.zeros(len(flows["src"]), dtype=np.int64)
     epoch = np.clip(np.asarray(epoch, dtype=np.int64), 0, len(routings) - 1)
-    qp, chosen, cand_ptr, flat, qp_bytes = _choices(fabric, routings, epoch, flows, ports)
+    from aifabric.fabric.routing import hash_units
+
+    qp, chosen, cand_ptr, flat, qp_bytes, qp_unit = _choices(fabric, routings, epoch, flows, ports)
     if not len(qp):
         return R.Ecmp()
+    unit = qp_unit[qp]
     labels = tier_of_ports(fabric)
     weight = qp_bytes[qp]
     n_ports = fabric.n_ports
     by = np.bincount(chosen, weights=weight, minlength=n_ports)
     count = np.bincount(chosen, minlength=n_ports)
     rng = np.random.default_rng(0)
-    cands, u_by, u_count = _uniform_draws(cand_ptr, flat, weight, rng)
     node = fabric.port_node[chosen]
+    cands, u_by, u_count = _uniform_draws(cand_ptr, flat, weight, hash_units([unit, node]), rng)
     tier = labels[chosen]
     switches, tiers = [], []
     for label in sorted(np.unique(tier), key=lambda x: (x % 4 < x // 4, x // 4, x % 4)):
@@ -140,7 +155,7 @@ def ecmp_metrics(
         for s in np.unique(node[in_tier]):
             mine = in_tier[node[in_tier] == s]
             bins = np.unique(np.concatenate([flat[cand_ptr[i] : cand_ptr[i + 1]] for i in mine]))
-            m = len(np.unique(qp[mine]))
+            m = len(np.unique(unit[mine]))
             occupied = int(np.count_nonzero(count[bins]))
             tier_bins.append(bins)
             rows.append(
@@ -149,7 +164,8 @@ def ecmp_metrics(
                     tier=tier_name(int(label)),
                     links=len(bins),
                     ports=tuple(fabric.port_name(p) for p in bins),
-                    qps=m,
+                    qps=len(np.unique(qp[mine])),
+                    hash_units=m,
                     bytes_per_link=tuple(int(x) for x in by[bins]),
                     qps_per_link=tuple(int(x) for x in count[bins]),
                     bytes=R.Imbalance.of(by[bins]),
@@ -170,6 +186,7 @@ def ecmp_metrics(
                 links_in_tier=int(np.count_nonzero(labels == label)),
                 links_used=int(np.count_nonzero(count[bins])),
                 qps=int(sum(r.qps for r in rows)),
+                hash_units=int(sum(r.hash_units for r in rows)),
                 bytes=R.Imbalance.of(by[bins]),
                 bytes_expected=_expected(u_by, cands, bins),
                 qps_imbalance=R.Imbalance.of(count[bins]),

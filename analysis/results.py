@@ -86,7 +86,8 @@ class Imbalance(Result):
 @dataclass(frozen=True)
 class UniformReference(Result):
     """The same figures expected under uniform hashing of the same QPs over the same next
-    hops (the mean over `aifabric.analysis.ecmp.TRIALS` draws)."""
+    hops, one draw per hashed key (`hash_units`: QPs sharing a 5-tuple go together; the
+    mean over `aifabric.analysis.ecmp.TRIALS` draws)."""
 
     max_mean: float
     cv: float
@@ -105,6 +106,7 @@ class EcmpSwitch(Result):
     links: int
     ports: tuple[str, ...]
     qps: int
+    hash_units: int  # the QPs' distinct hashed keys (`routing.hashed_fields`): the balls
     bytes_per_link: tuple[int, ...]
     qps_per_link: tuple[int, ...]
     bytes: Imbalance
@@ -126,6 +128,7 @@ class EcmpTier(Result):
     links_in_tier: int
     links_used: int
     qps: int
+    hash_units: int
     bytes: Imbalance
     bytes_expected: UniformReference
     qps_imbalance: Imbalance

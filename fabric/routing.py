@@ -67,6 +67,28 @@ MODE_5TUPLE, MODE_EECMP, MODE_PINNED, MODE_SPRAY, MODE_ADAPTIVE, MODE_LINUX, MOD
 EMULATOR_POLICY = {"router": "linux", "ovs": "ovs"}
 """The policy that predicts the emulator's paths, per kind of emulated switch."""
 MODE_RANDOM = len(POLICIES)  # uniform random choice per hop: the balls-into-bins reference
+
+
+def hashed_fields(policy: str) -> tuple[str, ...]:
+    """The flow fields whose values a policy's hash can tell QPs apart by, for the uniform
+    reference: the 5-tuple's (src, dst, UDP source port; protocol and destination port are
+    RoCEv2's), and the destination QPN for `eecmp`. QPs equal in these take one path under
+    any hash of them; `pinned`, `spray` and `adaptive` are compared with a 5-tuple hash."""
+    return ("src", "dst", "sport", "dqpn") if policy == "eecmp" else ("src", "dst", "sport")
+
+
+def hash_units(columns) -> np.ndarray:
+    """int64 unit per row: rows equal in every column (equal length arrays) share one unit;
+    units numbered 0, 1, ... in order of first appearance (all distinct: 0..n-1)."""
+    keys = np.stack([np.asarray(c, dtype=np.int64) for c in columns], axis=1)
+    if not len(keys):
+        return np.zeros(0, dtype=np.int64)
+    _, first, unit = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(first))
+    return rank[unit.ravel()]
+
+
 UNREACHABLE = np.int16(32767)
 MAX_HOPS = 8
 """The most links a route may cross, NIC to NIC (a 3-tier Clos needs 6). Routes are
@@ -485,13 +507,15 @@ class Routing:
         weight=None,
         *,
         rng: np.random.Generator | None = None,
+        units=None,
     ) -> Paths:
         """Route many flows (or packets) at once; see `Paths`.
 
         `src`, `dst` are NIC node ids; `sport` the RoCEv2 UDP source port,
         `dqpn` the destination QPN, `psn` the packet sequence number (spray);
         `weight` the load each flow adds (adaptive). With `rng`, every hop is
-        a uniform random choice instead: the balls-into-bins reference.
+        a uniform random choice instead: the balls-into-bins reference; flows of
+        one of `units` (`hash_units`) then draw together, as a hash sees them.
         """
         f = self.fabric
         src = np.asarray(src, dtype=np.int32)
@@ -512,7 +536,12 @@ class Routing:
         rnd = np.zeros((n, MAX_HOPS), dtype=np.uint32)
         if rng is not None:
             mode = MODE_RANDOM
-            rnd = rng.integers(0, 2**32, size=(n, MAX_HOPS), dtype=np.uint32)
+            if units is None:
+                rnd = rng.integers(0, 2**32, size=(n, MAX_HOPS), dtype=np.uint32)
+            else:
+                units = np.asarray(units, dtype=np.int64)
+                k = int(units.max()) + 1 if n else 0
+                rnd = rng.integers(0, 2**32, size=(k, MAX_HOPS), dtype=np.uint32)[units]
         load = np.zeros(f.n_ports, dtype=np.float64)
         ptr = np.zeros(n + 1, dtype=np.int64)
         ports = np.empty(n * MAX_HOPS, dtype=np.int32)

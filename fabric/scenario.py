@@ -1,4 +1,4 @@
-"""A scenario: fabric + workload + ECMP policy + queues + congestion control + faults + seeds.
+"""A scenario: fabric + workload + NIC ports + ECMP + queues + congestion control + faults + seeds.
 
 This is what every engine runs. `to_dict()` is what run.json records under
 "scenario". Scenarios are loaded and validated in one place,
@@ -36,6 +36,7 @@ class Scenario:
     flows: FlowTable
     topology: str  # the preset name or TOML path the fabric came from
     workload: dict[str, Any]  # the workload spec as given
+    sport: str = "linux"  # the NICs' UDP source-port rule the flows' ports follow ([nic] sport)
     ecmp: str = "5tuple"
     same_seed: bool = False
     seed: int = 0  # the base seed: each seed below that is not given is this one
@@ -65,6 +66,7 @@ class Scenario:
             "fabric": self.fabric.name,
             "topology_spec": self.fabric.spec,
             "workload": self.workload,
+            "nic": {"sport": self.sport},
             "ecmp": {"policy": self.ecmp, "same_seed": self.same_seed},
             "queues": {role.label: _queue_dict(self.fabric, role) for role in _roles()},
             "congestion_control": {"kind": self.cc, **self.cc_params},

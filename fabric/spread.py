@@ -3,11 +3,15 @@
 A *tier* is a direction between two switch roles (`rtsw>ctsw` up,
 `ctsw>rtsw` down, ...). Its bins are the ports of that tier on the switches
 that carried at least one flow across it. Each flow may be split over K QPs
-(QP scaling): each QP is its own 5-tuple and carries 1/K of the flow's load.
+(QP scaling): each QP carries 1/K of the flow's load, and is its own
+5-tuple only if its UDP source port differs from its siblings' (the NICs'
+rule, `aifabric.fabric.addressing.SPORT_RULES`, decides).
 
 The reference ("balls into bins") routes the same QPs with a uniform random
 choice at every hop, averaged over several draws: what a perfect hash would
-give on this fabric with these endpoints.
+give on this fabric with these endpoints. A perfect hash still sends QPs
+that share every hashed field (`routing.hashed_fields`: the same 5-tuple)
+one way, so the reference draws once per such unit, not once per QP.
 """
 
 from __future__ import annotations
@@ -16,11 +20,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aifabric.fabric.addressing import roce_udp_sport
+from aifabric.fabric.addressing import DEFAULT_SPORT, allocate_qpns, udp_sports
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.imbalance import imbalance
 from aifabric.fabric.model import Fabric, Role
-from aifabric.fabric.routing import Paths, Routing
+from aifabric.fabric.routing import Paths, Routing, hash_units, hashed_fields
 
 
 @dataclass(frozen=True)
@@ -51,22 +55,35 @@ def random_flows(fabric: Fabric, n: int, rng: np.random.Generator) -> tuple[np.n
     return src.astype(np.int32), dst.astype(np.int32)
 
 
-def expand_qps(src, dst, qps: int, rng: np.random.Generator) -> QpFlows:
-    """Split every flow over `qps` queue pairs with random 24-bit QPNs at each end."""
+def expand_qps(
+    src, dst, qps: int, rng: np.random.Generator, sport: str = DEFAULT_SPORT, n_nodes=None
+) -> QpFlows:
+    """Split every flow over `qps` queue pairs, numbered as NICs number them
+    (`allocate_qpns`: per NIC from a base drawn from `rng`, in flow order, so a flow's QPs
+    are consecutive at each end), each with its UDP source port by the rule `sport`.
+    `n_nodes` (default: past the largest NIC id) sizes the bases."""
     if qps < 1:
         raise AifabricError(f"--qps must be at least 1, got {qps}")
     n = len(src)
-    sqpn = rng.integers(0x100, 1 << 24, size=n * qps)
-    dqpn = rng.integers(0x100, 1 << 24, size=n * qps)
+    src_qp = np.repeat(np.asarray(src, dtype=np.int32), qps)
+    dst_qp = np.repeat(np.asarray(dst, dtype=np.int32), qps)
+    if n_nodes is None:
+        n_nodes = int(max(src_qp.max(initial=-1), dst_qp.max(initial=-1))) + 1
+    sqpn, dqpn = allocate_qpns(src_qp, dst_qp, n_nodes, rng)
     return QpFlows(
-        src=np.repeat(np.asarray(src, dtype=np.int32), qps),
-        dst=np.repeat(np.asarray(dst, dtype=np.int32), qps),
+        src=src_qp,
+        dst=dst_qp,
         sqpn=sqpn,
         dqpn=dqpn,
-        sport=roce_udp_sport(sqpn, dqpn),
+        sport=udp_sports(sqpn, dqpn, sport, rng),
         weight=np.full(n * qps, 1.0 / qps),
         flow=np.repeat(np.arange(n), qps),
     )
+
+
+def reference_units(policy: str, qp: QpFlows) -> np.ndarray:
+    """The hashing unit of every QP under `policy` (`hash_units` of its hashed fields)."""
+    return hash_units([getattr(qp, name) for name in hashed_fields(policy)])
 
 
 def tier_of_ports(fabric: Fabric) -> np.ndarray:
@@ -109,14 +126,16 @@ def ecmp_spread(
     trials: int = 16,
     rng: np.random.Generator | None = None,
 ) -> dict:
-    """Per tier: the observed spread of `qp` under `routing`, and the uniform reference."""
+    """Per tier: the observed spread of `qp` under `routing`, and the uniform reference
+    (one draw per hashing unit, `reference_units`)."""
     fabric = routing.fabric
     rng = rng or np.random.default_rng(0)
     paths = routing.paths(qp.src, qp.dst, qp.sport, qp.dqpn, weight=qp.weight)
     observed = _tier_loads(fabric, paths, qp.weight)
+    units = reference_units(routing.policy, qp)
     reference: dict[int, list[dict]] = {}
     for _ in range(trials):
-        ideal = routing.paths(qp.src, qp.dst, qp.sport, qp.dqpn, rng=rng)
+        ideal = routing.paths(qp.src, qp.dst, qp.sport, qp.dqpn, rng=rng, units=units)
         for label, (_, load, _) in _tier_loads(fabric, ideal, qp.weight).items():
             reference.setdefault(label, []).append(imbalance(load))
     tiers = []
@@ -143,6 +162,7 @@ def ecmp_spread(
         "same_seed": routing.same_seed,
         "flows": int(qp.flow.max()) + 1 if len(qp.flow) else 0,
         "qps": int(len(qp.flow) // max(int(qp.flow.max()) + 1, 1)) if len(qp.flow) else 0,
+        "hash_units": int(units.max()) + 1 if len(units) else 0,
         "unreachable": int((~paths.reachable).sum()),
         "tiers": tiers,
     }
@@ -157,11 +177,29 @@ def random_spread(
     seed: int = 0,
     same_seed: bool = False,
     trials: int = 16,
+    sport: str = DEFAULT_SPORT,
 ) -> dict:
     """`ecmp_spread` of `flows` random cross-rack flows of `qps` QPs each (what `aifabric
-    ecmp` shows): one generator seeded by `seed` draws the flows, QPNs and reference."""
+    ecmp` shows), their UDP source ports by the rule `sport`: one generator seeded by
+    `seed` draws the flows, QPNs (and random ports) and reference."""
     rng = np.random.default_rng(seed)
     src, dst = random_flows(fabric, flows, rng)
-    qp = expand_qps(src, dst, qps, rng)
+    qp = expand_qps(src, dst, qps, rng, sport, fabric.n_nodes)
     routing = Routing(fabric, policy, seed, same_seed=same_seed)
-    return {"fabric": fabric.name, **ecmp_spread(routing, qp, trials=trials, rng=rng)}
+    spread = ecmp_spread(routing, qp, trials=trials, rng=rng)
+    return {"fabric": fabric.name, "sport": sport, **spread, **port_counts(qp)}
+
+
+def port_counts(qp: QpFlows) -> dict:
+    """How many distinct UDP source ports the flows' QPs have: the mean per flow and the
+    share of flows whose every QP has a port of its own."""
+    if not len(qp.flow):
+        return {"ports_per_flow": 0.0, "flows_all_ports_distinct": 0.0}
+    n = int(qp.flow.max()) + 1
+    pairs = np.unique(np.stack([qp.flow, qp.sport.astype(np.int64)], axis=1), axis=0)
+    distinct = np.bincount(pairs[:, 0], minlength=n)
+    qps = np.bincount(qp.flow, minlength=n)
+    return {
+        "ports_per_flow": float(distinct.mean()),
+        "flows_all_ports_distinct": float(np.mean(distinct == qps)),
+    }

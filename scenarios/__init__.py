@@ -20,6 +20,8 @@ checked (an unknown key is an error, not silence):
     captures = ["z0-r0-rtsw--z0-ctsw0"]  # port names (Fabric.port_name), or a NIC
 
     [workload]                       # traffic.workload_from_dict keys
+    [nic]             sport = "linux" | "xor" | "random": a QP's RoCEv2 UDP source port
+                      (aifabric.fabric.addressing.SPORT_RULES; default linux)
     [ecmp]            policy = "5tuple" | "eecmp" | "pinned" | "spray" | "adaptive"
                              | "linux" | "ovs" (the emulator's routers, its OVS bridges)
                       same_seed = false
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from aifabric import topologies, traffic
+from aifabric.fabric.addressing import DEFAULT_SPORT, SPORT_RULES
 from aifabric.fabric.cc import DEFAULT_KIND, cc_parameters
 from aifabric.fabric.cc import DEFAULTS as CC_DEFAULTS
 from aifabric.fabric.cc import KINDS as CONGESTION_CONTROLS
@@ -49,11 +52,11 @@ from aifabric.fabric.routing import POLICIES
 from aifabric.fabric.scenario import Fault, Scenario
 from aifabric.fabric.specfile import Presets, check_table, load_toml, relative_to
 from aifabric.fabric.units import parse_time
-from aifabric.scenarios.overrides import ECMP_KEYS, apply_overrides
+from aifabric.scenarios.overrides import ECMP_KEYS, NIC_KEYS, apply_overrides
 from aifabric.topologies.spec import QUEUE_ROLES, queue_profiles
 from aifabric.traffic import nccl
 
-TABLES = ("scenario", "workload", "ecmp", "queue", "congestion_control", "faults", "nccl")
+TABLES = ("scenario", "workload", "nic", "ecmp", "queue", "congestion_control", "faults", "nccl")
 SEED_KEYS = ("placement_seed", "qpn_seed", "hash_seed")
 SCENARIO_KEYS = (
     "name", "description", "topology", "workload", "seed", *SEED_KEYS, "sample_interval",
@@ -135,6 +138,13 @@ def scenario_from_dict(
         raise SpecError(f"scenario {name}: scenario.captures must be a list of port names")
     captures = port_names(fabric, captures, f"scenario {name}: scenario.captures: ")
 
+    nic = _check_keys(name, "nic", raw.get("nic", {}), NIC_KEYS)
+    sport = nic.get("sport", DEFAULT_SPORT)
+    if sport not in SPORT_RULES:
+        raise SpecError(
+            f"scenario {name}: nic.sport = {shown(sport)} is not one of {', '.join(SPORT_RULES)}"
+        )
+
     ecmp = _check_keys(name, "ecmp", raw.get("ecmp", {}), ECMP_KEYS)
     policy = ecmp.get("policy", "5tuple")
     if policy not in POLICIES:
@@ -170,13 +180,16 @@ def scenario_from_dict(
                 "(give each fault once)"
             )
         seen.add((fault.kind, fault.target, fault.action))
-    flows = traffic.generate(fabric, workload, placement_seed, qpn_seed=seeds.get("qpn_seed"))
+    flows = traffic.generate(
+        fabric, workload, placement_seed, qpn_seed=seeds.get("qpn_seed"), sport=sport
+    )
     return Scenario(
         name=name,
         fabric=fabric,
         flows=flows,
         topology=topology,
         workload=workload.raw,
+        sport=sport,
         ecmp=policy,
         same_seed=same_seed,
         seed=run_seed,

@@ -1,7 +1,7 @@
 """Key overrides of a scenario: `--set workload.qps=4`, and every point of a sweep.
 
 An override names a key of a scenario's tables with dots and gives it a
-value: `ecmp.policy`, `queue.ecn_kmin`, `queue.rtsw.pfc_xoff`,
+value: `ecmp.policy`, `nic.sport`, `queue.ecn_kmin`, `queue.rtsw.pfc_xoff`,
 `congestion_control.kind`, `scenario.seed`, `workload.qps`, and for one job
 of several `workload.jobs.NAME.qps` (or its index, `workload.jobs.0.qps`);
 `faults.0.at` changes a fault and `faults` replaces the list;
@@ -32,6 +32,7 @@ from aifabric.fabric.errors import SpecError
 from aifabric.fabric.specfile import relative_to
 
 ECMP_KEYS = ("policy", "same_seed")
+NIC_KEYS = ("sport",)
 
 
 def parse_value(text: str) -> Any:
@@ -64,6 +65,7 @@ def _known() -> dict[str, tuple[str, ...]]:
         job_keys.update(dict.fromkeys(keys))
     return {
         "scenario": SCENARIO_KEYS,
+        "nic": NIC_KEYS,
         "ecmp": ECMP_KEYS,
         "queue": tuple(SCHEMA["queue"]),
         "congestion_control": ("kind", *CC_DEFAULTS),

@@ -498,7 +498,7 @@ def test_ecmp_choices_after_a_fault_are_those_of_the_routing_that_chose_the_rout
     qp_of, _, _, _ = group_rows(keys, np.zeros(len(epoch), dtype=np.int64))
 
     def candidates(routing_list, epochs):
-        qp, chosen, cand_ptr, flat, _ = _choices(fabric, routing_list, epochs, flows, ports)
+        qp, chosen, cand_ptr, flat, _, _ = _choices(fabric, routing_list, epochs, flows, ports)
         rows = enumerate(zip(qp.tolist(), chosen.tolist(), strict=True))
         return {(q, p): flat[cand_ptr[i] : cand_ptr[i + 1]] for i, (q, p) in rows}
 

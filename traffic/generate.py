@@ -16,8 +16,12 @@ QP scaling turns each transfer into `qps` flows on the same NIC pair:
   per connection across the operation's step groups.
 
 A flow waits for every QP's flow of each transfer its transfer waits for.
-QPNs are 24-bit, allocated per NIC from a seeded base in connection order;
-a connection (job, src, dst, channel, QP) keeps its QPs across operations.
+QPNs are 24-bit, allocated per NIC as drivers do (`allocate_qpns`): counting
+up from a seeded base, one per QP in the order they are created (a QP is
+created at both ends when its connection's first flow is issued, so the QPs
+of a connection get consecutive numbers at each end). A connection (job,
+src, dst, channel, QP) keeps its QPs across operations. Its UDP source port
+follows the `sport` rule (`udp_sports`; `random` draws after the bases).
 
 Two seeds: `seed` draws placement and the random patterns (partners, sizes,
 arrival times); `qpn_seed` draws the QPN bases from a generator of its own.
@@ -31,8 +35,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from aifabric.fabric.addressing import roce_udp_sport
-from aifabric.fabric.errors import SpecError
+from aifabric.fabric.addressing import DEFAULT_SPORT, SPORT_RULES, allocate_qpns, udp_sports
+from aifabric.fabric.errors import SpecError, shown
 from aifabric.fabric.model import Fabric
 from aifabric.traffic import collectives as coll
 from aifabric.traffic import nccl
@@ -210,8 +214,11 @@ class _Table:
 
 
 class _Builder:
-    def __init__(self, fabric: Fabric, seed: int, qpn_seed: int | None = None):
+    def __init__(
+        self, fabric: Fabric, seed: int, qpn_seed: int | None = None, sport: str = DEFAULT_SPORT
+    ):
         self.fabric = fabric
+        self.sport = sport
         self.rng = np.random.default_rng(seed)
         self.qpn_rng = self.rng if qpn_seed is None else np.random.default_rng(qpn_seed)
         self.table = _Table()
@@ -338,10 +345,7 @@ class _Builder:
         if n == 0:
             cols = {k: np.zeros(0, dtype=_I64) for k in ("src", "dst")}
             return FlowTable.build(cols, (np.zeros(1, _I64), np.zeros(0, _I64)), tb.ops)
-        sqpn, dqpn = self._qpns(cols)
-        cols["sqpn"] = sqpn
-        cols["dqpn"] = dqpn
-        cols["sport"] = roce_udp_sport(sqpn, dqpn).astype(_I32)
+        cols["sqpn"], cols["dqpn"], cols["sport"] = self._qpns(cols)
         del cols["qp"]  # the QP index lives on in sqpn/dqpn
         dep_ptr = np.concatenate([np.zeros(1, _I64), *tb.dep_ptr])
         dep = np.concatenate(tb.dep) if tb.dep else np.zeros(0, _I64)
@@ -350,7 +354,9 @@ class _Builder:
             groups["group_in_ptr"] = np.concatenate([np.zeros(1, _I64), groups["group_in_ptr"]])
         return FlowTable.build(cols, (dep_ptr, dep), tb.ops, groups)
 
-    def _qpns(self, cols) -> tuple[np.ndarray, np.ndarray]:
+    def _qpns(self, cols) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per flow: its QP's sQPN, dQPN and UDP source port. A QP is created when its
+        connection's first flow is issued, at both ends (`allocate_qpns`)."""
         key = (
             (cols["job"].astype(_I64) << 56)
             | (cols["src"].astype(_I64) << 35)
@@ -358,27 +364,31 @@ class _Builder:
             | (cols["channel"].astype(_I64) << 8)
             | cols["qp"].astype(_I64)
         )
-        conns, conn_of = np.unique(key, return_inverse=True)
-        nc = len(conns)
-        c_src = (conns >> 35) & ((1 << 21) - 1)
-        c_dst = (conns >> 14) & ((1 << 21) - 1)
-        nic = np.concatenate([c_src, c_dst])
-        order = np.argsort(nic, kind="stable")
-        sorted_nic = nic[order]
-        first = np.searchsorted(sorted_nic, sorted_nic, "left")
-        local = np.empty(2 * nc, dtype=_I64)
-        local[order] = np.arange(2 * nc) - first
-        base = self.qpn_rng.integers(0x100, 1 << 24, size=self.fabric.n_nodes, dtype=_I64)
-        span = (1 << 24) - 0x100
-        qpn = (base[nic] - 0x100 + local) % span + 0x100
-        return qpn[:nc][conn_of].astype(_I32), qpn[nc:][conn_of].astype(_I32)
+        conns, first, conn_of = np.unique(key, return_index=True, return_inverse=True)
+        created = np.argsort(first, kind="stable")
+        c_src = (conns[created] >> 35) & ((1 << 21) - 1)
+        c_dst = (conns[created] >> 14) & ((1 << 21) - 1)
+        sqpn, dqpn = allocate_qpns(c_src, c_dst, self.fabric.n_nodes, self.qpn_rng)
+        sport = udp_sports(sqpn, dqpn, self.sport, self.qpn_rng)
+        rank = np.empty(len(conns), dtype=_I64)
+        rank[created] = np.arange(len(conns))
+        at = rank[conn_of]
+        return sqpn[at].astype(_I32), dqpn[at].astype(_I32), sport[at].astype(_I32)
 
 
 def generate(
-    fabric: Fabric, workload: Workload, seed: int = 0, *, qpn_seed: int | None = None
+    fabric: Fabric,
+    workload: Workload,
+    seed: int = 0,
+    *,
+    qpn_seed: int | None = None,
+    sport: str = DEFAULT_SPORT,
 ) -> FlowTable:
     """The flows of `workload` on `fabric`: place every job (drawing from `seed`), issue its
-    operations, number the QPs (drawing from `qpn_seed`; by default after placement)."""
+    operations, number the QPs (drawing from `qpn_seed`; by default after placement) and
+    give each its UDP source port by the rule `sport` (`aifabric.fabric.addressing`)."""
+    if sport not in SPORT_RULES:
+        raise SpecError(f"sport = {shown(sport)} is not one of {', '.join(SPORT_RULES)}")
     if len(workload.jobs) > 127:
         raise SpecError(f"workload {workload.name} has {len(workload.jobs)} jobs; at most 127")
     if fabric.n_nodes >= 1 << 21:
@@ -386,7 +396,7 @@ def generate(
     table = _flow_table_file(fabric, workload)
     if table is not None:
         return table
-    b = _Builder(fabric, seed, qpn_seed)
+    b = _Builder(fabric, seed, qpn_seed, sport)
     # matrix jobs hold the NICs their files name; the other jobs are placed around them
     ops: dict[int, list[Op]] = {}
     for j, job in enumerate(workload.jobs):
