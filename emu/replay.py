@@ -9,7 +9,9 @@ The hosts are shared out among replay processes, one per core (forked once
 the sockets exist, before the replay starts): a process sends the flows
 whose sender it holds and receives for its hosts, in batches (`sendmmsg`,
 `recvmmsg`, the bookkeeping of a received batch in numba). A flow starts
-when its dependencies have completed and its `start_ns` (scaled) has passed;
+when its dependencies have completed and its `start_ns` (scaled) has passed,
+plus its op's NCCL latency as the simulator adds it (a collective step's
+latency after the data it waits for, the base latency after the op before);
 it is done when its receiver has counted all its bytes. The processes share
 the flows' state in one anonymous shared mapping: each flow's fields are
 written by one process (its sender's or its receiver's), and each process
@@ -412,6 +414,9 @@ class Replay:
         sqpn_l = ft.sqpn.tolist()
         dqpn_l = ft.dqpn.tolist()
         start_s = (ft.start_ns * scale / 1e9).tolist()
+        step_s, base_s, first_s = _latencies_s(ft, scale)
+        ready_s = [a + b for a, b in zip(start_s, first_s, strict=True)]
+        op_l = ft.op.tolist()
         nbytes_l = nbytes.tolist()
         pending = np.diff(ft.dep_ptr).astype(np.int64)
         # who waits for whom: the reverse of dep
@@ -476,9 +481,14 @@ class Replay:
                 while cursor[p] < top:
                     f = int(sh.done[p, cursor[p]])
                     cursor[p] += 1
+                    end_s = int(sh.end[f]) * scale / 1e9
                     for k in range(rptr[f], rptr[f + 1]):
                         w = int(waiter[k])
                         if mine[w]:
+                            # the step's latency after its input arrived; an op's base
+                            # latency after the op before it
+                            after = step_s[w] if op_l[w] == op_l[f] else base_s[w]
+                            ready_s[w] = max(ready_s[w], end_s + after)
                             pending[w] -= 1
                             if pending[w] == 0:
                                 waiting.add(w)
@@ -528,7 +538,7 @@ class Replay:
             release()
             now = time.monotonic()  # after release: not before a dependency's end elsewhere
             for f in list(waiting):
-                if now - t0 >= start_s[f]:
+                if now - t0 >= start_s[f] and now - t0 >= ready_s[f]:
                     waiting.discard(f)
                     sh.start[f] = fabric_ns(now)
                     if nbytes_l[f] == 0:
@@ -773,3 +783,22 @@ def _flood(tx: socket.socket, rx: socket.socket, seconds: float) -> tuple[int, f
             if m < RECV_BATCH:
                 break
     return got, time.monotonic() - t0
+
+
+def _latencies_s(ft, scale: int) -> tuple[list, list, list]:
+    """Per flow, in scaled wall seconds: the latency from the arrival of its op's data it
+    waits for to its start (its op's step latency), from the op before (the base latency),
+    and before a first step (both for a collective step, the base for a transfer), as the
+    simulator runs them (`aifabric.sim.kernel`: `release_dep`, `start_stream`)."""
+    n = len(ft)
+    if not len(ft.op_id):
+        zero = [0.0] * n
+        return zero, zero, zero
+    order = np.argsort(ft.op_id)
+    row = order[np.clip(np.searchsorted(ft.op_id, ft.op, sorter=order), 0, len(order) - 1)]
+    step = ft.op_step_latency_ns[row] * scale / 1e9
+    base = ft.op_base_latency_ns[row] * scale / 1e9
+    plain = np.isin(ft.op_algorithm[row], ("halving-doubling", "pairwise"))
+    first = base + np.where(plain, 0.0, step)
+    return step.tolist(), base.tolist(), first.tolist()
+
