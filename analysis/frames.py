@@ -152,7 +152,8 @@ def collectives(run):
     """One row per collective op (or pattern): op, job (its name), kind, algorithm, bytes
     (a collective's: each rank's message; a pattern's or a matrix's: all its flows'),
     ranks, start_ns, end_ns, time_ns, algbw_bps and busbw_bps (nccl-tests, from start and
-    end, as `analyze` computes them), busbw_factor."""
+    end, as `analyze` computes them), busbw_factor, protocol and predicted_ns (the NCCL
+    protocol and NCCL's cost-model time; "" and <NA> for patterns and older runs)."""
     import pandas as pd
 
     c = _columns(run, "collectives")
@@ -172,6 +173,8 @@ def collectives(run):
         factor = np.divide(busbw, algbw, out=np.full(len(algbw), np.nan), where=algbw > 0)
     algbw = np.full(len(nbytes), np.nan)
     algbw[done] = algbw_bps(nbytes[done], time_ns[done])
+    protocol = c["protocol"].astype(str) if "protocol" in c else np.full(len(nbytes), "")
+    predicted = c["predicted_ns"] if "predicted_ns" in c else np.zeros(len(nbytes), np.int64)
     return pd.DataFrame(
         {
             "op": c["op"].astype(np.int64),
@@ -186,5 +189,7 @@ def collectives(run):
             "algbw_bps": algbw,
             "busbw_bps": algbw * factor,
             "busbw_factor": factor,
+            "protocol": protocol,
+            "predicted_ns": _nullable(pd, predicted, predicted > 0),
         }
     )

@@ -2,7 +2,9 @@
 and every capture of tests/data: the outputs `tests/test_analyze_outputs.py` holds equal,
 byte for byte, to those recorded in tests/data/analyze/ (first written by the code before
 the metrics became typed results; re-recorded once when rich took over the tables' layout,
-the --json outputs then differing only by the `cost_ns` that hot ports' rows used to carry).
+the --json outputs then differing only by the `cost_ns` that hot ports' rows used to carry;
+re-recorded when each op gained `protocol` and `predicted_ns`, the --json outputs differing
+by those two keys alone).
 
     .venv/bin/python -m tests.analyze_outputs     re-record them (after a deliberate change)
 

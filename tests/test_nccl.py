@@ -382,6 +382,10 @@ def test_the_run_records_and_analyze_shows_the_prediction(tmp_path, monkeypatch)
     from aifabric.fabric.units import format_time
 
     assert "NCCL model" in r.output and format_time(predicted) in r.output, r.output
+    from aifabric import api
+
+    frame = api.load("out").collectives
+    assert list(frame["protocol"]) == [proto] * 2 and frame["predicted_ns"][0] == predicted
     r = run("analyze", "out", "--json")
     assert r.exit_code == 0, r.output
     assert f'"predicted_ns": {predicted}' in r.output and f'"protocol": "{proto}"' in r.output
