@@ -6,7 +6,8 @@
 (a) fat-tree-k8 (128 NICs) and (b) fat-tree-k16 (1,024 NICs), 100 Gb/s, MTU 4000:
 a random permutation of 2 MB flows, PFC on, per-flow 5-tuple ECMP; (c) the same
 at 8,192 NICs (fat-tree-k32); (d) a ring AllReduce of 8 MiB over all 3,072 GPUs
-of ai-zone (the traffic package's 16 pipelined segments per connection); (e) the
+of ai-zone (one stream per ring edge, every one of its 6,142 steps released by
+the step before upstream, NCCL's protocol and latencies chosen by `auto`); (e) the
 same of 64 MiB; (f) a ring AllReduce of 64 MiB over all 24,576 GPUs of
 cluster-24k (long: only when named or with --big).
 Goals (issue 12): (b) at most 250 ns per packet-hop; the cost per packet-hop

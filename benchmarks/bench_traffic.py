@@ -29,7 +29,7 @@ def median_time(fn, runs: int) -> float:
 def bench_packets(runs: int) -> None:
     fabric = topologies.load_fabric("lab-medium")
     w = traffic.workload_from_dict(
-        dict(collective="allreduce", size="256MiB", qps=4, segments=0), "bench"
+        dict(collective="allreduce", algorithm="ring", size="256MiB", qps=4), "bench"
     )
     table = traffic.generate(fabric, w)
     rate = np.full(len(table), 400 * 10**9, dtype=np.int64)
@@ -73,7 +73,7 @@ def bench_ring(runs: int) -> None:
     build()
     s = median_time(build, runs)
     t = result["t"]
-    print(f"ring AllReduce over all {n:,} GPUs of cluster-24k (64MiB, 16 segments, 1 QP)")
+    print(f"ring AllReduce over all {n:,} GPUs of cluster-24k (64MiB, one stream per edge, 1 QP)")
     print(f"  flow table          {s:8.3f} s  (median of {runs}): {len(t):,} flows, "
           f"{len(t.dep):,} dependencies")  # fmt: skip
     print(f"  fabric load         {load_s:8.3f} s  (once, not included)")

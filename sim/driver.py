@@ -255,10 +255,15 @@ class Simulation:
         self._streams(fl)
         fr = np.zeros((n, L.FR_N), dtype=np.float64)
         fr[:, L.FR_LINE_BPS] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
-        if n:  # a protocol's rate cap (op_rate_factor)
+        if n:  # a protocol's rate cap (op_rate_factor), shared by the op's flows from a NIC
             row, known = self._op_rows()
-            cap = np.where(known, t.op_rate_factor[row], 1.0)
-            fr[:, L.FR_LINE_BPS] *= np.clip(cap, 1e-6, 1.0)
+            cap = np.clip(np.where(known, t.op_rate_factor[row], 1.0), 1e-6, 1.0)
+            capped = cap < 1.0
+            if capped.any():
+                key = t.op.astype(np.int64) * f.n_nodes + t.src
+                _, inv, count = np.unique(key, return_inverse=True, return_counts=True)
+                cap = np.where(capped, cap / count[inv], 1.0)
+            fr[:, L.FR_LINE_BPS] *= cap
         fr[:, L.FR_RC_BPS] = fr[:, L.FR_LINE_BPS]
         fr[:, L.FR_RT_BPS] = fr[:, L.FR_LINE_BPS]
         fr[:, L.FR_ALPHA] = 1.0

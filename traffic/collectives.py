@@ -13,8 +13,8 @@ QP expansion and the mapping of ranks to NICs happen later
 - streams (rings, trees, chains): one row per connection (sender, receiver,
   channel), as NCCL keeps one per peer and channel. It carries every step of
   the operation on that connection, in order, in `stream_steps` steps of equal
-  size (within a byte; a ring chunk of NCCL is at most its step size, so large
-  ops run in several loops of steps). Step k of a stream is released when every
+  size (within a byte; a ring whose chunk is capped at `step_bytes` runs in
+  loops of steps). Step k of a stream is released when every
   one of its input streams has delivered step k - offset at its sender (offset
   1 on a ring: r forwards at step k what r - 1 sent it at step k - 1, except at
   the first step of a loop, which is r's own chunk; 0 on a tree or a chain:
@@ -183,11 +183,12 @@ def ring(n: int, size: int, channels: int, step_bytes: int, phases: int, shift: 
     At step s rank r sends chunk (r - s - shift) mod n to r+1: phases 2, shift 0 is
     AllReduce (ReduceScatter then AllGather); phases 1 is AllGather (shift 0) or
     ReduceScatter (shift 1). A channel's data runs in loops of n chunks of at most
-    `step_bytes` (NCCL's chunk), so an edge makes loops x phases x (n-1) steps. Step k of
-    edge r is released once step k-1 of edge r-1 has arrived at r (offset 1), but the
-    first step of a loop sends the rank's own chunk and waits for no input (loop): loops
-    follow each other on the connection, as NCCL's FIFO lets them, so the latency of a
-    ring's steps is paid once per op, as NCCL's cost model has it, not once per loop.
+    `step_bytes`, so an edge makes loops x phases x (n-1) steps. Step k of edge r is
+    released once step k-1 of edge r-1 has arrived at r (offset 1); the first step of a
+    loop sends the rank's own chunk and needs no input of its loop, so it is released
+    with the step before it (the connection sends in order: loops run one after the
+    other, each paying its steps' latencies). `aifabric.traffic.nccl.terms` runs rings in
+    one loop, as NCCL's cost model charges them.
     """
     if n < 2:
         return empty(0)

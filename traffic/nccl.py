@@ -401,6 +401,9 @@ def refuse(kind: str, algorithm: str, protocol: str) -> str | None:
     return None
 
 
+LINE_PIECE_BYTES = 4096  # a tree's LL / LL128 piece: NCCL forwards each line as it lands
+
+
 @dataclass(frozen=True)
 class Terms:
     """How the simulator runs one op so that, on an idle fabric, it takes `predict_ns`: the
@@ -430,9 +433,13 @@ def terms(
     """`Terms` of an op over `ranks` ranks, each its own NIC (every step crosses the network),
     read off `predict_ns`'s terms: its per-step network latency (with the ring Simple
     AllReduce plateau), its base latency, its bandwidth factor (with the tree's size
-    correction). A chain of dependent steps then costs what the model charges: 2(n-1) ring
-    steps, 2 log2(n) tree levels, n - 1 pairwise exchanges, one step per hop of a chain (a
-    Broadcast's one step of latency is its base). No protocol (""): no latency, no cap."""
+    correction; the simulator shares it among the op's flows from one NIC). A chain of
+    dependent steps then costs what the model charges: 2(n-1) ring steps, 2 log2(n) tree
+    levels, n - 1 pairwise exchanges, one step per hop of a chain (a Broadcast's one step
+    of latency is its base). A ring runs in one loop of steps of size / (n x channels):
+    NCCL runs loops of at most its chunk on each channel, one after the other, and its
+    several channels hide one loop's latency behind the others' transfers, which is what
+    its model's single latency term assumes. No protocol (""): no latency, no cap."""
     if protocol not in PROTOCOLS or ranks < 2:
         return Terms(2 * 2**20, 0, 0, 1.0)
     row, p = ROW.get(algorithm, "ring"), protocol
@@ -453,6 +460,12 @@ def terms(
     step = chunk_bytes(table, kind, algorithm, p)
     if algorithm == "tree" and p == "simple":
         step = tree_step_bytes(size, channels, log2i(ranks) + 1, step)
+    elif algorithm == "tree":
+        step = min(step, LINE_PIECE_BYTES)  # LL and LL128 forward line by line
+    if algorithm == "ring" and kind in ("allreduce", "allgather", "reducescatter"):
+        # one loop: NCCL's channels hide a loop's latency behind each other's transfers,
+        # and its model charges a ring's step latencies once per op
+        step = max(step, -(-size // (ranks * max(channels, 1))))
     return Terms(
         step_bytes=max(int(step), 1),
         step_latency_ns=int(round(step_us * 1000)),
