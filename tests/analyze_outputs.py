@@ -4,7 +4,8 @@ byte for byte, to those recorded in tests/data/analyze/ (first written by the co
 the metrics became typed results; re-recorded once when rich took over the tables' layout,
 the --json outputs then differing only by the `cost_ns` that hot ports' rows used to carry;
 re-recorded when each op gained `protocol` and `predicted_ns`, the --json outputs differing
-by those two keys alone).
+by those two keys alone; re-recorded when collectives became streams with NCCL's latencies
+and the source ports the Linux RDMA core's: the presets' times, flows and ports changed).
 
     .venv/bin/python -m tests.analyze_outputs     re-record them (after a deliberate change)
 
