@@ -256,8 +256,7 @@ class Simulation:
         fr = np.zeros((n, L.FR_N), dtype=np.float64)
         fr[:, L.FR_LINE_BPS] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
         if n:  # a protocol's rate cap (op_rate_factor), shared by the op's flows from a NIC
-            row, known = self._op_rows()
-            cap = np.clip(np.where(known, t.op_rate_factor[row], 1.0), 1e-6, 1.0)
+            cap = np.clip(self._op_column("op_rate_factor", 1.0), 1e-6, 1.0)
             capped = cap < 1.0
             if capped.any():
                 key = t.op.astype(np.int64) * f.n_nodes + t.src
@@ -312,22 +311,22 @@ class Simulation:
             schedule(ev, g, t0, L.EV_FLOW_START, int(i), 0)
         schedule(ev, g, int(prm[L.P_SAMPLE_PS]), L.EV_SAMPLE, 0, 0)
 
-    def _op_rows(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each flow's row in the op table, and whether its op is there."""
+    def _op_column(self, name: str, default) -> np.ndarray:
+        """An op column per flow (`default` for a flow whose op is not in the op table)."""
         t = self.flows
+        col = getattr(t, name)
         if len(t.op_id) == 0:
-            return np.zeros(len(t), dtype=np.int64), np.zeros(len(t), dtype=bool)
+            return np.full(len(t), default, dtype=col.dtype)
         order = np.argsort(t.op_id)
         row = order[np.clip(np.searchsorted(t.op_id, t.op, sorter=order), 0, len(order) - 1)]
-        return row, t.op_id[row] == t.op
+        return np.where(t.op_id[row] == t.op, col[row], default)
 
     def _streams(self, fl: np.ndarray) -> None:
         """The flows' op, latencies and stream columns, and the stream table (gr, gio)."""
         t = self.flows
         n = len(t)
-        row, known = self._op_rows()
-        lat = np.where(known, t.op_step_latency_ns[row], 0) * PS if n else np.zeros(0, np.int64)
-        base = np.where(known, t.op_base_latency_ns[row], 0) * PS if n else np.zeros(0, np.int64)
+        lat = self._op_column("op_step_latency_ns", 0).astype(np.int64) * PS
+        base = self._op_column("op_base_latency_ns", 0).astype(np.int64) * PS
         fl[:, L.FL_OP] = t.op
         fl[:, L.FL_GROUP] = t.group
         fl[:, L.FL_WATCH_BYTES] = 2**62  # kernel.NEVER: no step to watch
@@ -353,9 +352,9 @@ class Simulation:
             gr[:, L.GR_FIRST_PS] = lat[f0] + base[f0]
             gr[:, L.GR_OFFSET] = t.group_offset
             gr[:, L.GR_LOOP] = t.group_loop
-            mode = np.where(known, t.op_qp_mode[row], "split")
+            mode = self._op_column("op_qp_mode", "split")
             gr[:, L.GR_RR] = mode[f0] == "round-robin"
-            gr[:, L.GR_CHUNK] = np.maximum(np.where(known, t.op_chunk_bytes[row], 1)[f0], 1)
+            gr[:, L.GR_CHUNK] = np.maximum(self._op_column("op_chunk_bytes", 1)[f0], 1)
             ins = np.diff(t.group_in_ptr)
             gr[:, L.GR_IN_OFF] = t.group_in_ptr[:-1]
             gr[:, L.GR_IN_N] = ins
