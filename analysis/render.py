@@ -164,10 +164,20 @@ def bytes_are(op: R.Collective) -> str:
     return "in all" if op.kind in SIZE_IN_ALL else "per rank"
 
 
+def _predicted_by_job(m: R.RunMetrics) -> dict[str, int | None]:
+    """NCCL's cost-model time of each job's ops, summed (None when an op has none)."""
+    out: dict[str, int | None] = {}
+    for o in m.collectives.ops:
+        have = out.get(o.job_name, 0)
+        out[o.job_name] = None if have is None or not o.predicted_ns else have + o.predicted_ns
+    return out
+
+
 def _jobs_table(m: R.RunMetrics, scale: float) -> str:
     emulated = scale > 1
+    predicted = _predicted_by_job(m)
     return render(
-        ["job", "kind", "ops", "time", "ideal", "efficiency", "algbw", "busbw"]
+        ["job", "kind", "ops", "time", "NCCL model", "ideal", "efficiency", "algbw", "busbw"]
         + (["busbw emulated"] if emulated else [])
         + ["flow p99"],
         [
@@ -176,6 +186,7 @@ def _jobs_table(m: R.RunMetrics, scale: float) -> str:
                 "+".join(j.kinds) or "-",
                 f"{j.ops_finished}/{j.ops}",
                 fmt(j.time_ns, "time"),
+                fmt(predicted.get(j.name), "time"),
                 fmt(j.ideal_ns, "time"),
                 fmt(j.efficiency, "pct"),
                 fmt(j.algbw_bps.mean, "rate"),
@@ -185,7 +196,8 @@ def _jobs_table(m: R.RunMetrics, scale: float) -> str:
             + [fmt(j.fct_ns.p99 if j.fct_ns is not None else None, "time")]
             for j in m.jobs
         ],
-        title="jobs (ideal: the busiest NIC's bytes at line rate; efficiency ideal / time; "
+        title="jobs (NCCL model: NCCL's cost-model time of the job's ops on an idle fabric; "
+        "ideal: the busiest NIC's bytes at line rate; efficiency ideal / time; "
         f"nccl-tests algbw and busbw, mean over the job's ops; {BYTES_ARE})",
     )
 

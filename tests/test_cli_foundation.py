@@ -80,8 +80,10 @@ def test_ecmp_shows_tiers_and_the_uniform_reference():
     r = run("ecmp", "lab-medium", "--flows", "300", "--seed", "1")
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    columns = [c.strip() for c in lines[1].split("  ") if c.strip()]
-    rows = lines[3:5]
+    head = next(i for i, line in enumerate(lines) if line.startswith("tier "))
+    assert lines[1].startswith("source ports linux: ")  # the rule, and its ports per flow
+    columns = [c.strip() for c in lines[head].split("  ") if c.strip()]
+    rows = lines[head + 2 : head + 4]
     assert len(set(columns)) == len(columns), columns
     for figure in ("max/mean", "CV", "Jain"):  # each beside its uniform-hashing expectation
         assert columns.index(f"uniform {figure}") == columns.index(figure) + 1, columns

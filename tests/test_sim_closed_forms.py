@@ -183,9 +183,10 @@ def test_ring_allreduce_matches_the_alpha_beta_model():
     longest = max(
         (sim.path_port[sim.path_ptr[i] : sim.path_ptr[i + 1]] for i in range(len(nics))), key=len
     )
-    # alpha: to the last byte's arrival, and the ACK's way back (the next step starts then)
-    alpha = path_latency_ps(fab, longest, MTU) + ack_return_ps(fab, longest)
-    model_ps = steps * (alpha + transfer_ps(chunk, MTU, rate))
+    # alpha: to the last byte's arrival (the next step, of the same op, starts then); the
+    # op ends when the last step's ACK is back at its sender (finish = sender)
+    alpha = path_latency_ps(fab, longest, MTU)
+    model_ps = steps * (alpha + transfer_ps(chunk, MTU, rate)) + ack_return_ps(fab, longest)
     took_ps = (coll["end_ns"][0] - coll["start_ns"][0]) * L.PS_PER_NS
     assert took_ps == pytest.approx(model_ps, rel=0.02)
     assert coll["busbw_bps"][0] == pytest.approx(

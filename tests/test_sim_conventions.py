@@ -74,17 +74,23 @@ def test_finishing_at_the_sender_adds_exactly_the_last_acks_way_back(every):
     assert rec["end_ns"][0] == (received + ack_return_ps(fab, route)) // L.PS_PER_NS
 
 
-def test_a_flow_waiting_on_another_starts_when_its_last_ack_returns():
+def test_a_flow_waiting_on_its_own_op_starts_when_the_data_arrived_on_an_earlier_op_when_it_ends():
+    """Within an op, a dependant starts when its input has arrived at the receiver (its data
+    is there); on an op before, when that op's flow completes by the finish convention (the
+    ACK of its last byte back at its sender, for finish = sender)."""
     fab = preset("lab-small")
     nics = fab.nic_ids
-    table = flows([nics[1], nics[2]], [nics[14], nics[13]], SIZE, deps=[[], [0]])
-    for finish in ("sender", "receiver"):
-        sim = run(fab, table, cc="none", cc_params={"finish": finish})
-        first_end = int(sim.fl[0, L.FL_T_END_PS])
-        assert int(sim.fl[1, L.FL_T_START_PS]) == first_end
-        if finish == "sender":
-            route = sim.path_port[sim.path_ptr[0] : sim.path_ptr[1]]
-            assert first_end == int(sim.fl[0, L.FL_T_RECEIVED_PS]) + ack_return_ps(fab, route)
+    for op in ([0, 0], [0, 1]):
+        table = flows([nics[1], nics[2]], [nics[14], nics[13]], SIZE, deps=[[], [0]], op=op)
+        for finish in ("sender", "receiver"):
+            sim = run(fab, table, cc="none", cc_params={"finish": finish})
+            arrived = int(sim.fl[0, L.FL_T_RECEIVED_PS])
+            first_end = int(sim.fl[0, L.FL_T_END_PS])
+            started = int(sim.fl[1, L.FL_T_START_PS])
+            assert started == (arrived if op[1] == op[0] else first_end)
+            if finish == "sender":
+                route = sim.path_port[sim.path_ptr[0] : sim.path_ptr[1]]
+                assert first_end == arrived + ack_return_ps(fab, route)
 
 
 def test_acks_take_their_turn_on_the_port_that_sends_data_the_other_way():

@@ -512,7 +512,9 @@ def test_complete_finishes_a_flow_and_starts_its_dependents_as_the_reference_doe
     nics = fab.nic_ids
     deps = [[], [0], [0], [0, 1], [2], [0]]
     start = [0, 0, 500, 0, 0, 2_000]
-    table = flows(nics[1:7], nics[7:13], 10_000, deps=deps, start_ns=start)
+    # flow 0 is an op of its own: completing it starts the later op's flows waiting on it
+    # (a flow of its own op would start when its data arrived: `data_arrived`)
+    table = flows(nics[1:7], nics[7:13], 10_000, deps=deps, start_ns=start, op=[0, 1, 1, 1, 1, 1])
     sim = Simulation(fab, table, cc="none")
     seq, now = int(sim.g[L.G_SEQ]), 1_000 * L.PS_PER_NS
     waiting = [len(d) for d in deps]

@@ -76,7 +76,7 @@ def test_kernel_equals_reference(seed, mtu, overhead):
 def test_packets_of_a_flow_table():
     fabric = topologies.load_fabric("lab-small")
     w = traffic.workload_from_dict(
-        dict(collective="allreduce", size="1MiB", qps=2, chunk="64KiB", segments=3), "p"
+        dict(collective="allreduce", algorithm="ring", size="1MiB", qps=2, chunk="64KiB"), "p"
     )
     table = traffic.generate(fabric, w, seed=3)
     p = traffic.packetize(table, 100 * 10**9, 4096)
