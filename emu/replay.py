@@ -801,4 +801,3 @@ def _latencies_s(ft, scale: int) -> tuple[list, list, list]:
     plain = np.isin(ft.op_algorithm[row], ("halving-doubling", "pairwise"))
     first = base + np.where(plain, 0.0, step)
     return step.tolist(), base.tolist(), first.tolist()
-

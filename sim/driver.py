@@ -754,4 +754,3 @@ def _check_streams(t) -> None:
     total = np.bincount(s, weights=t.bytes[member], minlength=ng)
     if (np.abs(total - t.group_bytes) > 0.5).any():
         raise AifabricError("a stream's bytes are not the sum of its flows' bytes")
-

@@ -120,7 +120,9 @@ def causal_floor_us(kind, algorithm, protocol, n, size, flows, fabric) -> float:
     return base_ns / 1e3 + chain * (lat_ns / 1e3 + serial_us)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     case=st.sampled_from(CASES),
     n=st.integers(2, 24),

@@ -317,9 +317,7 @@ def tree(n: int, size: int, channels: int, step_bytes: int) -> Transfers:
                     in_t=np.concatenate(pt),
                     in_d=np.concatenate(pd),
                     steps=2 * height + k - 1,
-                    step=np.concatenate(
-                        [height - depth[nonroot], height + depth[nonroot] - 1]
-                    ),
+                    step=np.concatenate([height - depth[nonroot], height + depth[nonroot] - 1]),
                 )
             )
     return concat(blocks)

@@ -538,11 +538,16 @@ def job_shape(
     )  # fmt: skip
 
 
-def collective_flow_count(job: Job, instances, algorithm: str, protocol: str, table=None) -> int:
+def collective_flow_count(
+    job: Job, instances, algorithm: str, protocol: str, table: nccl.Table | None = None
+) -> int:
     collective = coll.kind(job["collective"])
     per_op = sum(
         collective.transfer_count(
-            algorithm, len(ranks), size, job_shape(job, len(ranks), algorithm, protocol, table, size)
+            algorithm,
+            len(ranks),
+            size,
+            job_shape(job, len(ranks), algorithm, protocol, table, size),
         )
         for ranks, size, _ in instances
     )

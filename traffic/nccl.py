@@ -428,7 +428,13 @@ def tree_step_bytes(size: int, channels: int, depth: int, step: int) -> int:
 
 
 def terms(
-    table: Table, kind: str, algorithm: str, protocol: str, ranks: int, size: int, channels: int = 1
+    table: Table,
+    kind: str,
+    algorithm: str,
+    protocol: str,
+    ranks: int,
+    size: int,
+    channels: int = 1,
 ) -> Terms:
     """`Terms` of an op over `ranks` ranks, each its own NIC (every step crosses the network),
     read off `predict_ns`'s terms: its per-step network latency (with the ring Simple
@@ -450,10 +456,14 @@ def terms(
         i = log2i(size >> 6)
         if 0 <= i < 23:
             factor *= TREE_CORRECTION[p][i]
-    elif algorithm == "ring" and kind == "allreduce" and p == "simple":
-        if size // (channels * ranks) >= 64:
-            base *= RING_PLATEAU
-            step_us *= RING_PLATEAU
+    elif (
+        algorithm == "ring"
+        and kind == "allreduce"
+        and p == "simple"
+        and size // (channels * ranks) >= 64
+    ):
+        base *= RING_PLATEAU
+        step_us *= RING_PLATEAU
     if kind == "broadcast" and algorithm == "ring":
         base += step_us  # NCCL charges a Broadcast one step, not one per hop
         step_us = 0.0

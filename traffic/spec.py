@@ -130,9 +130,6 @@ COLLECTIVE = {
     "size": Key(
         parse_size, 64 * 2**20, 1, "bytes of the operation (nccl-tests convention)", MAX_BYTES
     ),
-    "protocol": Key(
-        _choice(("auto", "simple", "ll", "ll128")), "auto", doc="NCCL protocol: auto, simple, ll, ll128"
-    ),
     "hierarchical": Key(as_bool, False, doc="intra-server step on NVLink, rails on the fabric"),
     "root": Key(as_int, 0, 0, "broadcast root rank"),
     "stages": Key(as_int, 2, 2, "sendrecv: pipeline stages"),

@@ -7,9 +7,10 @@ replay) runs the same causality when every step of every stream's QP is a flow o
 its own, waiting for the same QP steps of its input streams that the kernel would
 wait for. `expand_steps` makes that table: flow (s, k, q) carries QP q's share of
 step k of stream s and waits for QP steps (i, k - offset, *) of each input i (a ring
-loop's first step: for what the step before it waits for); a step with no input step (k < offset, or a stream with no inputs) waits only for
-what the stream's flow waited for (the ops before). Flows that wait for a stream's
-flow wait for its last step. Transfers that are not streams are copied unchanged.
+loop's first step: for what the step before it waits for). A step with no input
+step (k < offset, or a stream with no inputs) waits only for what the stream's flow
+waited for (the ops before). Flows that wait for a stream's flow wait for its last
+step. Transfers that are not streams are copied unchanged.
 
 At lab scale this fits in memory (a ring AllReduce over 128 ranks is 254 steps of
 128 streams per channel and QP); `expanded_size` says how large it would be, so an
