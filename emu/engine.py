@@ -223,7 +223,8 @@ class EmuSession:
     ):
         if switch not in SWITCHES:
             raise AifabricError(f"switch {switch!r} is not one of {', '.join(SWITCHES)}")
-        scenario = _steps_as_flows(scenario)
+        self.streams = scenario.flows  # what the run directory records (the simulator's flows)
+        scenario, self.origin = _steps_as_flows(scenario)
         self.sc = scenario
         self.switch, self.pfc = switch, pfc
         replay_pps = capacity_pps() * (OVS_SHARE if switch == "ovs" else 1.0)
@@ -384,7 +385,10 @@ class EmuSession:
         result = self.result
         if result is None and self.replay is not None:
             result = self.replay.last_result
-        summary = _write(writer, self.sc, self.net.plan, self.monitor, result, *self.paths)
+        summary = _write(
+            writer, self.sc, self.monitor, result, *self.paths, streams=self.streams,
+            origin=self.origin,
+        )  # fmt: skip
         summary["faults"] = [applied(self.sc.fabric, x) for x in at_start(self.sc.faults)] + (
             self.injector.applied if self.injector is not None else []
         )
@@ -507,23 +511,25 @@ MAX_STEP_FLOWS = 5_000_000
 
 
 def _steps_as_flows(scenario):
-    """The scenario with its collectives' streams written out one flow per step: the replay
+    """The scenario with its collectives' streams written out one flow per step (the replay
     starts a flow once the flows it waits for have arrived, which is then the causality the
-    simulator's streams run (`aifabric.traffic.steps`)."""
+    simulator's streams run: `aifabric.traffic.steps`), and for each of its flows the flow of
+    `scenario` it is a step of (None: nothing was cut)."""
     from dataclasses import replace
 
-    from aifabric.traffic.steps import expand_steps, expanded_size
+    from aifabric.traffic.steps import expand_steps_with_origin, expanded_size
 
     ft = scenario.flows
     if not ft.n_groups:
-        return scenario
+        return scenario, None
     size = expanded_size(ft)
     if size > MAX_STEP_FLOWS:
         raise AifabricError(
             f"the mininet engine replays one flow per collective step, and this workload has "
             f"{size:,} (at most {MAX_STEP_FLOWS:,}); use fewer GPUs or a smaller size"
         )
-    return replace(scenario, flows=expand_steps(ft))
+    steps, origin = expand_steps_with_origin(ft)
+    return replace(scenario, flows=steps), origin
 
 
 def _refuse_long(scenario, est: Estimate, max_wall_s: float) -> None:
@@ -554,12 +560,28 @@ def _cc(scenario) -> dict:
     return cc_parameters(dict(scenario.cc_params))
 
 
-def _write(writer, scenario, pl, monitor, result, path_ptr, path_link) -> dict:
+def _write(
+    writer, scenario, monitor, result, path_ptr, path_link, *, streams=None, origin=None
+) -> dict:
+    """The run directory's files and the summary. The replay ran `scenario`'s flows; where
+    they are the steps of `streams`' flows (`origin`: the stream flow of each), the run
+    records `streams`, as the simulator does: a flow starts with its first step and ends with
+    its last, and takes its steps' path (they share its 5-tuple)."""
     ft = scenario.flows
     f = scenario.fabric
     n = len(ft)
     start = result.start_ns if result is not None else np.full(n, -1, dtype=np.int64)
     end = result.end_ns if result is not None else np.full(n, -1, dtype=np.int64)
+    if origin is not None:
+        from aifabric.traffic.steps import fold_steps
+
+        ft, n = streams, len(streams)
+        start, end = fold_steps(origin, n, start, end)
+        first = np.full(n, len(origin), dtype=np.int64)
+        np.minimum.at(first, origin, np.arange(len(origin), dtype=np.int64))
+        lens = path_ptr[first + 1] - path_ptr[first]
+        path_link = path_link[np.repeat(path_ptr[first], lens) + _ragged(lens)]
+        path_ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
     writer.flows(
         flow_id=ft.flow_id, job=ft.job, op=ft.op, step=ft.step, channel=ft.channel,
         src=ft.src, dst=ft.dst, sqpn=ft.sqpn, dqpn=ft.dqpn, sport=ft.sport, bytes=ft.bytes,
@@ -601,6 +623,12 @@ def _write(writer, scenario, pl, monitor, result, path_ptr, path_link) -> dict:
         "paused_ns_total": int(series["paused_ns"].sum()),
         "drops": int(series["drops"].sum()),
     }
+
+
+def _ragged(counts: np.ndarray) -> np.ndarray:
+    """concatenate(arange(c) for c in counts)."""
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)[: len(counts)]
+    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
 
 
 def shared_buffer_support(f) -> Support:

@@ -765,6 +765,16 @@ def _check_paths(path, src, dst, ptr, link, fabric) -> None:
     if off.any():
         raise AifabricError(f"{path}: flow {int(routed[off][0])}'s path does not start at its src")
     owner = np.repeat(np.arange(len(src)), length)
+    nic = fabric.nic_port >= 0
+    ends = (src[owner], dst[owner])
+    for x in (a[link], b[link]):  # a path passes through switches only
+        astray = nic[x] & (x != ends[0]) & (x != ends[1])
+        if astray.any():
+            f = int(owner[astray][0])
+            raise AifabricError(
+                f"{path}: flow {f}'s path passes through {fabric.node_name[x[astray][0]]}, "
+                "a NIC that is neither its src nor its dst"
+            )
     touches = (a[link] == dst[owner]) | (b[link] == dst[owner])
     reached = np.zeros(len(src), dtype=bool)
     reached[owner[touches]] = True

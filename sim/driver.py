@@ -255,14 +255,15 @@ class Simulation:
         self._streams(fl)
         fr = np.zeros((n, L.FR_N), dtype=np.float64)
         fr[:, L.FR_LINE_BPS] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
-        if n:  # a protocol's rate cap (op_rate_factor), shared by the op's flows from a NIC
+        if n:  # a protocol's rate cap (op_rate_factor) on the op's flows from a NIC together
             cap = np.clip(self._op_column("op_rate_factor", 1.0), 1e-6, 1.0)
             capped = cap < 1.0
-            if capped.any():
-                key = t.op.astype(np.int64) * f.n_nodes + t.src
-                _, inv, count = np.unique(key, return_inverse=True, return_counts=True)
-                cap = np.where(capped, cap / count[inv], 1.0)
             fr[:, L.FR_LINE_BPS] *= cap
+            if capped.any():  # one pacer per (op, NIC): its first flow's row holds it
+                key = t.op.astype(np.int64) * f.n_nodes + t.src
+                _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+                fl[capped, L.FL_PACER] = first[inv][capped] + 1
+                fr[:, L.FR_PACE_BPS] = fr[:, L.FR_LINE_BPS]
         fr[:, L.FR_RC_BPS] = fr[:, L.FR_LINE_BPS]
         fr[:, L.FR_RT_BPS] = fr[:, L.FR_LINE_BPS]
         fr[:, L.FR_ALPHA] = 1.0

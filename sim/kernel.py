@@ -71,6 +71,8 @@ from aifabric.sim.layout import (
     FL_NAKED,
     FL_NEXT_SEND_PS,
     FL_OP,
+    FL_PACE_PS,
+    FL_PACER,
     FL_PSN,
     FL_QP,
     FL_READY_PS,
@@ -87,6 +89,7 @@ from aifabric.sim.layout import (
     FL_UNSENT_BYTES,
     FL_WATCH_BYTES,
     FR_LINE_BPS,
+    FR_PACE_BPS,
     FR_RC_BPS,
     FR_RT_BPS,
     G_CAPS,
@@ -588,6 +591,10 @@ def send_data(S, f, p, now):
     fl[f, FL_LAST_TX_PS] = now
     fl[f, FL_LAST_WIRE_BYTES] = wire
     fl[f, FL_NEXT_SEND_PS] = now + np.int64(np.ceil(wire * PS_PER_S_BITS / rc))
+    pacer = fl[f, FL_PACER] - 1
+    if pacer >= 0:  # the op's flows from this NIC share its protocol's rate
+        gap = np.int64(np.ceil(wire * PS_PER_S_BITS / fr[pacer, FR_PACE_BPS]))
+        fl[pacer, FL_PACE_PS] = now + gap
     if controlled:
         congestion.on_sent(S, f, wire)
     if fl[f, FL_UNSENT_BYTES] == 0:
@@ -625,6 +632,9 @@ def nic_pick(S, p, now):
         if controlled and not congestion.may_send(S, f):
             continue
         t = fl[f, FL_NEXT_SEND_PS]
+        pacer = fl[f, FL_PACER] - 1
+        if pacer >= 0 and fl[pacer, FL_PACE_PS] > t:
+            t = fl[pacer, FL_PACE_PS]
         if t <= now:
             nd[v, ND_RR] = idx + 1
             return f

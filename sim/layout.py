@@ -218,9 +218,12 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     FL_LAT_PS,  # a transfer: from the arrival of the data it waits for to its start
     FL_BASE_PS,  # a transfer: from the end of the op before (or its start time) to its start
     FL_READY_PS,  # the latest release time of its dependencies so far
+    FL_PACER,  # 1 + the flow whose FL_PACE_PS paces this one with its op's others (0: none)
+    FL_PACE_PS,  # a pacer: when the next packet of its flows may leave
     FL_N,
-) = range(43)
-FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_N = range(5)
+) = range(45)
+# FR_PACE_BPS: a pacer's rate (the protocol's cap on an op's flows from one NIC, together)
+FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_PACE_BPS, FR_N = range(6)
 
 # streams (gr[s, ...]): step k moves bytes [B(k-1), B(k)) with B(k) = GR_BYTES * k // GR_STEPS,
 # QP q carrying its share of them (kernel.qp_bytes); step k is released GR_LAT_PS after every

@@ -59,12 +59,15 @@ CASES = [
 ]
 
 
-# How far the simulator may be from the model. Rings: 10% (measured within 2.5% at 16
-# ranks, every size and protocol). Trees are slower than NCCL's model by 2% to 47%
-# (measured): the model's bandwidth term assumes a tree's streams share a NIC's rate
-# perfectly, the simulator caps each of the op's streams from a NIC at its share and
-# fills and drains the pipeline piece by piece; never faster than the model.
-TOLERANCE = {"ring": (0.10, 0.10), "tree": (0.05, 0.55)}  # (faster, slower)
+# How far the simulator may be from the model. Rings: 10% (measured within 10% at 16 and
+# 128 ranks, every size and protocol). Trees (NCCL's double binary tree, the op's flows
+# from a NIC sharing its protocol's rate): 17 of the 21 cases within 10%; outside it LL at
+# 16 ranks and 16 or 256 MiB (+20%, +19%: the leaves' streams run ahead, the inner NICs then
+# wait for their input), Simple at 128 ranks and 64 KiB (+15%: 14 levels of a piece's
+# serialization and the path's propagation, which the model's latency does not charge) and
+# LL128 at 16 ranks and 1 MiB (-16%: the pipeline overlaps latency and transfer, which the
+# model adds).
+TOLERANCE = {"ring": (0.10, 0.10), "tree": (0.20, 0.25)}  # (faster, slower)
 
 
 def check_time(algorithm, got, want):
@@ -106,12 +109,15 @@ def test_auto_runs_what_nccls_model_picks(medium):
 
 def causal_floor_us(kind, algorithm, protocol, n, size, flows, fabric) -> float:
     """The chain of dependent steps: each at least its step latency and its chunk's
-    serialization at the line rate (the hops' propagation adds to that)."""
+    serialization: its first packet at the line rate, the rest at the protocol's (a paced
+    sender waits its gap after a packet, not before; the hops' propagation adds to that)."""
     terms = nccl.terms(nccl.DEFAULT, kind, algorithm, protocol, n, size, 1)
     lat_ns, base_ns = terms.step_latency_ns, terms.base_latency_ns
     steps = int(flows.group_steps.max())
     chunk = int(flows.group_bytes.max()) / steps
-    serial_us = chunk * 8 / (line_bps(fabric) * terms.rate_factor) * 1e6
+    first = min(chunk, int(fabric.link_mtu_bytes.max()))
+    line = line_bps(fabric)
+    serial_us = (first / line + (chunk - first) / (line * terms.rate_factor)) * 8e6
     if algorithm == "ring":
         chain = int(flows.group_loop.max())  # each step of a loop waits for the one before
     else:
@@ -133,3 +139,33 @@ def test_no_collective_beats_its_causal_floor(medium, case, n, size):
     kind, algorithm, protocol = case
     got, flows = simulate(medium, kind, algorithm, protocol, n, size)
     assert got >= causal_floor_us(kind, algorithm, protocol, n, size, flows, medium) * 0.999
+
+
+def test_an_ops_flows_from_one_nic_share_its_protocols_rate(medium):
+    """A protocol's cap binds an op's flows from one NIC together, as its NIC's queue pairs
+    share the proxy's rate: with one flow of 1 MB and one of 3 MB at half the line rate the
+    small one ends after 2 MB of the pacer's time and the large one then has the whole cap
+    (4/3 of its time alone), not a quarter each to the end (twice its time alone)."""
+    from aifabric.traffic.flows import FlowTable
+
+    nics = [int(x) for x in medium.nic_ids[:3]]
+
+    def run(sizes):
+        k = len(sizes)
+        table = FlowTable.build(
+            {"src": [nics[0]] * k, "dst": nics[1 : 1 + k], "bytes": sizes,
+             "sqpn": [1, 2][:k], "dqpn": [1, 2][:k], "sport": [49152, 49153][:k]},
+            [[] for _ in range(k)],
+            {"op_id": [0], "op_job": [0], "op_kind": ["allgather"], "op_algorithm": ["ring"],
+             "op_bytes": [sum(sizes)], "op_ranks": [2], "op_busbw_factor": [1.0],
+             "op_rate_factor": [0.5]},
+        )  # fmt: skip
+        sim = Simulation(medium, table, cc="none")
+        assert sim.run()
+        sim.close()
+        return sim.flow_records()["end_ns"]
+
+    (alone,) = run([3_000_000])
+    small, large = run([1_000_000, 3_000_000])
+    assert large / alone == pytest.approx(4 / 3, rel=0.03)
+    assert small / alone == pytest.approx(2 / 3, rel=0.03)

@@ -389,26 +389,40 @@ def test_a_scenario_estimated_to_run_too_long_is_refused_before_anything_is_buil
 
 
 def test_replay_processes_share_the_hosts_and_honour_dependencies(tmp_path, monkeypatch):
-    """Three replay processes for a ring: every flow of a step waits for the previous step's
-    flows, which other processes received; the processes are gone afterwards."""
-    from aifabric.emu import replay
+    """Three replay processes for a ring: every step waits for the step upstream, which
+    another process received; the run records the simulator's streams (each from its first
+    step's start to its last step's end); the processes are gone afterwards."""
+    from aifabric.emu import engine, replay
 
     monkeypatch.setattr(replay, "replay_processes", lambda hosts: 3)
+    seen = {}
+    write = engine._write
+
+    def spy(writer, scenario, monitor, result, *rest, **kw):
+        seen.update(steps=scenario.flows, result=result, origin=kw["origin"])
+        return write(writer, scenario, monitor, result, *rest, **kw)
+
+    monkeypatch.setattr(engine, "_write", spy)
     before = set(linux_children())
     sc = _scenario({"collective": "allreduce", "algorithm": "ring", "size": "1MiB", "gpus": 8})
     summary, run = _run(tmp_path, sc)
     assert run.status == "complete", run.meta["message"]
     assert summary["replay_processes"] == 3
     assert summary["bytes_received"] == int(sc.flows.bytes.sum())
-    flows = run.flows()
-    ft = sc.flows
+    steps, result, origin = seen["steps"], seen["result"], seen["origin"]
     crossed = 0
-    for i in range(len(ft)):
-        deps = ft.deps_of(i)
+    for i in range(len(steps)):
+        deps = steps.deps_of(i)
         if len(deps):
-            assert flows["start_ns"][i] >= flows["end_ns"][deps].max()
-            crossed += 1
+            assert result.start_ns[i] >= result.end_ns[deps].max()
+            crossed += int((steps.src[deps] != steps.src[i]).any())
     assert crossed > 0
+    flows = run.flows()
+    assert np.array_equal(flows["flow_id"], sc.flows.flow_id)
+    for j in range(len(sc.flows)):
+        mine = origin == j
+        assert flows["start_ns"][j] == result.start_ns[mine].min()
+        assert flows["end_ns"][j] == result.end_ns[mine].max()
     assert set(linux_children()) <= before
 
 

@@ -77,6 +77,32 @@ def test_ten_thousand_damaged_run_directories_are_one_sentence_each(pristine, da
     _fuzz_library(pristine, data)
 
 
+def test_a_path_through_another_nic_is_one_sentence(pristine, tmp_path):
+    """Found by the fuzzer: a path that starts at its src and reaches its dst but passes a
+    third NIC on the way (an edited topology.json) reached the ECMP analysis, which asked
+    that NIC for its next hops."""
+    import numpy as np
+
+    from aifabric.fabric.rundir import Run
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(pristine, run_dir)
+    fabric = Run(run_dir).fabric()
+    flows = dict(np.load(run_dir / "flows.npz"))
+    f = int(np.flatnonzero(np.diff(flows["path_ptr"]) >= 3)[0])
+    other = next(
+        int(x) for x in np.flatnonzero(fabric.nic_port >= 0)
+        if x not in (flows["src"][f], flows["dst"][f])
+    )  # fmt: skip
+    flows["path_link"] = flows["path_link"].copy()
+    flows["path_link"][flows["path_ptr"][f] + 1] = fabric.nic_port[other] // 2
+    fuzz_rundir._save_npz(run_dir / "flows.npz", flows)
+    result = CliRunner().invoke(main, ["analyze", str(run_dir)])
+    assert result.exit_code == 1, result.output
+    assert f"flow {f}'s path passes through {fabric.node_name[other]}" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_a_flow_to_its_own_nic_is_one_sentence(pristine, tmp_path):
     """Found by the 10,000-mutation fuzzer: a flow whose dst is its src passes every per-column
     check (its path starts at src, so it 'reaches' dst), and the ECMP analysis then saw

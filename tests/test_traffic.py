@@ -129,35 +129,70 @@ def test_ring_steps_written_out_wait_for_the_step_before_upstream(medium):
     check_graph(t)
 
 
+def test_steps_fold_back_into_the_streams_they_were_cut_from(medium):
+    """The emulator replays steps and records streams: a stream starts with its first step
+    and ends with its last, and not at all while one of its steps has not ended."""
+    from aifabric.traffic.steps import expand_steps_with_origin, fold_steps
+
+    streams = flows_of(medium, collective="allreduce", algorithm="ring", size=6 * 4096, gpus=4)
+    steps, origin = expand_steps_with_origin(streams)
+    assert len(origin) == len(steps)
+    for name in ("src", "dst", "sport", "channel", "op"):
+        assert np.array_equal(getattr(steps, name), getattr(streams, name)[origin])
+    assert np.array_equal(np.bincount(origin, weights=steps.bytes), streams.bytes)
+    rng = np.random.default_rng(1)
+    start = rng.integers(0, 1000, len(steps))
+    end = start + rng.integers(1, 1000, len(steps))
+    late = int(np.flatnonzero(origin == 2)[3])
+    end[late] = -1
+    s, e = fold_steps(origin, len(streams), start, end)
+    for i in range(len(streams)):
+        mine = origin == i
+        assert s[i] == start[mine].min()
+        assert e[i] == (-1 if i == 2 else end[mine].max())
+
+
 def reference_tree(n):
-    """Balanced in-order binary tree, written recursively: parent per position."""
+    """NCCL's binary tree written from its children (trees.cc ncclGetBtree): rank 0's one
+    child is the largest power of two below n; a rank whose lowest set bit is b has the
+    children rank - b/2 and rank + b/2, the latter halved down until it is below n."""
     parent = [-1] * n
-
-    def build(lo, hi, up):
-        if lo >= hi:
-            return
-        mid = (lo + hi) // 2
-        parent[mid] = up
-        build(lo, mid, mid)
-        build(mid + 1, hi, mid)
-
-    build(0, n, -1)
+    bit = 1
+    while bit < n:
+        bit <<= 1
+    if n > 1:
+        parent[bit >> 1] = 0
+    for r in range(1, n):
+        low = (r & -r) >> 1
+        if low == 0:
+            continue
+        parent[r - low] = r
+        while low and r + low >= n:
+            low >>= 1
+        if low:
+            parent[r + low] = r
     return parent
 
 
-@pytest.mark.parametrize("n", [2, 3, 8, 13])
+@pytest.mark.parametrize("n", [2, 3, 8, 12, 13, 16])
 def test_double_binary_tree_bytes(medium, n):
     size = 2 * 64 * 1024 * 3
     t = flows_of(medium, collective="allreduce", algorithm="tree", size=size, gpus=n,
                  chunk=64 * 1024)  # fmt: skip
     assert int(t.bytes.sum()) == 2 * (n - 1) * size
     parent = reference_tree(n)
+    # the second tree: mirrored for an even n, shifted by one for an odd n
+    place = [n - 1 - p if n % 2 == 0 else (p + 1) % n for p in range(n)]
     expect = [0] * n
-    for shift in (0, 1):  # the second tree is the first shifted by one rank
+    leaf_in = [0] * n
+    for tree in (0, 1):
         for pos in range(n):
-            rank = (pos + shift) % n
+            rank = pos if tree == 0 else place[pos]
             children = parent.count(pos)
             expect[rank] += (size // 2) * ((parent[pos] >= 0) + children)
+            leaf_in[rank] += children == 0
+    if n % 2 == 0:  # every rank is a leaf of one tree, inner in the other (or the root)
+        assert leaf_in == [1] * n
     nics = np.unique(np.concatenate([t.src, t.dst]))
     per = sent_per_rank(t)
     assert [per.get(int(x), 0) for x in nics] == expect

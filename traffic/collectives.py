@@ -255,49 +255,69 @@ def chains(lanes: np.ndarray, size: int, channels: int, step_bytes: int) -> Tran
     )
 
 
-def inorder_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """A balanced in-order binary tree over positions 0..n-1: (parent, depth), root's parent -1."""
-    parent = np.full(n, -1, dtype=_I64)
-    depth = np.zeros(n, dtype=_I64)
-    stack = [(0, n, -1, 0)]
-    while stack:
-        lo, hi, up, d = stack.pop()
-        if lo >= hi:
-            continue
-        mid = (lo + hi) // 2
-        parent[mid] = up
-        depth[mid] = d
-        stack.append((lo, mid, mid, d + 1))
-        stack.append((mid + 1, hi, mid, d + 1))
-    return parent, depth
+def nccl_btree(n: int) -> np.ndarray:
+    """NCCL's binary tree over ranks 0..n-1 (src/graph/trees.cc): each rank's parent, -1 at
+    the root (rank 0). A rank's parent clears its lowest set bit and sets the next one up
+    (or only clears it, where that would leave the ranks), so odd ranks are the leaves and
+    the root has one child, the largest power of two below n."""
+    r = np.arange(n, dtype=_I64)
+    bit = r & -r
+    up = (r ^ bit) | (bit << 1)
+    up = np.where(up >= n, r ^ bit, up)
+    up[0] = -1
+    return up
+
+
+def tree_depth(parent: np.ndarray) -> np.ndarray:
+    """Each node's distance from the root of the tree `parent` describes."""
+    depth = np.zeros(len(parent), dtype=_I64)
+    at = parent.copy()
+    while (at >= 0).any():
+        live = at >= 0
+        depth[live] += 1
+        at[live] = parent[at[live]]
+    return depth
+
+
+def double_tree(n: int) -> list[np.ndarray]:
+    """NCCL's two trees (ncclGetDtree): the binary tree, and the same tree mirrored (rank r
+    in the place of n - 1 - r) when n is even, shifted by one rank when n is odd, so that
+    a leaf of one tree is inner in the other. Each as every rank's parent, -1 at the root."""
+    first = nccl_btree(n)
+    p = np.arange(n, dtype=_I64)
+    place = n - 1 - p if n % 2 == 0 else (p + 1) % n  # the rank in place p
+    second = np.full(n, -1, dtype=_I64)
+    has = first >= 0
+    second[place[has]] = place[first[has]]
+    return [first, second]
 
 
 def tree(n: int, size: int, channels: int, step_bytes: int) -> Transfers:
-    """Double binary tree AllReduce: two trees, each reduces half the data up and broadcasts it
-    down. The second tree is the first shifted by one rank, so a leaf of one is inner in the
-    other. Each edge is a stream per direction, in pieces of at most `step_bytes`: piece k
-    goes up once it has arrived from every child, and down from the root once it has
-    arrived from both of the root's children, then down an inner edge once it has arrived
-    from above (offset 0)."""
+    """Double binary tree AllReduce on NCCL's two trees (`double_tree`): each reduces half the
+    data up and broadcasts it down. Each edge is a stream per direction, in pieces of at
+    most `step_bytes`: piece k goes up once it has arrived from every child, and down from
+    the root once it has arrived from the root's children, then down an inner edge once it
+    has arrived from above (offset 0)."""
     if n < 2:
         return empty(0)
-    parent, depth = inorder_tree(n)
-    height = int(depth.max())
-    root = int(np.flatnonzero(parent < 0)[0])
-    nonroot = np.flatnonzero(parent >= 0)
+    trees = double_tree(n)
+    depths = [tree_depth(parent) for parent in trees]
+    height = int(max(d.max() for d in depths))
     per = n - 1
-    pos = np.full(n, -1, dtype=_I64)  # row of position p's edge within one direction
-    pos[nonroot] = np.arange(per)
-    root_children = np.flatnonzero(parent == root)
-    inner = nonroot[parent[nonroot] != root]
     blocks = []
     for c, s_c in enumerate(parts(size, channels)):
         for t, half in enumerate(parts(int(s_c), 2)):
-            # rows 0..per-1: up (p -> parent p), rows per..2per-1: down (parent p -> p)
+            parent, depth = trees[t], depths[t]
+            root = int(np.flatnonzero(parent < 0)[0])
+            nonroot = np.flatnonzero(parent >= 0)
+            pos = np.full(n, -1, dtype=_I64)  # row of rank x's edge within one direction
+            pos[nonroot] = np.arange(per)
+            root_children = np.flatnonzero(parent == root)
+            inner = nonroot[parent[nonroot] != root]
+            # rows 0..per-1: up (x -> parent x), rows per..2per-1: down (parent x -> x)
             pt, pd = [], []
-            up_children = inner  # up(parent(x)) waits for up(x)
-            pt.append(pos[parent[up_children]])
-            pd.append(pos[up_children])
+            pt.append(pos[parent[inner]])  # up(parent(x)) waits for up(x)
+            pd.append(pos[inner])
             rc_t = np.repeat(root_children, len(root_children))
             rc_d = np.tile(root_children, len(root_children))
             pt.append(per + pos[rc_t])
@@ -305,11 +325,10 @@ def tree(n: int, size: int, channels: int, step_bytes: int) -> Transfers:
             pt.append(per + pos[inner])
             pd.append(per + pos[parent[inner]])
             k = int(pieces(int(half), step_bytes))
-            rank = lambda p, t=t: (p + t) % n  # noqa: E731
             blocks.append(
                 streams(
-                    src=np.concatenate([rank(nonroot), rank(parent[nonroot])]),
-                    dst=np.concatenate([rank(parent[nonroot]), rank(nonroot)]),
+                    src=np.concatenate([nonroot, parent[nonroot]]),
+                    dst=np.concatenate([parent[nonroot], nonroot]),
                     channel=np.full(2 * per, c),
                     nbytes=np.full(2 * per, int(half)),
                     stream_steps=np.full(2 * per, k),
@@ -576,11 +595,9 @@ class AllReduce(_RingKind):
 
     def channel_bytes(self, algorithm, n, size, shape, sent, recv):
         if algorithm == "tree":
-            parent, _ = inorder_tree(n)
-            children = np.bincount(parent[parent >= 0], minlength=n)
-            for shift, half in enumerate(parts(size, 2)):
-                per_pos = int(half) * ((parent >= 0).astype(_I64) + children)
-                mine = np.roll(per_pos, shift)  # rank (p + shift) holds position p
+            for parent, half in zip(double_tree(n), parts(size, 2), strict=True):
+                children = np.bincount(parent[parent >= 0], minlength=n)
+                mine = int(half) * ((parent >= 0).astype(_I64) + children)
                 sent += mine
                 recv += mine  # each tree edge carries the half once up and once down
         elif algorithm == "halving-doubling":
@@ -592,9 +609,9 @@ class AllReduce(_RingKind):
 
     def steps(self, algorithm, n, size, shape):
         if algorithm == "tree":
-            _, depth = inorder_tree(n)
+            height = max(int(tree_depth(parent).max()) for parent in double_tree(n))
             g = max(shape.pieces(int(h)) for s in shape.per_channel(size) for h in parts(s, 2))
-            return 2 * int(depth.max()) + g - 1
+            return 2 * height + g - 1
         if algorithm == "halving-doubling":
             p = 1 << (n.bit_length() - 1)
             return 2 * (p.bit_length() - 1) + (2 if n > p else 0)

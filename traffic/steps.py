@@ -45,8 +45,14 @@ def expanded_size(table: FlowTable) -> int:
 
 def expand_steps(table: FlowTable) -> FlowTable:
     """`table` with every stream QP cut into one flow per step (see the module docstring)."""
+    return expand_steps_with_origin(table)[0]
+
+
+def expand_steps_with_origin(table: FlowTable) -> tuple[FlowTable, np.ndarray]:
+    """`expand_steps`, and for each of its flows the flow of `table` it is a step of (an
+    engine that replays the steps records what ran as `table`'s flows: `fold_steps`)."""
     if not table.n_groups:
-        return table
+        return table, np.arange(len(table), dtype=_I64)
     n = len(table)
     g = table.group
     stream = g >= 0
@@ -132,7 +138,27 @@ def expand_steps(table: FlowTable) -> FlowTable:
     cols["bytes"] = nbytes
     cols["step"] = np.where(stream[old], k, table.step[old]).astype(np.int32)
     ops = {name: getattr(table, name) for name in table.arrays() if name.startswith("op_")}
-    return FlowTable.build(cols, (dep_ptr, dep), ops)
+    return FlowTable.build(cols, (dep_ptr, dep), ops), old
+
+
+def fold_steps(
+    origin: np.ndarray, n: int, start_ns: np.ndarray, end_ns: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each of the `n` flows whose steps (`origin`: the flow of each step)
+    started at `start_ns` and ended at `end_ns` (-1: never): its first step's start, and its
+    last step's end once every step has ended (else -1), as the simulator records a stream."""
+    origin = np.asarray(origin, dtype=_I64)
+    start_ns, end_ns = np.asarray(start_ns, dtype=_I64), np.asarray(end_ns, dtype=_I64)
+    big = np.iinfo(_I64).max
+    start = np.full(n, big, dtype=_I64)
+    np.minimum.at(start, origin, np.where(start_ns >= 0, start_ns, big))
+    start[start == big] = -1
+    end = np.full(n, -1, dtype=_I64)
+    np.maximum.at(end, origin, end_ns)
+    unfinished = np.zeros(n, dtype=bool)
+    unfinished[origin[end_ns < 0]] = True
+    end[unfinished] = -1
+    return start, end
 
 
 def _topological(n: int, t: np.ndarray, d: np.ndarray) -> np.ndarray:
