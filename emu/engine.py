@@ -573,15 +573,11 @@ def _write(
     start = result.start_ns if result is not None else np.full(n, -1, dtype=np.int64)
     end = result.end_ns if result is not None else np.full(n, -1, dtype=np.int64)
     if origin is not None:
-        from aifabric.traffic.steps import fold_steps
+        from aifabric.traffic.steps import fold_paths, fold_steps
 
         ft, n = streams, len(streams)
         start, end = fold_steps(origin, n, start, end)
-        first = np.full(n, len(origin), dtype=np.int64)
-        np.minimum.at(first, origin, np.arange(len(origin), dtype=np.int64))
-        lens = path_ptr[first + 1] - path_ptr[first]
-        path_link = path_link[np.repeat(path_ptr[first], lens) + _ragged(lens)]
-        path_ptr = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+        path_ptr, path_link = fold_paths(origin, n, path_ptr, path_link)
     writer.flows(
         flow_id=ft.flow_id, job=ft.job, op=ft.op, step=ft.step, channel=ft.channel,
         src=ft.src, dst=ft.dst, sqpn=ft.sqpn, dqpn=ft.dqpn, sport=ft.sport, bytes=ft.bytes,
@@ -623,12 +619,6 @@ def _write(
         "paused_ns_total": int(series["paused_ns"].sum()),
         "drops": int(series["drops"].sum()),
     }
-
-
-def _ragged(counts: np.ndarray) -> np.ndarray:
-    """concatenate(arange(c) for c in counts)."""
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)[: len(counts)]
-    return np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
 
 
 def shared_buffer_support(f) -> Support:

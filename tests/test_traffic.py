@@ -132,7 +132,7 @@ def test_ring_steps_written_out_wait_for_the_step_before_upstream(medium):
 def test_steps_fold_back_into_the_streams_they_were_cut_from(medium):
     """The emulator replays steps and records streams: a stream starts with its first step
     and ends with its last, and not at all while one of its steps has not ended."""
-    from aifabric.traffic.steps import expand_steps_with_origin, fold_steps
+    from aifabric.traffic.steps import expand_steps_with_origin, fold_paths, fold_steps
 
     streams = flows_of(medium, collective="allreduce", algorithm="ring", size=6 * 4096, gpus=4)
     steps, origin = expand_steps_with_origin(streams)
@@ -150,6 +150,14 @@ def test_steps_fold_back_into_the_streams_they_were_cut_from(medium):
         mine = origin == i
         assert s[i] == start[mine].min()
         assert e[i] == (-1 if i == 2 else end[mine].max())
+    # each step's path: its own links; a stream's, its first step's
+    lens = np.arange(len(steps)) % 3 + 1
+    ptr = np.concatenate([[0], np.cumsum(lens)])
+    links = np.arange(ptr[-1])
+    fptr, flinks = fold_paths(origin, len(streams), ptr, links)
+    for i in range(len(streams)):
+        j = int(np.flatnonzero(origin == i)[0])
+        assert flinks[fptr[i] : fptr[i + 1]].tolist() == links[ptr[j] : ptr[j + 1]].tolist()
 
 
 def reference_tree(n):

@@ -161,6 +161,19 @@ def fold_steps(
     return start, end
 
 
+def fold_paths(
+    origin: np.ndarray, n: int, path_ptr: np.ndarray, path_link: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each of the `n` flows' path (CSR) as its first step's (`origin`: the flow of each
+    step; a stream's steps share its 5-tuple, so its route)."""
+    origin = np.asarray(origin, dtype=_I64)
+    first = np.full(n, len(origin), dtype=_I64)
+    np.minimum.at(first, origin, np.arange(len(origin), dtype=_I64))
+    lens = path_ptr[first + 1] - path_ptr[first]
+    links = path_link[_ragged_from(path_ptr[first], lens)]
+    return np.concatenate([[0], np.cumsum(lens)]).astype(_I64), links
+
+
 def _topological(n: int, t: np.ndarray, d: np.ndarray) -> np.ndarray:
     """Flows in an order where each comes after the flows it waits for (t waits for d): by
     level (Kahn's algorithm a level at a time), in flow order within a level."""
