@@ -573,10 +573,10 @@ def _write(
     start = result.start_ns if result is not None else np.full(n, -1, dtype=np.int64)
     end = result.end_ns if result is not None else np.full(n, -1, dtype=np.int64)
     if origin is not None:
-        from aifabric.traffic.steps import fold_paths, fold_steps
+        from aifabric.traffic.steps import first_latency_ns, fold_paths, fold_steps
 
         ft, n = streams, len(streams)
-        start, end = fold_steps(origin, n, start, end)
+        start, end = fold_steps(origin, n, start, end, first_latency_ns(streams))
         path_ptr, path_link = fold_paths(origin, n, path_ptr, path_link)
     writer.flows(
         flow_id=ft.flow_id, job=ft.job, op=ft.op, step=ft.step, channel=ft.channel,

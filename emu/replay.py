@@ -414,7 +414,7 @@ class Replay:
         sqpn_l = ft.sqpn.tolist()
         dqpn_l = ft.dqpn.tolist()
         start_s = (ft.start_ns * scale / 1e9).tolist()
-        step_s, base_s, first_s = _latencies_s(ft, scale)
+        step_s, first_s = _latencies_s(ft, scale)
         ready_s = [a + b for a, b in zip(start_s, first_s, strict=True)]
         op_l = ft.op.tolist()
         nbytes_l = nbytes.tolist()
@@ -432,6 +432,12 @@ class Replay:
         resent_at = np.zeros(n)  # when the sender last went back (a NAK or a timeout)
         sending = np.zeros(n, dtype=bool)  # in `active`
         line = self.net.plan.port_rate_bps[self.net.fabric.nic_port[ft.src]].astype(float)
+        # a protocol's rate cap on an op's flows from one NIC together, as the simulator's
+        # pacer: pacer p lets its next batch leave at pace_at[p] (pacer -1: not paced)
+        pacer_l, cap = _pacers(ft, self.net.fabric.n_nodes)
+        line = line * cap
+        line_l = line.tolist()  # a pacer's flows share their NIC and op, so this rate
+        pace_at = [0.0] * (max(pacer_l, default=-1) + 1)
         rp = ReactionPoint({**cc_parameters({}), **self.ccp}, line, scale) if self.cc else None
         rate = rp.rc if rp is not None else line
         # DCQCN pacing: a flow's last batch left at paced_at and may be followed once its
@@ -485,9 +491,9 @@ class Replay:
                     for k in range(rptr[f], rptr[f + 1]):
                         w = int(waiter[k])
                         if mine[w]:
-                            # the step's latency after its input arrived; an op's base
+                            # the step's latency after its input arrived; an op's first
                             # latency after the op before it
-                            after = step_s[w] if op_l[w] == op_l[f] else base_s[w]
+                            after = step_s[w] if op_l[w] == op_l[f] else first_s[w]
                             ready_s[w] = max(ready_s[w], end_s + after)
                             pending[w] -= 1
                             if pending[w] == 0:
@@ -564,6 +570,9 @@ class Replay:
                     rp.tick(f, now)
                     if now < paced_at[f] + paced_bits[f] / rate[f]:
                         continue
+                p = pacer_l[f]
+                if p >= 0 and now < pace_at[p]:
+                    continue
                 k = fill_writes(
                     batch.buf, batch.lens, f, dqpn_l[f], int(psn[f]),
                     int(sent_off[f]), nbytes_l[f] - int(sent_off[f]), self.mtu,
@@ -579,6 +588,8 @@ class Replay:
                     sh.retx[f] += max(0, min(int(psn[f]) + m, int(high[f])) - int(psn[f]))
                     psn[f] += m
                     high[f] = max(high[f], psn[f])
+                    if p >= 0:
+                        pace_at[p] = now + (payload + m * overhead) * 8 / line_l[f]
                     if rp is not None:
                         paced_at[f] = max(paced_at[f] + paced_bits[f] / rate[f], now)
                         paced_bits[f] = (payload + m * overhead) * 8
@@ -595,9 +606,12 @@ class Replay:
             # Nothing to send: sleep until a datagram, a socket with room, a wake-up
             # (a dependency completed elsewhere), a paced flow's turn or 2 ms.
             wait = 0.0 if sent_now else (0.0005 if waiting else 0.002)
-            if rp is not None and active and not sent_now:
-                due = min(paced_at[f] + paced_bits[f] / rate[f] for f in active)
-                wait = max(0.0, min(wait, due - now))
+            if active and not sent_now:
+                due = [pace_at[pacer_l[f]] for f in active if pacer_l[f] >= 0]
+                if rp is not None:
+                    due += [paced_at[f] + paced_bits[f] / rate[f] for f in active]
+                if due:
+                    wait = max(0.0, min(wait, min(due) - now))
             waking = set(blocked) - sock_host.keys()
             for fd in waking:
                 poller.register(fd, select.POLLOUT)
@@ -785,19 +799,28 @@ def _flood(tx: socket.socket, rx: socket.socket, seconds: float) -> tuple[int, f
     return got, time.monotonic() - t0
 
 
-def _latencies_s(ft, scale: int) -> tuple[list, list, list]:
-    """Per flow, in scaled wall seconds: the latency from the arrival of its op's data it
-    waits for to its start (its op's step latency), from the op before (the base latency),
-    and before a first step (both for a collective step, the base for a transfer), as the
-    simulator runs them (`aifabric.sim.kernel`: `release_dep`, `start_stream`)."""
+def _pacers(ft, n_nodes: int) -> tuple[list, np.ndarray]:
+    """Per flow, its pacer (one per op and sending NIC whose protocol caps the rate; -1:
+    none) and its rate as a fraction of its NIC's line rate (the protocol's cap, else 1), as
+    the simulator sets them (`aifabric.sim.driver`: op_rate_factor, FL_PACER)."""
     n = len(ft)
-    if not len(ft.op_id):
-        zero = [0.0] * n
-        return zero, zero, zero
-    order = np.argsort(ft.op_id)
-    row = order[np.clip(np.searchsorted(ft.op_id, ft.op, sorter=order), 0, len(order) - 1)]
-    step = ft.op_step_latency_ns[row] * scale / 1e9
-    base = ft.op_base_latency_ns[row] * scale / 1e9
-    plain = np.isin(ft.op_algorithm[row], ("halving-doubling", "pairwise"))
+    cap = np.clip(ft.op_column("op_rate_factor", 1.0).astype(float), 1e-6, 1.0)
+    pacer = np.full(n, -1, dtype=np.int64)
+    capped = cap < 1.0
+    if capped.any():
+        key = ft.op.astype(np.int64)[capped] * n_nodes + ft.src[capped]
+        pacer[capped] = np.unique(key, return_inverse=True)[1].ravel()
+    return pacer.tolist(), cap
+
+
+def _latencies_s(ft, scale: int) -> tuple[list, list]:
+    """Per flow, in scaled wall seconds: the latency from the arrival of its op's data it
+    waits for to its start (its op's step latency), and before its first step, from its
+    op's start or the end of the op before (the base latency, and the step latency for a
+    collective's step), as the simulator runs them (`aifabric.sim.kernel`: `release_dep`,
+    `start_stream`)."""
+    step = ft.op_column("op_step_latency_ns", 0) * scale / 1e9
+    base = ft.op_column("op_base_latency_ns", 0) * scale / 1e9
+    plain = np.isin(ft.op_column("op_algorithm", ""), ("halving-doubling", "pairwise"))
     first = base + np.where(plain, 0.0, step)
-    return step.tolist(), base.tolist(), first.tolist()
+    return step.tolist(), first.tolist()

@@ -256,7 +256,7 @@ class Simulation:
         fr = np.zeros((n, L.FR_N), dtype=np.float64)
         fr[:, L.FR_LINE_BPS] = f.port_rate_bps[f.nic_port[t.src]] if n else 0
         if n:  # a protocol's rate cap (op_rate_factor) on the op's flows from a NIC together
-            cap = np.clip(self._op_column("op_rate_factor", 1.0), 1e-6, 1.0)
+            cap = np.clip(self.flows.op_column("op_rate_factor", 1.0), 1e-6, 1.0)
             capped = cap < 1.0
             fr[:, L.FR_LINE_BPS] *= cap
             if capped.any():  # one pacer per (op, NIC): its first flow's row holds it
@@ -312,22 +312,12 @@ class Simulation:
             schedule(ev, g, t0, L.EV_FLOW_START, int(i), 0)
         schedule(ev, g, int(prm[L.P_SAMPLE_PS]), L.EV_SAMPLE, 0, 0)
 
-    def _op_column(self, name: str, default) -> np.ndarray:
-        """An op column per flow (`default` for a flow whose op is not in the op table)."""
-        t = self.flows
-        col = getattr(t, name)
-        if len(t.op_id) == 0:
-            return np.full(len(t), default, dtype=col.dtype)
-        order = np.argsort(t.op_id)
-        row = order[np.clip(np.searchsorted(t.op_id, t.op, sorter=order), 0, len(order) - 1)]
-        return np.where(t.op_id[row] == t.op, col[row], default)
-
     def _streams(self, fl: np.ndarray) -> None:
         """The flows' op, latencies and stream columns, and the stream table (gr, gio)."""
         t = self.flows
         n = len(t)
-        lat = self._op_column("op_step_latency_ns", 0).astype(np.int64) * PS
-        base = self._op_column("op_base_latency_ns", 0).astype(np.int64) * PS
+        lat = self.flows.op_column("op_step_latency_ns", 0).astype(np.int64) * PS
+        base = self.flows.op_column("op_base_latency_ns", 0).astype(np.int64) * PS
         fl[:, L.FL_OP] = t.op
         fl[:, L.FL_GROUP] = t.group
         fl[:, L.FL_WATCH_BYTES] = 2**62  # kernel.NEVER: no step to watch
@@ -353,9 +343,9 @@ class Simulation:
             gr[:, L.GR_FIRST_PS] = lat[f0] + base[f0]
             gr[:, L.GR_OFFSET] = t.group_offset
             gr[:, L.GR_LOOP] = t.group_loop
-            mode = self._op_column("op_qp_mode", "split")
+            mode = self.flows.op_column("op_qp_mode", "split")
             gr[:, L.GR_RR] = mode[f0] == "round-robin"
-            gr[:, L.GR_CHUNK] = np.maximum(self._op_column("op_chunk_bytes", 1)[f0], 1)
+            gr[:, L.GR_CHUNK] = np.maximum(self.flows.op_column("op_chunk_bytes", 1)[f0], 1)
             ins = np.diff(t.group_in_ptr)
             gr[:, L.GR_IN_OFF] = t.group_in_ptr[:-1]
             gr[:, L.GR_IN_N] = ins

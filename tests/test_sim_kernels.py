@@ -288,7 +288,7 @@ def test_dcqcn_cut_and_increase_match_the_equations(clamp):
     fl = np.zeros((1, L.FL_N), dtype=np.int64)
     fr = np.zeros((1, L.FR_N))
     line = 100e9
-    fr[0] = [line, line, 1.0, line]
+    fr[0, [L.FR_RC_BPS, L.FR_RT_BPS, L.FR_ALPHA, L.FR_LINE_BPS]] = [line, line, 1.0, line]
     rc, rt, alpha, g = line, line, 1.0, 1 / 256
     rng = np.random.default_rng(5)
     for _ in range(300):

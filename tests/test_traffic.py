@@ -132,7 +132,12 @@ def test_ring_steps_written_out_wait_for_the_step_before_upstream(medium):
 def test_steps_fold_back_into_the_streams_they_were_cut_from(medium):
     """The emulator replays steps and records streams: a stream starts with its first step
     and ends with its last, and not at all while one of its steps has not ended."""
-    from aifabric.traffic.steps import expand_steps_with_origin, fold_paths, fold_steps
+    from aifabric.traffic.steps import (
+        expand_steps_with_origin,
+        first_latency_ns,
+        fold_paths,
+        fold_steps,
+    )
 
     streams = flows_of(medium, collective="allreduce", algorithm="ring", size=6 * 4096, gpus=4)
     steps, origin = expand_steps_with_origin(streams)
@@ -150,6 +155,14 @@ def test_steps_fold_back_into_the_streams_they_were_cut_from(medium):
         mine = origin == i
         assert s[i] == start[mine].min()
         assert e[i] == (-1 if i == 2 else end[mine].max())
+    # the simulator records a stream from its start, its op's base and step latency before
+    # its first step is released
+    lead = first_latency_ns(streams)
+    op = streams.op_id.tolist().index(int(streams.op[0]))
+    assert lead.tolist() == [streams.op_step_latency_ns[op] + streams.op_base_latency_ns[op]] * 4
+    assert lead[0] > 0
+    s2, _ = fold_steps(origin, len(streams), start + 10**6, end + 10**6, lead)
+    assert np.array_equal(s2, s + 10**6 - lead)
     # each step's path: its own links; a stream's, its first step's
     lens = np.arange(len(steps)) % 3 + 1
     ptr = np.concatenate([[0], np.cumsum(lens)])

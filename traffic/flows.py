@@ -204,6 +204,16 @@ class FlowTable:
     def __len__(self) -> int:
         return len(self.flow_id)
 
+    def op_column(self, name: str, default) -> np.ndarray:
+        """The op table's column `name` per flow, by the flow's op (`default` for a flow whose
+        op is not in the op table, as in hand-built tables)."""
+        col = getattr(self, name)
+        if len(self.op_id) == 0:
+            return np.full(len(self), default, dtype=col.dtype)
+        order = np.argsort(self.op_id)
+        row = order[np.clip(np.searchsorted(self.op_id, self.op, sorter=order), 0, len(order) - 1)]
+        return np.where(self.op_id[row] == self.op, col[row], default)
+
     def deps_of(self, f: int) -> np.ndarray:
         return self.dep[self.dep_ptr[f] : self.dep_ptr[f + 1]]
 

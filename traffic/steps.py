@@ -28,13 +28,6 @@ from aifabric.traffic.generate import qp_bytes
 _I64 = np.int64
 
 
-def _op_column(table: FlowTable, name: str) -> np.ndarray:
-    """An op column per flow (the flows' op looked up in the op table)."""
-    order = np.argsort(table.op_id)
-    row = order[np.searchsorted(table.op_id, table.op, sorter=order)]
-    return getattr(table, name)[row]
-
-
 def expanded_size(table: FlowTable) -> int:
     """Flows `expand_steps` would make."""
     if not table.n_groups:
@@ -64,8 +57,8 @@ def expand_steps_with_origin(table: FlowTable) -> tuple[FlowTable, np.ndarray]:
     k = np.arange(total, dtype=_I64) - first_new[old]  # its step (0 for a transfer)
 
     # bytes: the QP's share of step k of its stream
-    mode = _op_column(table, "op_qp_mode")
-    chunk = np.maximum(_op_column(table, "op_chunk_bytes"), 1)
+    mode = table.op_column("op_qp_mode", "split")
+    chunk = np.maximum(table.op_column("op_chunk_bytes", 1), 1)
     nbytes = table.bytes[old].copy()
     member = np.flatnonzero(stream)
     first_of = np.full(table.n_groups, n, dtype=_I64)
@@ -142,23 +135,34 @@ def expand_steps_with_origin(table: FlowTable) -> tuple[FlowTable, np.ndarray]:
 
 
 def fold_steps(
-    origin: np.ndarray, n: int, start_ns: np.ndarray, end_ns: np.ndarray
+    origin: np.ndarray, n: int, start_ns: np.ndarray, end_ns: np.ndarray, lead_ns=0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of each of the `n` flows whose steps (`origin`: the flow of each step)
-    started at `start_ns` and ended at `end_ns` (-1: never): its first step's start, and its
-    last step's end once every step has ended (else -1), as the simulator records a stream."""
+    started at `start_ns` and ended at `end_ns` (-1: never): its first step's start less its
+    `lead_ns` (per flow: `first_latency_ns`), and its last step's end once every step has
+    ended (else -1), as the simulator records a stream."""
     origin = np.asarray(origin, dtype=_I64)
     start_ns, end_ns = np.asarray(start_ns, dtype=_I64), np.asarray(end_ns, dtype=_I64)
     big = np.iinfo(_I64).max
     start = np.full(n, big, dtype=_I64)
     np.minimum.at(start, origin, np.where(start_ns >= 0, start_ns, big))
-    start[start == big] = -1
+    started = start != big
+    start = np.where(started, np.maximum(start - lead_ns, 0), -1)
     end = np.full(n, -1, dtype=_I64)
     np.maximum.at(end, origin, end_ns)
     unfinished = np.zeros(n, dtype=bool)
     unfinished[origin[end_ns < 0]] = True
     end[unfinished] = -1
     return start, end
+
+
+def first_latency_ns(table: FlowTable) -> np.ndarray:
+    """Per flow, how long after it starts its first byte may leave: a stream's first step is
+    released its op's base and step latency after the stream starts (`aifabric.sim.kernel`:
+    `start_stream`), which is when the simulator records its start; a transfer starts when
+    its latency is over (0)."""
+    lat = table.op_column("op_step_latency_ns", 0) + table.op_column("op_base_latency_ns", 0)
+    return np.where(table.group >= 0, lat, 0).astype(_I64)
 
 
 def fold_paths(
