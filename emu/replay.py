@@ -436,7 +436,7 @@ class Replay:
         # pacer: pacer p lets its next batch leave at pace_at[p] (pacer -1: not paced)
         pacer_l, cap = _pacers(ft, self.net.fabric.n_nodes)
         line = line * cap
-        line_l = line.tolist()  # a pacer's flows share their NIC and op, so this rate
+        line_l = line.tolist()  # the flows of one pacer share its NIC and op: its rate
         pace_at = [0.0] * (max(pacer_l, default=-1) + 1)
         rp = ReactionPoint({**cc_parameters({}), **self.ccp}, line, scale) if self.cc else None
         rate = rp.rc if rp is not None else line
