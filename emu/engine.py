@@ -31,7 +31,7 @@ from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.faults import applied, at_start
 from aifabric.fabric.live import LiveStream
 from aifabric.fabric.model import Role
-from aifabric.fabric.routing import EMULATOR_POLICY
+from aifabric.fabric.routing import EMULATOR_POLICY, Routing
 from aifabric.fabric.units import format_time
 
 CAPTURE_SNAPLEN = 128
@@ -275,7 +275,9 @@ class EmuSession:
             )  # fmt: skip
         stop.check()
         net.apply()
-        self.monitor = Monitor(net, sc.sample_interval_ns, pfc=self.pfc)
+        self.monitor = Monitor(
+            net, sc.sample_interval_ns, pfc=self.pfc, flow_paths=self._flow_paths
+        )
         self.monitor.open()
         self.live = LiveStream(
             writer.path, "mininet", fabric, sc.flows.job, sc.flows.bytes, ports=self.monitor.ports
@@ -337,6 +339,16 @@ class EmuSession:
         self.replay.open()
         if self.captures:
             stop.wait(0.3)  # tcpdump attaches
+
+    def _flow_paths(self, routing):
+        """The flows' paths over what `routing` has left, as the switches' hash sends them
+        (the simulator's prediction, which the crosscheck holds equal to the switches')."""
+        sc, ft = self.sc, self.sc.flows
+        predict = Routing(
+            sc.fabric, EMULATOR_POLICY[self.switch], sc.hash_seed, same_seed=sc.same_seed,
+            failed_links=routing.failed_links, failed_nodes=routing.failed_nodes,
+        )  # fmt: skip
+        return predict.paths(ft.src, ft.dst, ft.sport)
 
     def run(self, stop, progress) -> bool:
         net, sc = self.net, self.sc

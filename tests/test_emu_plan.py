@@ -311,6 +311,39 @@ def test_pfc_pauses_cannot_wait_in_a_circle(name):
     assert all(dead not in es and (dead ^ 1) not in es for es in cut.values())
 
 
+def test_pfc_feeds_by_path_keep_one_jobs_full_queue_off_anothers_ingress():
+    """With the flows' paths, a spine's ingress from the ring's leaf feeds only the ring's
+    egress, not the incast's downlink beside it (by routes alone it feeds every downlink, and
+    the emulator paused the ring's uplinks for the incast, 0.3 ms the simulator never did);
+    path feeds are the routes' feeds narrowed, so PFC still cannot wait in a circle."""
+    import networkx as nx
+
+    from aifabric.emu.monitor import pfc_feeds
+    from tests.test_crosscheck import _scenario
+
+    sc = _scenario()
+    f, ft = sc.fabric, sc.flows
+    routing = Routing(f, "linux", sc.hash_seed)
+    paths = routing.paths(ft.src, ft.dst, ft.sport)
+    by_path, by_route = pfc_feeds(f, routing, paths), pfc_feeds(f, routing)
+    assert by_path.keys() == by_route.keys()
+    assert all(set(by_path[q]) <= set(by_route[q]) for q in by_path)
+    for i in range(len(ft)):  # every hop a flow takes is fed
+        ps = paths.of(i)
+        assert all(int(b) in by_path[int(a) ^ 1] for a, b in zip(ps[:-1], ps[1:], strict=True))
+    ring = ft.job == 0  # the scenario's first job
+    incast_leaf = int(f.nic_switch[int(ft.dst[~ring][0])])
+    into_incast_leaf = {int(q) ^ 1 for q in f.ports_of(incast_leaf)}  # spine ports towards it
+    ring_ingress = {int(a) ^ 1 for i in np.flatnonzero(ring) for a in paths.of(i)[1:-1]}
+    spine_ring_ingress = [q for q in ring_ingress if f.node_role[f.port_node[q]] != Role.RTSW]
+    assert spine_ring_ingress
+    for q in spine_ring_ingress:
+        assert not into_incast_leaf & set(by_path[q])
+        assert into_incast_leaf & set(by_route[q])  # what the routes alone would pause it for
+    g = nx.DiGraph((q ^ 1, e) for q, es in by_path.items() for e in es)
+    assert nx.is_directed_acyclic_graph(g)
+
+
 def test_the_monitor_counts_reds_marks_from_tcs_json():
     """RED's `marked` (iproute2's JSON for the red qdisc's xstats) is the port's ECN count;
     before, only eBPF markers were counted and a RED kernel's runs said 0 marks while their
