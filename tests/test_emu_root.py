@@ -390,9 +390,11 @@ def test_a_scenario_estimated_to_run_too_long_is_refused_before_anything_is_buil
 
 def test_replay_processes_share_the_hosts_and_honour_dependencies(tmp_path, monkeypatch):
     """Three replay processes for a ring: every step waits for the step upstream, which
-    another process received; the run records the simulator's streams (each from its first
-    step's start to its last step's end); the processes are gone afterwards."""
+    another process received; the run records the simulator's streams (each from its op's
+    latency before its first step's start to its last step's end); the processes are gone
+    afterwards."""
     from aifabric.emu import engine, replay
+    from aifabric.traffic.steps import first_latency_ns
 
     monkeypatch.setattr(replay, "replay_processes", lambda hosts: 3)
     seen = {}
@@ -419,9 +421,11 @@ def test_replay_processes_share_the_hosts_and_honour_dependencies(tmp_path, monk
     assert crossed > 0
     flows = run.flows()
     assert np.array_equal(flows["flow_id"], sc.flows.flow_id)
+    lead = first_latency_ns(sc.flows)  # a stream starts its op's latency before its first step
+    assert (lead > 0).all()
     for j in range(len(sc.flows)):
         mine = origin == j
-        assert flows["start_ns"][j] == result.start_ns[mine].min()
+        assert flows["start_ns"][j] == result.start_ns[mine].min() - lead[j]
         assert flows["end_ns"][j] == result.end_ns[mine].max()
     assert set(linux_children()) <= before
 
