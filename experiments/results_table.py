@@ -145,30 +145,91 @@ def write_tables(out: Path, sweep, points, rows: dict[int, dict], earlier: list[
     write_parquet(out / "results_long.parquet", long)
 
 
-def earlier_rows(out: Path, sweep, points) -> list[dict]:
-    """The rows of the folder's table that are not points of `sweep` as run now (an earlier
-    run with another grid or other seeds) and still have their run directory (or failed
-    before it was made), in their table order. An earlier run of a different sweep (another
-    base scenario, fixed settings, varied keys or engine) is refused in one sentence rather
-    than mixed into this one's table."""
+def rebuild_tables(out: str | Path, into: str | Path | None = None, *, runs=None) -> dict:
+    """Rebuild the tables of the sweep directory `out` from its run directories alone:
+    sweep.json says which points there are (the sweep as run, then `earlier`: the points
+    of an earlier grid), each point's run directory its row (`RunRows`; `runs`, one kept
+    across calls, rereads only what changed); a point without a finished run has none.
+    Written into `into` (default `out`), each file atomically. Returns `rows` (point
+    index -> row of the sweep as run) and `earlier` (how many earlier points have one)."""
+    from aifabric.experiments.runner import RunRows
+    from aifabric.experiments.spec import Sweep
+
+    out = Path(out)
+    spec_file = out / "sweep.json"
+    try:
+        spec = json.loads(spec_file.read_text())
+        sweep = Sweep.from_dict(spec)
+    except FileNotFoundError:
+        raise AifabricError(f"{out} is not a sweep directory (no sweep.json)") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise AifabricError(f"{spec_file} is not a sweep record ({e})") from None
+    points = sweep.points()
+    runs = runs if runs is not None else RunRows(out, sweep.metrics)
+    rows = {p.index: row for p in points if (row := runs.row(p.name)) is not None}
+    earlier = []
+    for e in _earlier_of(spec):
+        row = runs.row(e["name"])
+        if row is not None:
+            run_dir = f"runs/{e['name']}"
+            earlier.append({**row, **e["labels"], "seed": e["seed"], "run_dir": run_dir})
+    into = Path(into) if into is not None else out
+    try:
+        into.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AifabricError(f"cannot write the tables into {into}: {e.strerror}") from None
+    write_tables(into, sweep, points, rows, earlier)
+    return {"rows": rows, "earlier": len(earlier)}
+
+
+def _earlier_of(spec: dict) -> list[dict]:
+    """sweep.json's `earlier` points ({name, labels, seed}), those of the right shape."""
+    found = spec.get("earlier") if isinstance(spec, dict) else None
+    if not isinstance(found, list):
+        return []
+    return [
+        e
+        for e in found
+        if isinstance(e, dict) and isinstance(e.get("name"), str) and "/" not in e["name"]
+        and isinstance(e.get("labels"), dict) and isinstance(e.get("seed"), int)
+    ]  # fmt: skip
+
+
+def earlier_points(out: Path, sweep, points) -> list[dict]:
+    """The points ({name, labels, seed}) an earlier run into the folder made that are not
+    points of `sweep` as run now (another grid or other seeds) and still have their run
+    directory, in the earlier table's order: the sweep.json there (its points, then its own
+    `earlier`), and for a folder written before sweep.json kept them, its table's rows.
+    sweep.json records them, and the table keeps their rows. An earlier run of a different
+    sweep (another base scenario, fixed settings, varied keys or engine) is refused in one
+    sentence rather than mixed into this one's table."""
+    from aifabric.experiments.spec import Sweep
     from aifabric.fabric.rundir import jsonable
 
-    previous = _previous_table(out)
-    mine = {f"runs/{p.name}" for p in points}
-    keep = [
-        row
-        for row in previous
-        if row.get("run_dir") not in mine
-        and (
-            row.get("status") == "failed" or (out / str(row.get("run_dir")) / "run.json").is_file()
-        )
-    ]
-    if not keep:
-        return []
     try:
         spec = json.loads((out / "sweep.json").read_text())
     except (OSError, ValueError):
         spec = {}
+    if not isinstance(spec, dict):
+        spec = {}
+    found: list[dict] = []
+    try:
+        before = Sweep.from_dict(spec).points() if spec else []
+    except (KeyError, TypeError, ValueError, AttributeError):
+        before = []
+    found += [{"name": p.name, "labels": dict(p.labels), "seed": p.seed} for p in before]
+    found += _earlier_of(spec)
+    found += _table_points(out, spec)
+    mine = {p.name for p in points}
+    keep, seen = [], set()
+    for e in found:
+        name = e["name"]
+        if name in mine or name in seen or not (out / "runs" / name / "run.json").is_file():
+            continue
+        seen.add(name)
+        keep.append(e)
+    if not keep:
+        return []
     now = sweep.to_dict()
     for name, what in SAME_SWEEP.items():
         before, after = spec.get(name), json.loads(json.dumps(now.get(name), default=jsonable))
@@ -182,6 +243,29 @@ def earlier_rows(out: Path, sweep, points) -> list[dict]:
                 f"directory, or remove its {', '.join(FILES)} to start the table afresh"
             )
     return keep
+
+
+def _table_points(out: Path, spec: dict) -> list[dict]:
+    """The points ({name, labels, seed}) the table in `out` has rows for: how a folder a
+    sweep wrote before sweep.json recorded its earlier points tells them; [] where there is
+    no table or it cannot be read (the table is rebuilt from the run directories)."""
+    keys = spec.get("keys") if isinstance(spec.get("keys"), list) else []
+    try:
+        previous = _previous_table(out)
+    except AifabricError:
+        return []
+    found = []
+    for row in previous:
+        run_dir, seed = str(row.get("run_dir") or ""), row.get("seed")
+        name = run_dir.removeprefix("runs/")
+        if not run_dir.startswith("runs/") or not name or "/" in name:
+            continue
+        try:
+            seed = int(seed)
+        except (TypeError, ValueError):
+            continue
+        found.append({"name": name, "labels": {k: row.get(k) for k in keys}, "seed": seed})
+    return found
 
 
 def _show(value) -> str:

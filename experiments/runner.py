@@ -60,65 +60,152 @@ def _run_engine(engine: str, scenario, path: Path, owner: str | None = None) -> 
 def run_point(
     base: str, overrides, seed: int, path: str, engine: str, groups, owner: str | None = None
 ) -> dict:
-    """One point, on a worker: load, run, measure. Errors become a failed row, not a raise.
+    """One point, on a worker: load, run, measure. Errors become a failed row, not a raise,
+    and a failed run.json in the point's directory (`record_failure`) where the engine left
+    none: the results table is read from the run directories (`RunRows`), a failure too.
 
     `owner` (the task's key) is recorded in the run directory: when Dask runs the task
-    again after its worker died, the retry replaces what that attempt left half written."""
+    again after its worker died, the retry replaces what that attempt left half written.
+    The row's `run_json` is run.json's (inode, size, mtime) its metrics were read from."""
     from aifabric.experiments.columns import point_metrics
-    from aifabric.fabric.rundir import remove_own_attempt
+    from aifabric.fabric.rundir import record_failure, remove_own_attempt
     from aifabric.scenarios import load_scenario
 
     started = time.monotonic()
     row: dict[str, Any] = {}
+    recorded = None
     try:
         sc = load_scenario(base, seed=seed, overrides=list(overrides))
-        row["scenario_hash"] = scenario_hash(sc.to_dict())
+        recorded = sc.to_dict()
+        row["scenario_hash"] = scenario_hash(recorded)
         remove_own_attempt(path, owner)
         summary = _run_engine(engine, sc, Path(path), owner)
         row["status"] = summary.get("status", "complete")
+        row["run_json"] = stat_key(Path(path) / "run.json")
         row.update(point_metrics(path, sc, groups))
     except Exception as e:
         message = str(e) if isinstance(e, AifabricError) else f"{type(e).__name__}: {e}"
         row.update(status="failed", error=message)
+        row.pop("run_json", None)
+        if not _finished_by(Path(path), owner):
+            record_failure(path, engine, message, scenario=recorded, owner=owner,
+                           wall_time_s=round(time.monotonic() - started, 3))  # fmt: skip
     row["wall_s"] = round(time.monotonic() - started, 3)
     return row
 
 
-def reusable_row(sweep: Sweep, point: Point, path: Path) -> dict | None:
-    """The metrics of a finished point whose run directory still matches it, else None."""
+def _finished_by(path: Path, owner: str | None) -> bool:
+    """Whether the run directory `path` is `owner`'s and its run.json a finished run's (the
+    engine recorded its own failure)."""
+    from aifabric.fabric.rundir import read_meta, recorded_owner
+
+    if owner is None or recorded_owner(path) != owner:
+        return False
+    try:
+        return read_meta(path)["status"] != "running"
+    except AifabricError:
+        return False
+
+
+def stat_key(path: Path) -> tuple[int, int, int] | None:
+    """(inode, size, mtime in ns) of `path`, None where there is no such file: what
+    tells a rewritten run.json from the one a row was read from."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+class RunRows:
+    """The results-table row of each point, read from its run directory `out`/runs/NAME
+    alone: status (the run's, `killed` for a process that died), error (run.json's
+    message where the run is not complete), scenario_hash (of the scenario run.json
+    records), wall_s (run.json's wall_time_s) and the metrics (`point_metrics`, for a
+    complete or partial run). A run still running has no row.
+
+    Rows are kept keyed by run.json's (inode, size, mtime): every write of a run.json is a
+    new file renamed into place, so a row is read again exactly when its run.json changed,
+    and a table rebuilt after every point costs a stat per point."""
+
+    def __init__(self, out: str | Path, groups):
+        self.runs = Path(out) / "runs"
+        self.groups = tuple(groups)
+        self._rows: dict[str, tuple[tuple, dict]] = {}
+
+    def row(self, name: str) -> dict | None:
+        """The row of the run directory runs/`name`, None where it has no run.json or
+        its run is still running."""
+        path = self.runs / name
+        key = stat_key(path / "run.json")
+        if key is None:
+            self._rows.pop(name, None)
+            return None
+        kept = self._rows.get(name)
+        if kept is not None and kept[0] == key:
+            return dict(kept[1])
+        row, final = _run_row(path, self.groups)
+        if final:  # a status run.json says itself (not one inferred from a lock)
+            self._rows[name] = (key, row)
+        else:
+            self._rows.pop(name, None)
+        return None if row is None else dict(row)
+
+    def offer(self, name: str, row: dict) -> None:
+        """The metrics a worker measured of runs/`name` (`run_point`'s row), kept when the
+        run.json it measured is the one there now, so the client need not read them again."""
+        key = row.get("run_json")
+        path = self.runs / name
+        if key is None or tuple(key) != stat_key(path / "run.json"):
+            return
+        metrics = {k: v for k, v in row.items() if k not in (*RESULT_COLUMNS, "run_json")}
+        made, final = _run_row(path, self.groups, metrics)
+        if final and made is not None and made["status"] in ("complete", "partial"):
+            self._rows[name] = (tuple(key), made)
+
+
+def _run_row(path: Path, groups, metrics: dict | None = None) -> tuple[dict | None, bool]:
+    """(row, whether run.json itself says the status) of the run directory `path`."""
+    from types import SimpleNamespace
+
     from aifabric.experiments.columns import point_metrics
     from aifabric.fabric.rundir import Run
-    from aifabric.scenarios import load_scenario
 
-    if not (path / "run.json").is_file():
-        return None
     try:
         run = Run(path)
-    except AifabricError:
-        return None
-    if run.status != "complete":
-        return None
+    except AifabricError as e:  # run.json is damaged: a row that says so
+        return {"status": "failed", "error": str(e)}, True
+    if run.status == "running":
+        return None, False
+    meta = run.meta
+    recorded = meta.get("scenario") or {}
+    row: dict[str, Any] = {
+        "status": run.status,
+        "error": (meta.get("message") or None) if run.status != "complete" else None,
+        "scenario_hash": scenario_hash(recorded) if recorded else None,
+        "wall_s": meta.get("wall_time_s"),
+    }
+    if run.status in ("complete", "partial"):
+        if metrics is None:
+            workload = recorded.get("workload")
+            scenario = SimpleNamespace(workload=workload if isinstance(workload, dict) else {})
+            try:
+                metrics = point_metrics(path, scenario, groups)
+            except Exception as e:  # noqa: BLE001 - a damaged file is the row's error
+                why = str(e) if isinstance(e, AifabricError) else f"{type(e).__name__}: {e}"
+                row["error"] = f"its metrics cannot be read: {why}"
+                metrics = {}
+        row.update(metrics)
+    return row, _recorded_status(path) == run.status
+
+
+def _recorded_status(path: Path) -> str | None:
+    from aifabric.fabric.rundir import read_meta
+
     try:
-        sc = load_scenario(sweep.scenario, seed=point.seed, overrides=list(point.overrides))
+        return read_meta(path)["status"]
     except AifabricError:
         return None
-    digest = scenario_hash(sc.to_dict())
-    if scenario_hash(run.meta.get("scenario", {})) != digest:
-        return None
-    row = {"status": "complete", "scenario_hash": digest, "wall_s": run.meta.get("wall_time_s")}
-    row.update(point_metrics(path, sc, sweep.metrics))
-    return row
-
-
-def write_table(
-    path: Path, sweep: Sweep, points: list[Point], rows: dict[int, dict], earlier=()
-) -> None:
-    """The results tables beside `path` (results.csv): one row per finished point, in point
-    order, then the `earlier` rows kept from another grid (aifabric.experiments.results_table);
-    each file written atomically."""
-    from aifabric.experiments.results_table import write_tables
-
-    write_tables(path.parent, sweep, points, rows, list(earlier))
 
 
 @dataclass
@@ -289,16 +376,17 @@ def run_sweep(
     `echo(text, keep=False)` is told how it goes, and `echo(progress)` the points so far
     (a `Progress`; `stderr_progress` draws it).
 
-    Ctrl-C cancels what is queued or running and leaves results.csv holding
-    exactly the points that finished (a second Ctrl-C meanwhile is said, not
-    obeyed); the same call again resumes. One sweep at a time writes a folder
-    (`sweep_lock`).
+    The results tables are rebuilt from the run directories (`rebuild_tables`) at the
+    start, after every point and at the end, so they always say what the directories
+    say. Ctrl-C cancels what is queued or running and leaves the tables rebuilt (a second
+    Ctrl-C meanwhile is said, not obeyed); the same call again resumes. One sweep at a
+    time writes a folder (`sweep_lock`).
     """
-    from aifabric.experiments.results_table import earlier_rows
+    from aifabric.experiments.results_table import earlier_points
 
     out = Path(out)
     points = sweep.points()
-    earlier = earlier_rows(out, sweep, points)  # before sweep.json says what it was
+    earlier = earlier_points(out, sweep, points)  # before sweep.json says what it was
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -362,31 +450,44 @@ def _shielded(echo):
             signal.signal(s, handler)
 
 
+def _is_done(sweep: Sweep, p: Point, row: dict | None) -> bool:
+    """Whether the point's run directory holds a complete run of its scenario as the sweep
+    gives it now (the same hash)."""
+    from aifabric.scenarios import load_scenario
+
+    if row is None or row.get("status") != "complete":
+        return False
+    try:
+        sc = load_scenario(sweep.scenario, seed=p.seed, overrides=list(p.overrides))
+    except AifabricError:
+        return False
+    return row.get("scenario_hash") == scenario_hash(sc.to_dict())
+
+
+FAILED = ("failed", "killed")  # the statuses a sweep counts as failed points
+
+
 def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, echo) -> dict:
-    from aifabric.fabric.rundir import remove_run_dir, write_json
+    from aifabric.experiments.results_table import rebuild_tables
+    from aifabric.fabric.rundir import record_failure, remove_run_dir, write_json
 
     (out / "runs").mkdir(exist_ok=True)
-    write_json(out / "sweep.json", sweep.to_dict())
+    write_json(out / "sweep.json", {**sweep.to_dict(), "earlier": earlier})
     table = out / "results.csv"
-    rows: dict[int, dict] = {}
-    todo = []
-    for p in points:
-        row = reusable_row(sweep, p, out / "runs" / p.name)
-        if row is None:
-            todo.append(p)
-        else:
-            rows[p.index] = row
-    progress = Progress(len(points), len(rows), started=time.monotonic())
-    write_table(table, sweep, points, rows, earlier)
+    runs = RunRows(out, sweep.metrics)
+    todo = [p for p in points if not _is_done(sweep, p, runs.row(p.name))]
+    for p in todo:  # what an earlier attempt left is run again, not shown as this one's
+        remove_run_dir(out / "runs" / p.name)
+    tables = rebuild_tables(out, runs=runs)
+    progress = Progress(len(points), len(points) - len(todo), started=time.monotonic())
     show = echo or (lambda text, keep=False: None)
     show(
-        f"{sweep.name}: {len(points)} points, {len(rows)} already done, {len(todo)} to run",
+        f"{sweep.name}: {len(points)} points, {progress.reused} already done, {len(todo)} to run",
         keep=True,
     )
     interrupted = False
+    said_failed: set[int] = set()  # points whose run said failed (should no row say so)
     if todo:
-        for p in todo:
-            remove_run_dir(out / "runs" / p.name)
         if scheduler is None:  # no more workers than points, and as many as memory holds
             workers = min(workers or default_workers(), len(todo))
             check_workers(workers)
@@ -403,18 +504,21 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
                     run_point, sweep.scenario, p.overrides, p.seed, path, sweep.engine,
                     sweep.metrics, key, key=key, pure=False,
                 )  # fmt: skip
-                futures[fut] = p
+                futures[fut] = (p, path, key)
             show(progress)
             for fut in as_completed(futures):
-                p = futures[fut]
+                p, path, key = futures[fut]
                 try:
                     row = fut.result()
-                except Exception as e:  # the worker died under it
+                except Exception as e:  # the worker died under it (KilledWorker), every try
                     row = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
-                rows[p.index] = row
+                    record_failure(path, sweep.engine, row["error"], owner=key)
+                runs.offer(p.name, row)
                 progress.done += 1
-                progress.failed += row.get("status") == "failed"
-                write_table(table, sweep, points, rows, earlier)
+                if row.get("status") == "failed":
+                    progress.failed += 1
+                    said_failed.add(p.index)
+                tables = rebuild_tables(out, runs=runs)
                 show(progress)
         except KeyboardInterrupt:
             interrupted = True
@@ -425,22 +529,21 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
                 client.close()
                 if cluster is not None:
                     cluster.close()
-                if interrupted:  # points that finished while the sweep stopped
-                    for p in todo:
-                        if p.index not in rows:
-                            row = reusable_row(sweep, p, out / "runs" / p.name)
-                            if row is not None:
-                                rows[p.index] = row
-                write_table(table, sweep, points, rows, earlier)
+                tables = rebuild_tables(out, runs=runs)  # what the directories say now
+    rows = tables["rows"]
+    failed = sum(
+        rows[p.index]["status"] in FAILED if p.index in rows else p.index in said_failed
+        for p in points
+    )
     return {
         "points": len(points),
         "done": len(rows),
         "reused": progress.reused,
         "ran": progress.done,
-        "failed": sum(1 for r in rows.values() if r.get("status") == "failed"),
+        "failed": failed,
         "interrupted": interrupted,
         "results": str(table),
-        "earlier": len(earlier),
+        "earlier": tables["earlier"],
     }
 
 

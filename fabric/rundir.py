@@ -901,3 +901,52 @@ def _only_a_start(path: Path) -> bool:
         if p.name not in (LOCK, RESERVE) and not is_temporary(p.name):
             return False
     return True
+
+
+def record_failure(
+    path: str | Path,
+    engine: str,
+    message: str,
+    *,
+    scenario: dict[str, Any] | None = None,
+    owner: str | None = None,
+    wall_time_s: float | None = None,
+) -> bool:
+    """Record at `path` a run that failed before its engine made (or finished) the
+    directory: a run.json alone, status "failed", `message` saying why (a sweep's point
+    whose scenario does not load or fit, whose worker died under it). Written into a
+    directory that does not exist, or one that only the attempt `owner` made (or only a
+    start: a lock, a reserve, temporaries) and no live process writes, whose leftovers it
+    replaces; anyone else's directory stays as it is. Whether it wrote."""
+    import shutil
+
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir() or _lock_held(path, {}):
+            return False
+        mine = owner is not None and recorded_owner(path) == owner
+        if not mine and not _only_a_start(path):
+            return False
+        shutil.rmtree(path)
+    meta = {
+        "schema": RUN_SCHEMA,
+        "engine": engine,
+        "status": "failed",
+        "scenario": scenario or {},
+        "features": {},
+        "versions": versions(),
+        "pid": None,
+        "host": None,
+        "started_at": None,
+        "wall_time_s": wall_time_s,
+        "message": message,
+        "results": {},
+    }
+    if owner is not None:
+        meta["owner"] = owner
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        write_json(path / "run.json", meta)
+    except (OSError, AifabricError):
+        return False
+    return True

@@ -283,7 +283,7 @@ def test_ctrl_c_stops_the_watching_quietly(tmp_path):
 def _sweep_dir(tmp_path, rows_for):
     """A sweep directory of 2 configurations x 3 seeds whose results.csv holds `rows_for`
     (point index -> row), written by the runner's own functions."""
-    from aifabric.experiments.runner import write_table
+    from aifabric.experiments.results_table import write_tables
     from aifabric.experiments.spec import sweep_from_flags
     from aifabric.fabric.rundir import write_json
     from tests.test_sweep_overrides import TINY
@@ -295,7 +295,7 @@ def _sweep_dir(tmp_path, rows_for):
     (out / "runs").mkdir(parents=True)
     write_json(out / "sweep.json", sweep.to_dict())
     points = sweep.points()
-    write_table(out / "results.csv", sweep, points, rows_for)
+    write_tables(out, sweep, points, rows_for, [])
     return out, points
 
 
