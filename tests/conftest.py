@@ -34,3 +34,14 @@ def pristine(tmp_path_factory):
     path = tmp_path_factory.mktemp("pristine") / "run"
     make_run(path, n_flows=8)
     return path
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    """A small sweepable scenario file (tests/test_sweep_overrides.TINY); a module with a
+    `tiny` of its own uses that one."""
+    from tests.test_sweep_overrides import TINY
+
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY)
+    return path

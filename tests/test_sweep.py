@@ -22,16 +22,8 @@ from click.testing import CliRunner
 from aifabric.cli import main
 from aifabric.experiments.runner import NO_DASHBOARD, scenario_hash
 from aifabric.fabric.rundir import Run
-from tests.test_sweep_overrides import TINY
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
-    return path
 
 
 def _env() -> dict:

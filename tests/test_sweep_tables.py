@@ -17,16 +17,8 @@ from aifabric.experiments.results_table import FILES, rebuild_tables
 from aifabric.experiments.runner import RunRows, run_point, run_sweep, scenario_hash
 from aifabric.experiments.spec import sweep_from_flags
 from aifabric.fabric.rundir import Run, read_meta
-from tests.test_sweep_overrides import TINY
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def tiny(tmp_path):
-    path = tmp_path / "tiny.toml"
-    path.write_text(TINY)
-    return path
 
 
 def _table(out: Path) -> pd.DataFrame:
