@@ -415,14 +415,14 @@ def pause_spread(fabric, ports: dict) -> list[R.PausedPort]:
     """
     names = fabric.port_names
     port = ports["port"].astype(np.int64)
-    paused = ports["paused_ns"]
     t_ns = ports["t_ns"].astype(np.int64)
     col = {int(p): j for j, p in enumerate(port)}
-    total = paused.sum(axis=0)
+    total = ports.total("paused_ns")
+    first_sample = ports.first("paused_ns")  # -1 for a port never paused
     first = np.full(len(port), -1, dtype=np.int64)
-    for j in np.flatnonzero(total > 0):
-        first[j] = t_ns[np.argmax(paused[:, j] > 0)]
-    qmax = ports["qdepth_max_bytes"].max(axis=0) if len(t_ns) else np.zeros(len(port))
+    first[first_sample >= 0] = t_ns[first_sample[first_sample >= 0]]
+    qmax = ports.peak("qdepth_max_bytes")
+    pfc_sent = ports.total("pfc_sent")
     rows = []
     for j in sorted(np.flatnonzero(total > 0), key=lambda j: (first[j], port[j])):
         p = int(port[j])
@@ -441,9 +441,7 @@ def pause_spread(fabric, ports: dict) -> list[R.PausedPort]:
                 "port": names[p],
                 "first_pause_ns": int(first[j]),
                 "paused_ns": int(total[j]),
-                "pfc_received": int(ports["pfc_sent"][:, col[p ^ 1]].sum())
-                if (p ^ 1) in col
-                else None,
+                "pfc_received": int(pfc_sent[col[p ^ 1]]) if (p ^ 1) in col else None,
                 "cause": cause,
                 "because_of": names[by] if by is not None else None,
             }
@@ -479,7 +477,7 @@ def senders_paused(fabric, ports: dict, flows: dict, jobs: list[R.Job]) -> list[
     sends from, summed over them. A job's NICs are its own (jobs share none), so a
     bystander's above zero means pauses that began elsewhere reached it."""
     col = {int(p): j for j, p in enumerate(ports["port"].astype(np.int64))}
-    total = ports["paused_ns"].sum(axis=0)
+    total = ports.total("paused_ns")
     out = []
     for job in jobs:
         src = np.unique(flows["src"][flows["job"] == job.job])
@@ -575,7 +573,7 @@ def run_metrics(
     cnp = recorded(run, "cnp_sent")
     has_ports = ports is not None and ports["port"].size > 0
     if cnp is None and has_ports and "cnp_sent" in ports:
-        cnp = int(ports["cnp_sent"].sum())
+        cnp = int(ports.total("cnp_sent").sum())
     cnp = None if cnp is None else int(cnp)
     spread = pause_spread(fabric, ports) if has_ports else []
     if has_ports:
@@ -651,16 +649,16 @@ def _port_metrics(fabric, ports: dict, spread: list[R.PausedPort], top: int, cnp
     interval = int(ports["interval_ns"])
     nsamp = len(ports["t_ns"])
     span_ns = max(interval * nsamp, 1)
-    tx = ports["tx_bytes"].astype(np.int64)
     rate = fabric.port_rate_bps[port].astype(np.float64)  # bytes and times are fabric's
-    util = tx.sum(axis=0) * 8 * 1e9 / span_ns / rate
-    peak_util = (tx.max(axis=0) * 8 * 1e9 / interval / rate) if nsamp else np.zeros(len(port))
+    tx_total = ports.total("tx_bytes")
+    util = tx_total * 8 * 1e9 / span_ns / rate
+    peak_util = ports.peak("tx_bytes") * 8 * 1e9 / interval / rate
     mtu = fabric.link_mtu_bytes[port // 2].astype(np.int64)
-    est_packets = tx.sum(axis=0) / (mtu + ROCE_OVERHEAD_BYTES)
-    marked = ports["ecn_marked"].sum(axis=0)
-    paused = ports["paused_ns"].sum(axis=0)
-    pfc = ports["pfc_sent"].sum(axis=0)
-    drops = ports["drops"].sum(axis=0)
+    est_packets = tx_total / (mtu + ROCE_OVERHEAD_BYTES)
+    marked = ports.total("ecn_marked")
+    paused = ports.total("paused_ns")
+    pfc = ports.total("pfc_sent")
+    drops = ports.total("drops")
     qmax = ports["qdepth_max_bytes"]
     qmean = ports["qdepth_mean_bytes"].astype(np.float64)
     caused: dict[str, int] = {}
@@ -676,7 +674,7 @@ def _port_metrics(fabric, ports: dict, spread: list[R.PausedPort], top: int, cnp
             R.PortFigures(
                 port=names[p],
                 port_id=int(p),
-                tx_bytes=int(tx[:, j].sum()),
+                tx_bytes=int(tx_total[j]),
                 utilization=float(util[j]),
                 peak_utilization=float(peak_util[j]),
                 qdepth_bytes=dq,
@@ -751,12 +749,12 @@ def _port_series(fabric, ports: dict) -> R.PortSeries:
         port_ids=tuple(port.tolist()),
         utilization=rows((ports["tx_bytes"] * 8 * 1e9 / interval / rate).T),
         qdepth_max_bytes=rows(ports["qdepth_max_bytes"].T),
-        ecn_marked=tuple(ports["ecn_marked"].sum(axis=1).tolist()),
-        paused_ns=tuple(ports["paused_ns"].sum(axis=1).tolist()),
-        paused_ports=tuple(np.count_nonzero(ports["paused_ns"], axis=1).tolist()),
-        pfc_sent=tuple(ports["pfc_sent"].sum(axis=1).tolist()),
+        ecn_marked=tuple(ports.per_sample("ecn_marked").tolist()),
+        paused_ns=tuple(ports.per_sample("paused_ns").tolist()),
+        paused_ports=tuple(ports.nonzero_per_sample("paused_ns").tolist()),
+        pfc_sent=tuple(ports.per_sample("pfc_sent").tolist()),
         # engines that sample CNPs per port
-        cnp_sent=tuple(ports["cnp_sent"].sum(axis=1).tolist()) if "cnp_sent" in ports else None,
+        cnp_sent=tuple(ports.per_sample("cnp_sent").tolist()) if "cnp_sent" in ports else None,
     )
 
 

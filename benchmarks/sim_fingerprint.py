@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench_sim import BUFFER_MODEL, CASES, with_model  # noqa: E402
 
 from aifabric.fabric.completion import collective_records  # noqa: E402
+from aifabric.fabric.portseries import PortSamples  # noqa: E402
 from aifabric.scenarios import load_scenario, scenario_presets  # noqa: E402
 from aifabric.sim import Simulation  # noqa: E402
 from aifabric.sim.engine import simulation_for  # noqa: E402
@@ -58,11 +59,20 @@ def hashed(parts: dict) -> str:
     return h.hexdigest()
 
 
+def dense(entries: dict) -> dict:
+    """The port series as [samples, ports] arrays, as fingerprints hashed them before the
+    simulator kept only entries: the digest does not depend on how they are stored."""
+    ps = PortSamples.from_arrays(entries)
+    out = {k: ps.dense(k) for k in ps.names}
+    out.update(t_ns=ps.t_ns, port=ps.port, interval_ns=entries["interval_ns"])
+    return out
+
+
 def digest(sim: Simulation) -> tuple[str, str]:
     """The digest of the run without NEW_SERIES, and that of NEW_SERIES."""
     sim.close()
     rec = sim.flow_records()
-    series = sim.port_series()
+    series = dense(sim.port_series())
     coll = collective_records(sim.flows, rec["start_ns"], rec["end_ns"])
     parts = {
         "flows": rec,

@@ -198,12 +198,13 @@ def _uplinks(sim: Run, emu: Run, fabric, tolerance: float) -> list[dict]:
     a, b = sim.ports(), emu.ports()
     if a is None or b is None:
         return []
+    sent_a, sent_b = _sent(a), _sent(b)
     role = fabric.node_role
     totals = []
     for port in range(fabric.n_ports):
         if role[fabric.port_node[port]] == Role.NIC or role[fabric.port_peer[port]] == Role.NIC:
             continue
-        s, e = _port_total(a, port), _port_total(b, port)
+        s, e = sent_a.get(port, 0), sent_b.get(port, 0)
         if s or e:
             totals.append((port, s, e))
     biggest = max((max(s, e) for _, s, e in totals), default=0)
@@ -223,9 +224,9 @@ def _uplinks(sim: Run, emu: Run, fabric, tolerance: float) -> list[dict]:
     return rows
 
 
-def _port_total(series: dict, port: int, key: str = "tx_bytes") -> int:
-    cols = np.flatnonzero(series["port"] == port)
-    return int(series[key][:, cols].sum()) if len(cols) else 0
+def _sent(series) -> dict[int, int]:
+    """Bytes each recorded port sent over the run."""
+    return dict(zip(series["port"].tolist(), series.total("tx_bytes").tolist(), strict=True))
 
 
 def _totals(sim: Run, emu: Run) -> dict:

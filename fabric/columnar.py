@@ -34,6 +34,7 @@ import numpy as np
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.files import replace_atomic
 from aifabric.fabric.model import ROLES
+from aifabric.fabric.portseries import ENTRY_KEYS
 
 COMPRESSION = "zstd"
 ROW_GROUP = 1 << 19  # rows of ports.parquet per row group
@@ -127,39 +128,45 @@ def flows_table(cols: dict[str, Any], names: Names):
 
 def ports_tables(interval_ns: int, t_ns, port, scale: float, series: dict[str, Any], names: Names):
     """ports.parquet, one table (a row group) per block of about ROW_GROUP rows: one row per
-    recorded port and sample (long form), ports one after another: t_ns, port, its names,
-    the sample's interval and every series. Blocks keep the copies small: a whole
-    fat-tree-k16 run is 5 M rows, a cluster's a hundred times that."""
+    entry of the series (a recorded port in a sample where it carried something, see
+    aifabric.fabric.portseries; `series` holds sample_index, port_index and each series'
+    values), each port's rows together in time order: t_ns, port, its names, the sample's
+    interval and every series. The metadata holds what rebuilds the entries: the ports
+    recorded and the number of samples."""
     import pyarrow as pa
 
     t_ns, port = np.asarray(t_ns), np.asarray(port)
-    samples, ports = len(t_ns), len(port)
-    for name, values in series.items():
-        if np.shape(values) != (samples, ports):
-            raise ValueError(f"port series {name} is not one value per sample and port")
+    s = np.asarray(series["sample_index"], dtype=np.int64)
+    j = np.asarray(series["port_index"], dtype=np.int64)
+    values = {k: np.asarray(v) for k, v in series.items() if k not in ENTRY_KEYS}
+    for name, v in values.items():
+        if v.shape != s.shape:
+            raise ValueError(f"port series {name} is not one value per entry")
     meta = {
         "interval_ns": int(interval_ns),
         "scale": float(scale),
         "port": port.tolist(),
-        "dtypes": {"t_ns": t_ns.dtype.str, "port": port.dtype.str, **_dtypes(series)},
+        "t_ns": t_ns.tolist(),
+        "entries": True,
+        "dtypes": {"t_ns": t_ns.dtype.str, "port": port.dtype.str, **_dtypes(values)},
     }
+    order = np.lexsort((s, j))  # by port, then time
     f = names.fabric
-    block = max(1, ROW_GROUP // max(samples, 1))
-    for p0 in range(0, max(ports, 1), block):
-        mine = port[p0 : p0 + block]
-        fields: dict[str, Any] = {"t_ns": _arrow(pa, np.tile(t_ns, len(mine)))}
-        fields["port"] = _arrow(pa, np.repeat(mine, samples))
+    for e0 in range(0, max(len(order), 1), ROW_GROUP):
+        rows = order[e0 : e0 + ROW_GROUP]
+        mine = port[j[rows]]
+        fields: dict[str, Any] = {"t_ns": _arrow(pa, t_ns[s[rows]])}
+        fields["port"] = _arrow(pa, mine)
         if f is not None:
             node, peer = f.port_node[mine], f.port_peer[mine]
-            fields["port_name"] = _per_port(pa, f.port_names, mine, samples)
-            fields["node_name"] = _per_port(pa, f.node_name, node, samples)
-            fields["peer_name"] = _per_port(pa, f.node_name, peer, samples)
-            fields["node_role"] = _per_port(pa, ROLES, f.node_role[node], samples)
-            fields["peer_role"] = _per_port(pa, ROLES, f.node_role[peer], samples)
-        rows = samples * len(mine)
-        fields["interval_ns"] = _arrow(pa, np.full(rows, int(interval_ns), dtype=np.int64))
-        for name, values in series.items():
-            fields[name] = _arrow(pa, np.asarray(values)[:, p0 : p0 + block].T.reshape(-1))
+            fields["port_name"] = _per_port(pa, f.port_names, mine, 1)
+            fields["node_name"] = _per_port(pa, f.node_name, node, 1)
+            fields["peer_name"] = _per_port(pa, f.node_name, peer, 1)
+            fields["node_role"] = _per_port(pa, ROLES, f.node_role[node], 1)
+            fields["peer_role"] = _per_port(pa, ROLES, f.node_role[peer], 1)
+        fields["interval_ns"] = _arrow(pa, np.full(len(rows), int(interval_ns), dtype=np.int64))
+        for name, v in values.items():
+            fields[name] = _arrow(pa, v[rows])
         yield _table(pa, fields, meta)
 
 
@@ -260,24 +267,45 @@ def flows_arrays(table, path: Path) -> dict[str, np.ndarray]:
 
 
 def ports_arrays(table, path: Path) -> dict[str, Any]:
-    """ports.npz's arrays from ports.parquet's long table."""
+    """ports.npz's arrays from ports.parquet's table: its entries (sample_index ...) for a
+    table written with them, else the dense [samples, ports] series of its long form."""
     meta = _meta(table, path)
     port = np.asarray(meta["port"], dtype=meta["dtypes"]["port"])
-    rows = table.num_rows
-    samples = rows // len(port) if len(port) else 0
     out: dict[str, Any] = {
         "interval_ns": np.asarray(meta["interval_ns"], dtype=np.int64),
         "scale": np.asarray(meta["scale"], dtype=np.float64),
         "port": port,
     }
+    series = [k for k in meta["dtypes"] if k not in ("t_ns", "port")]
     t = _array(table, "t_ns", meta["dtypes"]["t_ns"])
+    if meta.get("entries"):
+        t_ns = np.asarray(meta["t_ns"], dtype=meta["dtypes"]["t_ns"])
+        out["t_ns"] = t_ns
+        rows = _array(table, "port", meta["dtypes"]["port"])
+        sample, where = _positions(t_ns, t), _positions(port, rows)
+        order = np.lexsort((where, sample))  # back to (sample, port) order
+        out["sample_index"], out["port_index"] = sample[order], where[order]
+        for name in series:
+            out[name] = _array(table, name, meta["dtypes"][name])[order]
+        return out
+    rows = table.num_rows
+    samples = rows // len(port) if len(port) else 0
     out["t_ns"] = t[:samples].copy()
-    for name, dtype in meta["dtypes"].items():
-        if name in ("t_ns", "port"):
-            continue
-        values = _array(table, name, dtype)
+    for name in series:
+        values = _array(table, name, meta["dtypes"][name])
         out[name] = np.ascontiguousarray(values.reshape(len(port), samples).T)
     return out
+
+
+def _positions(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Where each of `values` is in `keys` (unique), -1 where it is not there."""
+    order = np.argsort(keys, kind="stable")
+    at = np.searchsorted(keys[order], values)
+    at = np.minimum(at, max(len(keys) - 1, 0))
+    if not len(keys):
+        return np.full(len(values), -1, dtype=np.int64)
+    found = keys[order][at] == values
+    return np.where(found, order[at], -1).astype(np.int64)
 
 
 def collectives_arrays(table, path: Path) -> dict[str, np.ndarray]:

@@ -264,11 +264,7 @@ def from_run(run) -> dict | None:
     now_ns = summary.get("simulated_ns")
     if now_ns is None:
         now_ns = int(t_ns[-1]) + interval if len(t_ns) else 0
-    totals = {
-        name: ports[name].sum(axis=0)
-        for name in TOTALS + OPTIONAL_TOTALS
-        if name in ports and ports[name].ndim == 2
-    }
+    totals = {name: ports.total(name) for name in TOTALS + OPTIONAL_TOTALS if name in ports}
     done = flows["end_ns"] >= 0
     delivered = flows["delivered_bytes"] if "delivered_bytes" in flows else flows["bytes"] * done
     job_ids, job_of = np.unique(flows["job"].astype(np.int64), return_inverse=True)
@@ -279,7 +275,6 @@ def from_run(run) -> dict | None:
 
     delivered_job = per_job(delivered)
     events = summary.get("events")
-    qmax = ports["qdepth_max_bytes"]
     return figures(
         fabric,
         port,
@@ -303,5 +298,5 @@ def from_run(run) -> dict | None:
         totals=totals,
         tx_delta=totals["tx_bytes"],
         ecn_delta=totals["ecn_marked"],
-        queue_bytes=qmax.max(axis=0) if qmax.size else np.zeros(len(port), dtype=np.int64),
+        queue_bytes=ports.peak("qdepth_max_bytes"),
     )

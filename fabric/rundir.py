@@ -14,16 +14,21 @@ temporary file renamed into place, so a reader never sees half of one):
                      one at the start, k the one after the run's k-th fault during
                      the run; the simulator writes it), delivered_bytes (the payload
                      bytes its receiver has; the simulator writes it)
-    ports.npz        per-port time series at a fixed interval:
-                     interval_ns; t_ns[s] (start of sample s); port[p] (the port ids
-                     recorded, see aifabric.fabric.model); scale (emulation rate factor, 1 in sim);
-                     arrays [samples, ports]: tx_bytes, qdepth_max_bytes,
-                     qdepth_mean_bytes, ecn_marked, paused_ns, pfc_sent, drops;
-                     optional (OPTIONAL_PORT_SERIES, where the engine counts it):
-                     cnp_sent, the CNPs a NIC sent, on the NIC's own port, in the
-                     sample its receiver generated them (the simulator writes it,
-                     summing to run.json's cnp_sent; the emulator's switch monitor
-                     does not see its hosts' CNPs and leaves it out)
+    ports.npz        per-port time series at a fixed interval, kept where they carry
+                     something (aifabric.fabric.portseries): interval_ns; t_ns[s] (start
+                     of sample s); port[p] (the port ids recorded, see
+                     aifabric.fabric.model); scale (emulation rate factor, 1 in sim);
+                     entries, the (sample, port) cells in which anything happened (a
+                     cell without one is 0 throughout), in (sample, port) order:
+                     sample_index[e], port_index[e] (a position in port), and each
+                     entry's tx_bytes, qdepth_max_bytes, qdepth_mean_bytes,
+                     ecn_marked, paused_ns, pfc_sent, drops; optional
+                     (OPTIONAL_PORT_SERIES, where the engine counts it): cnp_sent, the
+                     CNPs a NIC sent, on the NIC's own port, in the sample its receiver
+                     generated them (the simulator writes it, summing to run.json's
+                     cnp_sent; the emulator's switch monitor does not see its hosts'
+                     CNPs and leaves it out). Runs written before entries hold each
+                     series as a dense [samples, ports] array; Run.ports() reads both
     collectives.npz  per collective op: op job kind algorithm bytes ranks start_ns
                      end_ns algbw_bps busbw_bps (nccl-tests convention); busbw_factor
                      (busbw / algbw, recorded also for ops that did not finish; runs
@@ -48,13 +53,14 @@ beside ids, and null where an array says "never" with -1:
                          aifabric.fabric.scenario.job_names), src_name, dst_name (NIC
                          names), fct_ns (end_ns - start_ns of a finished flow, else null),
                          path_link (list: the flow's links, in order)
-    ports.parquet        one row per recorded port and sample (long form; each port's
-                         samples together, in time order): t_ns, port, port_name,
+    ports.parquet        one row per entry of ports.npz (long form; each port's rows
+                         together, in time order): t_ns, port, port_name,
                          node_name and peer_name (the port's node and the node it sends
                          to), node_role and peer_role (nic, rtsw, ctsw, atsw),
                          interval_ns, then every series of ports.npz (tx_bytes ...
                          drops, cnp_sent where recorded); key-value metadata `aifabric`
-                         (JSON): interval_ns, scale, the recorded ports, the arrays' dtypes
+                         (JSON): interval_ns, scale, the recorded ports, every sample's
+                         t_ns, the arrays' dtypes
     collectives.parquet  one row per op: every collectives.npz array (start_ns, end_ns
                          null where -1; algbw_bps and busbw_bps null where the op has no
                          time, 0 in the npz), job_name
@@ -313,12 +319,19 @@ class RunWriter:
         write_parquet(self.path / "flows.parquet", flows_table(cols, self._names()))
 
     def ports(self, *, interval_ns: int, t_ns, port, scale: float = 1.0, **series) -> None:
+        """ports.npz and ports.parquet from the series: dense ([samples, ports] each) or
+        entries (`sample_index`, `port_index` and each series' values there; see
+        aifabric.fabric.portseries). Either way only the entries are written."""
+        from aifabric.fabric.portseries import ENTRY_KEYS, sparse
+
+        entries = {k: series.pop(k) for k in ENTRY_KEYS if k in series}
         missing = [k for k in PORT_SERIES if k not in series]
         if missing:
             raise ValueError(f"port series lack {', '.join(missing)}")
         unknown = [k for k in series if k not in PORT_SERIES + OPTIONAL_PORT_SERIES]
         if unknown:
             raise ValueError(f"port series {', '.join(unknown)} are not in the run format")
+        series = {**entries, **series} if len(entries) == len(ENTRY_KEYS) else sparse(series)
         from aifabric.fabric.columnar import ports_tables, write_parquet
 
         write_npz(
@@ -558,8 +571,12 @@ class Run:
             "flows", lambda p, z: _check_flows(p, z, self._known_fabric(), self.meta)
         )
 
-    def ports(self) -> dict[str, np.ndarray] | None:
-        return self._checked("ports", lambda p, z: _check_ports(p, z, self._known_fabric()))
+    def ports(self):
+        """The port series (aifabric.fabric.portseries.PortSamples), or None."""
+        from aifabric.fabric.portseries import PortSamples
+
+        z = self._checked("ports", lambda p, z: _check_ports(p, z, self._known_fabric()))
+        return None if z is None else PortSamples.from_arrays(z)
 
     def collectives(self) -> dict[str, np.ndarray] | None:
         return self._checked("collectives", _check_collectives)
@@ -812,8 +829,23 @@ def _check_ports(path: Path, z: dict, fabric) -> None:
         _within(path, "port", port, 0, fabric.n_ports, ports)
     if len(np.unique(port)) != len(port):
         raise AifabricError(f"{path}: port names a port twice")
-    for key in PORT_SERIES + tuple(k for k in OPTIONAL_PORT_SERIES if k in z):
-        a = _column(path, z, key, ndim=2, kind="n", length=(samples, len(port)))
+    present = PORT_SERIES + tuple(k for k in OPTIONAL_PORT_SERIES if k in z)
+    if "sample_index" not in z:  # dense, as runs before entries wrote it
+        for key in present:
+            a = _column(path, z, key, ndim=2, kind="n", length=(samples, len(port)))
+            if a.size and a.min() < 0:
+                raise AifabricError(f"{path}: {key} holds a negative value")
+        return
+    s = _column(path, z, "sample_index")
+    n = len(s)
+    j = _column(path, z, "port_index", length=n)
+    _within(path, "sample_index", s, 0, samples, f"and it has {samples} samples")
+    _within(path, "port_index", j, 0, len(port), f"and it records {len(port)} ports")
+    cell = s.astype(np.int64) * max(len(port), 1) + j
+    if n and np.any(np.diff(cell) <= 0):
+        raise AifabricError(f"{path}: its entries are not in (sample, port) order, once each")
+    for key in present:
+        a = _column(path, z, key, kind="n", length=n)
         if a.size and a.min() < 0:
             raise AifabricError(f"{path}: {key} holds a negative value")
 

@@ -27,6 +27,7 @@ from aifabric.fabric.faults import (
     routing_at_start,
 )
 from aifabric.fabric.model import ALPHA_SCALE, Fabric, Role
+from aifabric.fabric.portseries import PortSamples, concatenate, stacked
 from aifabric.fabric.routing import EMULATOR_POLICY, Routing
 from aifabric.fabric.scenario import Fault
 from aifabric.sim import kernel
@@ -132,7 +133,8 @@ class Simulation:
                 for p in fault_ports(fabric, fault):
                     self.pt[p, L.PT_ALIVE] = 0
         self.capture_chunks: list[np.ndarray] = []
-        self.sample_chunks: list[np.ndarray] = []
+        self.sample_chunks: list[dict[str, np.ndarray]] = []  # entries, block by block
+        self.sample_rows = 0  # the samples drained into them
         self.wall_s = 0.0
 
     # set-up -----------------------------------------------------------------------------
@@ -470,9 +472,12 @@ class Simulation:
         self.g[L.G_CAPS] = 0
 
     def _drain_samples(self) -> None:
+        """The sample buffer's rows as entries (aifabric.fabric.portseries): only the
+        cells where a port carried something are kept."""
         n = int(self.g[L.G_SAMPLES])
         if n:
-            self.sample_chunks.append(self.smp[:, :n].copy())
+            self.sample_chunks.append(stacked(self.smp[:, :n], L.SERIES, self.sample_rows))
+            self.sample_rows += n
         self.g[L.G_SAMPLES] = 0
 
     # faults ------------------------------------------------------------------------------
@@ -640,7 +645,7 @@ class Simulation:
         if int(self.g[L.G_SAMPLES]) >= self.smp.shape[1]:
             self._drain_samples()
         now = int(self.g[L.G_NOW_PS])
-        if now > int(self.g[L.G_SAMPLE_T_PS]) or not self.sample_chunks:
+        if now > int(self.g[L.G_SAMPLE_T_PS]) or not self.sample_rows:
             kernel.close_sample(self._state(), now)
         self._drain_samples()
         self._drain_captures()
@@ -703,19 +708,17 @@ class Simulation:
         return np.array(ptr, dtype=np.int64), np.array(out, dtype=np.int32)
 
     def port_series(self) -> dict[str, np.ndarray]:
-        chunks = self.sample_chunks
-        f = self.fabric
-        arr = (
-            np.concatenate(chunks, axis=1)
-            if chunks
-            else np.zeros((L.SM_N, 0, f.n_ports), dtype=np.int64)
-        )
-        rows = arr.shape[1]
-        out = {name: arr[i] for i, name in enumerate(L.SERIES)}
-        out["t_ns"] = np.arange(rows, dtype=np.int64) * self.sample_interval_ns
-        out["port"] = np.arange(f.n_ports, dtype=np.int64)
+        """The port series as entries (sample_index, port_index, each series' values) with
+        interval_ns, t_ns and port: what RunWriter.ports writes."""
+        out = concatenate(self.sample_chunks, L.SERIES)
+        out["t_ns"] = np.arange(self.sample_rows, dtype=np.int64) * self.sample_interval_ns
+        out["port"] = np.arange(self.fabric.n_ports, dtype=np.int64)
         out["interval_ns"] = self.sample_interval_ns
         return out
+
+    def port_samples(self) -> PortSamples:
+        """The port series as Run.ports() reads them back (dense series on demand)."""
+        return PortSamples.from_arrays(self.port_series())
 
     def captures(self) -> np.ndarray:
         if not self.capture_chunks:

@@ -164,7 +164,8 @@ class _Stopped(Exception):
 
 # the port series live.json adds up, as rows of the sample buffer (layout.SERIES), and the
 # columns of the open sample interval that hold them until it closes (kernel.close_sample)
-_LIVE_SERIES = [L.SERIES.index(name) for name in (*TOTALS, "cnp_sent")]
+_LIVE_NAMES = (*TOTALS, "cnp_sent")
+_LIVE_SERIES = [L.SERIES.index(name) for name in _LIVE_NAMES]
 _OPEN_COLUMNS = [L.PT_S_TX_BYTES, L.PT_S_ECN, L.PT_S_PAUSED_PS, L.PT_S_PFC, L.PT_S_DROPS,
                  L.PT_S_CNP]  # fmt: skip
 
@@ -183,7 +184,8 @@ class LiveCounters:
     def __call__(self) -> dict:
         sim = self.sim
         for chunk in sim.sample_chunks[self._drained :]:
-            self._base += chunk[_LIVE_SERIES].sum(axis=1)
+            for row, name in enumerate(_LIVE_NAMES):
+                np.add.at(self._base[row], chunk["port_index"], chunk[name])
         self._drained = len(sim.sample_chunks)
         rows = int(sim.g[L.G_SAMPLES])
         sums = self._base + sim.smp[_LIVE_SERIES, :rows].sum(axis=1)
@@ -312,13 +314,13 @@ def run_summary(sim: Simulation, flows: dict, series: dict, coll: dict) -> dict:
     and the simulator's speed (events and packet-hops per second of the run's wall time)."""
     c = sim.counters()
     wall_s = sim.wall_s
-    q = series["qdepth_max_bytes"]
+    q = series["qdepth_max_bytes"]  # entries, in (sample, port) order
     max_queue, where = 0, None
     if q.size:
-        idx = np.unravel_index(int(np.argmax(q)), q.shape)
+        idx = int(np.argmax(q))
         max_queue = int(q[idx])
         if max_queue:
-            where = sim.fabric.port_name(int(series["port"][idx[1]]))
+            where = sim.fabric.port_name(int(series["port"][series["port_index"][idx]]))
     return {
         "flows": len(sim.flows),
         "flows_done": c["flows_done"],

@@ -267,8 +267,8 @@ def test_clear_to_send_bounds_what_is_in_flight_to_a_receiver():
     sim = run(fab, table, cc="cts", cc_params=params, sample_interval_ns=2_000)
     none = run(fab, table, cc="none", sample_interval_ns=2_000)
     bottleneck = int(fab.nic_port[nics[0]]) ^ 1
-    q_cts = sim.port_series()["qdepth_max_bytes"][:, bottleneck].max()
-    q_none = none.port_series()["qdepth_max_bytes"][:, bottleneck].max()
+    q_cts = sim.port_samples()["qdepth_max_bytes"][:, bottleneck].max()
+    q_none = none.port_samples()["qdepth_max_bytes"][:, bottleneck].max()
     overhead = (4096 + L.DATA_OVERHEAD_BYTES) / 4096
     assert q_cts <= len(senders) * window * chunk * overhead
     assert q_none > q_cts

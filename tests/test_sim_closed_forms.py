@@ -50,7 +50,7 @@ def test_one_flow_reaches_line_rate_and_fct_is_size_over_rate_plus_latency():
     fct_ps = (rec["end_ns"][0] - rec["start_ns"][0]) * L.PS_PER_NS
     assert fct_ps == pytest.approx(expected_ps, rel=0.01)
     # line rate: the NIC port sent back to back (wire bytes over the transfer time)
-    series = sim.port_series()
+    series = sim.port_samples()
     sent = series["tx_bytes"][:, ports[0]].sum()
     assert sent == size + 400 * L.DATA_OVERHEAD_BYTES
     assert sent * 8e12 / transfer_ps(size, MTU, rate) == pytest.approx(rate, rel=1e-6)
@@ -95,7 +95,7 @@ def test_incast_without_pfc_and_a_small_buffer_drops_and_still_completes(recover
     assert c["pfc_frames"] == 0
     assert c["flows_done"] == len(senders) and c["loss_recovery"] == recovery
     # what the senders' links carried: every byte once, plus what was sent again
-    series = sim.port_series()
+    series = sim.port_samples()
     wire = series["tx_bytes"][:, fab.nic_port[senders]].sum()
     assert wire == (len(senders) * 64 * MTU + c["retransmitted_bytes"]) // MTU * (
         MTU + L.DATA_OVERHEAD_BYTES
@@ -118,7 +118,7 @@ def test_a_queue_held_above_kmin_is_marked_with_the_red_probability():
     nics = fab.nic_ids
     senders = [int(n) for n in nics[1:4]]  # the receiver's rack: one ingress port each
     sim = run(fab, flows(senders, [int(nics[0])] * 3, 3000 * MTU), sample_interval_ns=2_000, seed=7)
-    s = sim.port_series()
+    s = sim.port_samples()
     bottleneck = int(fab.nic_port[nics[0]]) ^ 1
     depth = s["qdepth_mean_bytes"][:, bottleneck].astype(float)
     marks = s["ecn_marked"][:, bottleneck]
@@ -229,7 +229,7 @@ def test_the_same_seed_gives_identical_outputs_and_another_seed_differs():
 
     def once(seed):
         sim = run(fab, table, cc="dcqcn", seed=seed, sample_interval_ns=5_000)
-        return sim.flow_records(), sim.port_series()
+        return sim.flow_records(), sim.port_samples()
 
     a, b, c = once(5), once(5), once(6)
     for key in a[0]:

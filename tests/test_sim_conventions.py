@@ -37,7 +37,7 @@ def one_flow(**params):
 
 def sent_bytes(sim, ports):
     """Bytes each port put on the wire over the run (its tx_bytes series summed)."""
-    series = sim.port_series()
+    series = sim.port_samples()
     column = {int(p): j for j, p in enumerate(series["port"])}
     return [int(series["tx_bytes"][:, column[p]].sum()) for p in ports]
 

@@ -61,7 +61,7 @@ def receiver_link_gbps(preset, model):
     assert sim.run()
     sim.close()
     end_ns = int(sim.flow_records()["end_ns"].max())
-    series = sim.port_series()
+    series = sim.port_samples()
     dst = int(np.unique(base.flows.dst)[0])
     port = int(base.fabric.nic_port[dst]) ^ 1
     sent = series["tx_bytes"][: end_ns // series["interval_ns"], port]

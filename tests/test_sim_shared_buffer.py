@@ -164,8 +164,8 @@ def test_a_lossy_queue_is_limited_to_alpha_times_the_free_pool_and_drops_above_i
     r1, r2 = int(fab.nic_ids[0]), int(fab.nic_ids[1])
     alone = run(fab, lossy_incasts(fab, [r1], 4), cc_params={"loss_recovery": "selective"})
     both = run(fab, lossy_incasts(fab, [r1, r2], 4), cc_params={"loss_recovery": "selective"})
-    q_alone = alone.port_series()["qdepth_max_bytes"][:, port_to(fab, r1)].max()
-    series = both.port_series()["qdepth_max_bytes"]
+    q_alone = alone.port_samples()["qdepth_max_bytes"][:, port_to(fab, r1)].max()
+    series = both.port_samples()["qdepth_max_bytes"]
     q_both = [series[:, port_to(fab, r)].max() for r in (r1, r2)]
     assert alone.counters()["drops"] > 0 and both.counters()["drops"] > 0
     assert (pool - WIRE) / 2 <= q_alone <= (pool + WIRE) / 2
@@ -190,12 +190,12 @@ def test_a_31_to_1_incast_with_pfc_stays_within_the_pool_and_is_lossless():
     sim = run(fab, incast_31_to_1(fab))
     c = sim.counters()
     assert c["drops"] == 0 and c["pfc_frames"] > 0 and c["flows_done"] == 31
-    deepest = sim.port_series()["qdepth_max_bytes"][:, port_to(fab, fab.nic_ids[0])].max()
+    deepest = sim.port_samples()["qdepth_max_bytes"][:, port_to(fab, fab.nic_ids[0])].max()
     bound = q.buffer_bytes + 31 * q.pfc.headroom_bytes  # the pool and every headroom
     assert deepest <= bound
     # the per-port model lets the same queue grow far beyond: 31 ingresses' XOFF each
     static = run(switches(fab, model="static"), incast_31_to_1(fab))
-    static_deepest = static.port_series()["qdepth_max_bytes"][:, port_to(fab, fab.nic_ids[0])]
+    static_deepest = static.port_samples()["qdepth_max_bytes"][:, port_to(fab, fab.nic_ids[0])]
     assert static_deepest.max() > bound
     # every byte given back: nothing is left in the fabric, and pool, ingress counts and
     # headroom are all empty
@@ -252,7 +252,7 @@ def test_too_little_headroom_drops_lossless_frames_and_counts_them():
     sim = run(fab, incast_31_to_1(fab))
     c = sim.counters()
     assert c["drops"] > 0 and c["flows_done"] == 31
-    assert sim.port_series()["drops"].sum() == c["drops"]
+    assert sim.port_samples()["drops"].sum() == c["drops"]
     # the pool's account is its counters' (frames may still be queued at the end)
     assert (sim.nd[:, L.ND_SB_USED] == pool_in_use(sim)).all()
 
