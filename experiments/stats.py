@@ -4,8 +4,8 @@ A configuration is one combination of the varied keys; its seeds are the
 sample. The interval of the mean uses Student's t (scipy.stats.t) with h = t(0.975, n-1)
 s / sqrt(n), s the sample standard deviation (n-1 in the denominator):
 
-- for a quantity that cannot be negative (every value >= 0: times, bandwidths, counts)
-  it is taken on a log scale, mean / f to mean * f with f = exp(h / mean) (the delta
+- where no value is negative (every metric of a sweep: times, bandwidths, counts) it is
+  taken on a log scale, mean / f to mean * f with f = exp(h / mean) (the delta
   method's interval of log(mean)), so it stays above zero however wide it is;
 - otherwise it is mean - h to mean + h.
 
@@ -34,8 +34,9 @@ def t_quantile(dof: int, level: float = 0.95) -> float:
 
 INTERVAL_NOTE = (
     "95% intervals of the mean over seeds, Student's t on a log scale (mean / f to "
-    "mean * f, f = exp(t s / (mean sqrt(n)))) for quantities that cannot be negative, so "
-    "they stay above zero; an effect's is that of the mean ratio to the baseline, minus 1"
+    "mean * f, f = exp(t s / (mean sqrt(n)))) where no value is negative (times, "
+    "bandwidths, counts), so they stay above zero; an effect's is that of the mean ratio "
+    "to the baseline, minus 1"
 )
 """What the report page and `sweep show` say of their intervals."""
 
