@@ -242,7 +242,9 @@ def _print_summary(sc, s: dict) -> None:
     from aifabric.fabric.units import format_rate, format_size, format_time
 
     status = s.get("status", "complete")
-    click.echo(f"{sc.name}: {sc.fabric.name}, {s.get('flows', 0):,} flows, {sc.cc}, {sc.ecmp} ECMP")
+    cc = sc.cc_recorded()
+    cc = f"{sc.cc} ({cc['preset']} preset)" if "preset" in cc else sc.cc
+    click.echo(f"{sc.name}: {sc.fabric.name}, {s.get('flows', 0):,} flows, {cc}, {sc.ecmp} ECMP")
     if status != "complete":
         click.echo(f"status            {status}: {s.get('message', '')}")
     if s.get("completion_ns") is not None:

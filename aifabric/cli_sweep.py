@@ -204,6 +204,7 @@ def _fmt(value, column: str = "") -> str:
 @json_option
 def sweep_show(directory, metrics, fmt, as_json):
     """Per configuration: mean, std, min/max and the 95% interval over seeds."""
+    from aifabric.experiments.stats import INTERVAL_NOTE
     from aifabric.experiments.sweepdir import open_sweep
 
     if as_json and fmt not in ("text", "json"):
@@ -226,6 +227,7 @@ def sweep_show(directory, metrics, fmt, as_json):
         f"{res.spec.get('name')}: {len(frame)} runs in the table, {done} complete, "
         f"{len(frame) - done} not"
     )
+    click.echo(INTERVAL_NOTE)
     for metric in dict.fromkeys(r["metric"] for r in rows):
         mine = [r for r in rows if r["metric"] == metric]
         click.echo()

@@ -567,9 +567,7 @@ def _refuse_long(scenario, est: Estimate, max_wall_s: float) -> None:
 
 
 def _cc(scenario) -> dict:
-    from aifabric.fabric.cc import cc_parameters
-
-    return cc_parameters(dict(scenario.cc_params))
+    return scenario.cc_parameters()
 
 
 def _write(

@@ -76,7 +76,7 @@ from aifabric.emu.packets import (
     parse_write,
 )
 from aifabric.fabric.addressing import ROCE_UDP_PORT, format_ipv4
-from aifabric.fabric.cc import HEADER_OVERHEAD_BYTES, cc_parameters
+from aifabric.fabric.cc import HEADER_OVERHEAD_BYTES
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.frames import CNP_OPCODE as OP_CNP
 from aifabric.fabric.frames import TOS_CNP, TOS_DATA_ECT0
@@ -158,7 +158,7 @@ class Replay:
         self.scale = network.plan.scale
         self.mtu = mtu
         self.cc = scenario.cc == "dcqcn"
-        self.ccp = cc_params or {}
+        self.ccp = cc_params or scenario.cc_parameters()
         self.n_procs = processes
         self._recv: dict[int, socket.socket] = {}
         self._send: dict[tuple[int, int, int], socket.socket] = {}
@@ -438,7 +438,7 @@ class Replay:
         line = line * cap
         line_l = line.tolist()  # the flows of one pacer share its NIC and op: its rate
         pace_at = [0.0] * (max(pacer_l, default=-1) + 1)
-        rp = ReactionPoint({**cc_parameters({}), **self.ccp}, line, scale) if self.cc else None
+        rp = ReactionPoint(self.ccp, line, scale) if self.cc else None
         rate = rp.rc if rp is not None else line
         # DCQCN pacing: a flow's last batch left at paced_at and may be followed once its
         # bits have drained at the flow's current rate (a rate raised by the timer after a

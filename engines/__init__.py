@@ -154,9 +154,7 @@ def scenario_features(sc: Scenario) -> dict[str, str]:
 
 def transport_features(sc: Scenario) -> dict[str, str]:
     """The measurement conventions and loss recovery `sc` asks for (fabric.cc's parameters)."""
-    from aifabric.fabric.cc import cc_parameters
-
-    p = cc_parameters(dict(sc.cc_params))
+    p = sc.cc_parameters()
     every = p["ack_every"]
     return {
         "loss_recovery": p["loss_recovery"],

@@ -52,14 +52,14 @@ def sweep_groups(target: str, by: list[str] | None = None) -> list[tuple[str, li
 
 
 def _pool(results: list, keys) -> tuple[dict, dict]:
-    """Per key: the mean of the values present, and the half-width of its 95% interval."""
-    from aifabric.experiments.stats import describe
+    """Per key: the mean of the values present, and the half-width of its 95% t interval."""
+    from aifabric.experiments.stats import describe, half_width
 
     means, spread = {}, {}
     for key in keys:
-        stats = describe([getattr(r, key) for r in results if getattr(r, key) is not None])
-        means[key] = stats["mean"]
-        spread[key] = None if stats["ci_high"] is None else stats["ci_high"] - stats["mean"]
+        values = [getattr(r, key) for r in results if getattr(r, key) is not None]
+        means[key] = describe(values)["mean"]
+        spread[key] = half_width(values)
     return means, spread
 
 

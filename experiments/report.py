@@ -1,11 +1,19 @@
 """A sweep's HTML report: one self-contained page (plotly.js inlined) that opens offline.
 
-Top to bottom: what the sweep tested and, for an experiment, the finding,
-the measured effect with its 95% interval beside the published figure; the
-effects against the baseline; then per metric a table per configuration
-(mean, std, min/max, interval; one row per job when there are several), the
-metric per configuration with error bars, and every seed's value as a
-scatter; busbw against message size on a log axis when the size is swept.
+Top to bottom: what the sweep tested and, for an experiment, the verdict (the
+headline: the measured effect's interval against the published band), the
+hypothesis, the measured effect with its 95% interval beside the published figure,
+the DCQCN preset the runs ran and how the intervals are taken; the effects against
+the baseline; then per metric a table per configuration (mean, std, min/max,
+interval; one row per job when there are several), the metric per configuration
+with error bars, and every seed's value as a scatter; busbw against message size
+on a log axis when the size is swept.
+
+A verdict is one of `VERDICTS`, judged on a headline effect's 95% interval (a
+relative change of the report's metric) against the contrast's `published_band`:
+inconclusive when the interval holds zero; not reproduced when it lies on the other
+side of zero from the band; reproduced when it overlaps the band; else the same
+direction, larger or smaller than published.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ table { border-collapse: collapse; margin: 0.5em 0; }
 td, th { padding: 0.2em 0.8em; border-bottom: 1px solid #ddd; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 p.finding { font-size: 1.05em; } p.note { color: #666; font-size: 0.9em; }
+p.verdict { font-size: 1.25em; margin: 0.3em 0; }
 </style>"""
 
 
@@ -67,56 +76,110 @@ def _effect_text(e: dict, better: bool) -> str:
     return text
 
 
+VERDICTS = (
+    "reproduced",
+    "same direction, larger than published",
+    "same direction, smaller than published",
+    "inconclusive",
+    "not reproduced",
+)
+
+
+def verdict(low: float, high: float, band) -> str:
+    """One of `VERDICTS`: an effect's interval [low, high] against a published band
+    [lo, hi] (relative changes; None: an open end), which lies on one side of zero."""
+    lo = -math.inf if band[0] is None else band[0]
+    hi = math.inf if band[1] is None else band[1]
+    if low <= 0 <= high:
+        return "inconclusive"
+    up = low > 0
+    if up != (lo >= 0):
+        return "not reproduced"
+    if low <= hi and high >= lo:
+        return "reproduced"
+    beyond = (low > hi) == up  # further from zero than the band
+    return f"same direction, {'larger' if beyond else 'smaller'} than published"
+
+
+def band_text(band) -> str:
+    """A published band as people read it: `0.0% to +40.0%`, `+30.0% or more`, `a decrease`."""
+    lo, hi = band
+    if hi is None:
+        return "an increase" if lo == 0 else f"{percent(lo)} or more"
+    if lo is None:
+        return "a decrease" if hi == 0 else f"{percent(hi)} or less"
+    return f"{percent(lo)} to {percent(hi)}"
+
+
+def headline_verdicts(res: SweepResults) -> list[str]:
+    """The page's headline: per contrast with a published band, the verdict of each
+    headline effect (its configuration, change and interval, the band)."""
+    lines = []
+    for contrast in res.contrasts():
+        band = contrast.get("published_band")
+        if band is None:
+            continue
+        what = f"{contrast['label']}: " if contrast.get("label") else ""
+        heads = headline_effects(res, contrast)
+        if not heads:
+            lines.append(f"{what}no run measured the headline; no verdict")
+        for e in heads:
+            config = _label(e["configuration"])
+            if e["change_low"] is None:
+                lines.append(f"{what}too few seeds for an interval; no verdict ({config})")
+                continue
+            lines.append(
+                f"{what}{verdict(e['change_low'], e['change_high'], band)} "
+                f"({percent(e['change'])}, 95% interval {percent(e['change_low'])} to "
+                f"{percent(e['change_high'])}, published {band_text(band)}; {config})"
+            )
+    return lines
+
+
 def finding_lines(res: SweepResults) -> list[str]:
-    """The finding, the measured effects with intervals, and the published figure, as text."""
+    """The verdicts first, then the hypothesis, the measured effects with intervals, the
+    published figures with their bands, the DCQCN preset that ran, and how the intervals
+    are taken, as text."""
+    from aifabric.experiments.stats import INTERVAL_NOTE
+
     report = res.report
     better = bool(report.get("higher_is_better", True))
-    lines = []
+    metric = report.get("metric")
+    lines = [f"verdict:    {line}" for line in headline_verdicts(res)]
+    for contrast in res.contrasts():
+        if contrast.get("published_band") is None:
+            said = _measured_only(headline_effects(res, contrast), better)
+            if said:
+                what = f"{contrast['label']}: " if contrast.get("label") else ""
+                lines.append(f"verdict:    {what}{said}")
     if report.get("finding"):
-        lines.append(f"finding:   {report['finding']}")
+        lines.append(f"hypothesis: {report['finding']}")
     seeds = len(res.spec.get("seeds", []))
     for contrast in res.contrasts():
         what = f"{contrast['label']}: " if contrast.get("label") else ""
         for e in headline_effects(res, contrast):
             lines.append(
-                f"measured:  {what}{report.get('metric')} {_effect_text(e, better)} with "
+                f"measured:   {what}{metric} {_effect_text(e, better)} with "
                 f"{_label(e['configuration'])} against {_label(contrast['baseline'])} "
                 f"({e['pairs']} of {seeds} seeds paired)"
             )
-    if report.get("published"):
-        lines.append(f"published: {report['published']}")
-    for contrast in res.contrasts():
-        verdict = _verdict(res, contrast)
-        if verdict:
-            what = f"{contrast['label']}: " if contrast.get("label") else ""
-            lines.append(f"verdict:   {what}{verdict}")
+    contrasts = res.contrasts()
+    if not contrasts and report.get("published"):
+        lines.append(f"published:  {report['published']}")
+    for contrast in contrasts:
+        what = f"{contrast['label']}: " if contrast.get("label") else ""
+        texts = [contrast.get("published")]
+        if contrast.get("published_band") is not None:
+            texts.append(f"as a band, {metric} {band_text(contrast['published_band'])}")
+        if any(texts):
+            lines.append(f"published:  {what}{'; '.join(t for t in texts if t)}")
+    presets = res.dcqcn_presets()
+    if presets:
+        ran = ", ".join(f"{name} in {n}" for name, n in presets.items())
+        others = " (the others without DCQCN)" if sum(presets.values()) < len(res.frame) else ""
+        lines.append(f"DCQCN:      preset {ran} of {len(res.frame)} runs{others}")
+    lines.append(f"intervals:  {INTERVAL_NOTE}")
     return lines
-
-
-def _verdict(res: SweepResults, contrast: dict) -> str:
-    """Agreement in direction with the published effect (a relative change of the metric),
-    judged on the headline effects' intervals."""
-    published = contrast.get("published_effect")
-    heads = [e for e in headline_effects(res, contrast) if e["change_low"] is not None]
-    if published is None:
-        return _measured_only(heads, bool(res.report.get("higher_is_better", True)))
-    if not heads:
-        return "too few seeds for an interval; no verdict"
-    sign = 1 if published > 0 else -1
-    agree = [e for e in heads if sign * e["change_low"] > 0 and sign * e["change_high"] > 0]
-    against = [e for e in heads if sign * e["change_low"] < 0 and sign * e["change_high"] < 0]
-    n = len(heads)
-    if len(agree) == n:
-        return f"agrees in direction with the published {percent(published)} (every interval)"
-    if against:
-        return (
-            f"disagrees in {len(against)} of {n}: the published change is {percent(published)}, "
-            "the measured one is the opposite"
-        )
-    return (
-        f"agrees in {len(agree)} of {n}; the rest are inconclusive (an interval spans zero) "
-        f"against the published {percent(published)}"
-    )
 
 
 def _measured_only(heads: list[dict], better: bool) -> str:
@@ -180,6 +243,20 @@ def _axis(res: SweepResults, column: str) -> tuple[str, float]:
     return column, 1.0
 
 
+def _error_bars(rows: list[dict], scale: float = 1.0) -> dict:
+    """Plotly error bars from each row's mean to its 95% interval's ends, which need not be
+    symmetric (a log-scale interval: stats.describe)."""
+
+    def ends(r):
+        if r["ci_high"] is None:
+            return 0.0, 0.0
+        return (r["ci_high"] - r["mean"]) / scale, (r["mean"] - r["ci_low"]) / scale
+
+    up, down = zip(*(ends(r) for r in rows), strict=True) if rows else ((), ())
+    return {"type": "data", "visible": True, "symmetric": False, "array": list(up),
+            "arrayminus": list(down)}  # fmt: skip
+
+
 def _metric_figures(res: SweepResults, metric: str, rows: list[dict]):
     """The metric per configuration with error bars, and every seed; one colour per job."""
     import plotly.graph_objects as go
@@ -197,9 +274,7 @@ def _metric_figures(res: SweepResults, metric: str, rows: list[dict]):
             go.Bar(
                 x=[_short(r[k] for k in keys) for r in mine],
                 y=[r["mean"] / scale if r["mean"] is not None else None for r in mine],
-                error_y={"type": "data", "visible": True,
-                         "array": [(r["ci_high"] - r["mean"]) / scale
-                                   if r["ci_high"] is not None else 0 for r in mine]},
+                error_y=_error_bars(mine, scale),
                 name=name,
             )
         )  # fmt: skip
@@ -244,9 +319,7 @@ def _size_figure(res: SweepResults, rows: list[dict]):
             go.Scatter(
                 x=[parse_size(r[size_key]) for r in pts],
                 y=[r["mean"] for r in pts],
-                error_y={"type": "data", "visible": True,
-                         "array": [(r["ci_high"] - r["mean"]) if r["ci_high"] is not None else 0
-                                   for r in pts]},
+                error_y=_error_bars(pts),
                 mode="lines+markers",
                 name=_label(
                     {**({"job": key[0]} if len(jobs) > 1 else {}),
@@ -281,7 +354,10 @@ def build_report(directory, metrics: list[str] | None = None) -> str:
     )
     for line in finding_lines(res):
         head, _, text = line.partition(":")
-        parts.append(f'<p class="finding"><b>{html.escape(head)}</b>: {html.escape(text)}</p>')
+        css = "verdict" if head == "verdict" else "finding"
+        parts.append(
+            f'<p class="{css}"><b>{html.escape(head)}</b>: {html.escape(text.strip())}</p>'
+        )
     better = bool(report.get("higher_is_better", True))
     for contrast in res.contrasts():
         effects = res.effects(contrast)

@@ -32,10 +32,13 @@ A spec is TOML (or the same from `aifabric sweep SCENARIO --vary ...` flags):
     label = "fragmentation"                     # what the comparison is called
 
     [[report.contrasts]]                        # more comparisons, each with the keys
-    baseline = { "ecmp.policy" = "5tuple" }     # baseline, headline, label, published_effect
-    finding = "..."                     # the claim the sweep tests
-    published = "..."                   # the published figure, quoted beside the measurement
-    published_effect = 0.40             # the same as a relative change of `metric` (+40%)
+    baseline = { "ecmp.policy" = "5tuple" }     # baseline, headline, label, published,
+                                                # published_band
+    finding = "..."                     # the hypothesis the sweep tests
+    published = "..."                   # the published figure and its source, quoted
+    published_band = [0, 0.40]          # the same as a relative change of `metric`: "up to
+                                        # 40%"; an open end is inf or -inf ("more than
+                                        # 30%": [0.30, inf]); the verdict measures against it
 
     [full]                              # `experiment run --full`: seeds, set, grid, zip
     seeds = "1-10"                      # replacing the ones above
@@ -48,6 +51,7 @@ one combination of the grid, one position of the zip, and one seed.
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -62,9 +66,9 @@ SECTIONS = ("sweep", "set", "grid", "zip", "report", "full")
 SWEEP_KEYS = ("name", "description", "scenario", "seeds", "metrics", "engine")
 REPORT_KEYS = (
     "metric", "higher_is_better", "baseline", "headline", "label", "finding", "published",
-    "published_effect", "contrasts",
+    "published_band", "contrasts",
 )  # fmt: skip
-CONTRAST_KEYS = ("baseline", "headline", "label", "published_effect")
+CONTRAST_KEYS = ("baseline", "headline", "label", "published", "published_band")
 FULL_KEYS = ("seeds", "set", "grid", "zip")
 METRIC_GROUPS = ("busbw", "completion", "ecmp", "ecn", "pfc", "drops", "fct", "queue")
 ENGINES = ("sim",)
@@ -308,6 +312,8 @@ def sweep_from_dict(raw: dict, name: str, *, folder: Path | None = None, full: b
         where = "report" if i == 0 else f"report.contrasts.{i - 1}"
         if i:
             _checked(name, where, contrast, CONTRAST_KEYS)
+        if "published_band" in contrast:
+            contrast["published_band"] = _band(name, where, contrast["published_band"])
         for part in ("baseline", "headline"):
             if part not in contrast:
                 continue
@@ -365,6 +371,22 @@ def check_size(name: str, grid: dict, zipped: dict, seeds: int) -> None:
             f"seeds), about {points * POINT_BYTES / 1e9:,.1f} GB to plan before the first runs "
             f"and as many run directories; a sweep runs at most {MAX_POINTS:,}"
         )
+
+
+def _band(name: str, where: str, band: Any) -> list[float | None]:
+    """A published band [low, high] as a relative change, an infinite end open (None, so
+    that sweep.json stays JSON); one sentence unless it is two numbers, low below high, on
+    one side of zero (a published figure has a direction)."""
+    numbers = isinstance(band, list) and all(
+        isinstance(x, int | float) and not isinstance(x, bool) and not math.isnan(x) for x in band
+    )
+    if not numbers or len(band) != 2 or not band[0] < band[1] or band[0] < 0 < band[1]:
+        raise SpecError(
+            f"sweep {name}: {where}.published_band = {band!r} must be [low, high], a relative "
+            "change with low below high, both at or above 0 or both at or below 0 (up to "
+            "40%: [0, 0.40]; more than 30%: [0.30, inf])"
+        )
+    return [None if math.isinf(x) else float(x) for x in band]
 
 
 def _checked(name: str, section: str, body: Any, keys: tuple[str, ...]) -> dict:

@@ -1,11 +1,18 @@
-"""Results across seeds: per-configuration statistics and effects, with 95% t-intervals.
+"""Results across seeds: per-configuration statistics and effects, with 95% intervals.
 
 A configuration is one combination of the varied keys; its seeds are the
-sample. The interval is Student's t (scipy.stats.t): mean +- t(0.975, n-1) s / sqrt(n), with
-s the sample standard deviation (n-1 in the denominator). An effect compares
-a configuration with the baseline in the same group (the other varied keys
-equal), seed by seed: the relative change (x - b) / b of each seed's pair,
-and the interval of its mean.
+sample. The interval of the mean uses Student's t (scipy.stats.t) with h = t(0.975, n-1)
+s / sqrt(n), s the sample standard deviation (n-1 in the denominator):
+
+- where no value is negative (every metric of a sweep: times, bandwidths, counts) it is
+  taken on a log scale, mean / f to mean * f with f = exp(h / mean) (the delta
+  method's interval of log(mean)), so it stays above zero however wide it is;
+- otherwise it is mean - h to mean + h.
+
+An effect compares a configuration with the baseline in the same group (the other varied
+keys equal), seed by seed: the ratio x / b of each seed's pair, the mean ratio and its
+interval (log scale: ratios are positive), each minus 1, so a relative change (x - b) / b
+whose interval never goes below -100%.
 """
 
 from __future__ import annotations
@@ -25,12 +32,33 @@ def t_quantile(dof: int, level: float = 0.95) -> float:
     return float(student_t.ppf((1 + level) / 2, dof))
 
 
+INTERVAL_NOTE = (
+    "95% intervals of the mean over seeds, Student's t on a log scale (mean / f to "
+    "mean * f, f = exp(t s / (mean sqrt(n)))) where no value is negative (times, "
+    "bandwidths, counts), so they stay above zero; an effect's is that of the mean ratio "
+    "to the baseline, minus 1"
+)
+"""What the report page and `sweep show` say of their intervals."""
+
+
+def half_width(values) -> float | None:
+    """Student's t half-width of the 95% interval of the mean: t(0.975, n-1) s / sqrt(n)
+    (None for fewer than two values)."""
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) < 2:
+        return None
+    if x.min() == x.max():
+        return 0.0  # numpy's std of equal values can miss 0 by a rounding
+    return t_quantile(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+
+
 def describe(values) -> dict[str, Any]:
-    """n, mean, std, min, max and the 95% interval of the mean (None where undefined)."""
+    """n, mean, std, min, max and the 95% interval of the mean (None where undefined);
+    `interval` says how it was taken: "log" (no value below zero) or "t"."""
     x = np.asarray([v for v in values if v is not None and not _nan(v)], dtype=np.float64)
     n = len(x)
     out: dict[str, Any] = {"n": n, "mean": None, "std": None, "min": None, "max": None,
-                           "ci_low": None, "ci_high": None}  # fmt: skip
+                           "ci_low": None, "ci_high": None, "interval": None}  # fmt: skip
     if not n:
         return out
     out.update(mean=float(x.mean()), min=float(x.min()), max=float(x.max()))
@@ -39,9 +67,13 @@ def describe(values) -> dict[str, Any]:
         if n > 1:
             out.update(std=0.0, ci_low=out["min"], ci_high=out["min"])
     elif n > 1:
-        std = float(x.std(ddof=1))
-        half = t_quantile(n - 1) * std / math.sqrt(n)
-        out.update(std=std, ci_low=out["mean"] - half, ci_high=out["mean"] + half)
+        mean, half = out["mean"], half_width(x)
+        out["std"] = float(x.std(ddof=1))
+        if out["min"] >= 0:  # the mean is above 0: not every value is equal
+            factor = math.exp(half / mean)
+            out.update(ci_low=mean / factor, ci_high=mean * factor, interval="log")
+        else:
+            out.update(ci_low=mean - half, ci_high=mean + half, interval="t")
     return out
 
 
@@ -106,6 +138,9 @@ def aggregate(frame, keys: list[str], metrics: list[str] | None = None) -> list[
     return out
 
 
+RATIO_KEYS = ("mean", "ci_low", "ci_high")
+
+
 def effects(frame, keys: list[str], column: str, baseline: dict[str, Any]) -> list[dict]:
     """Every configuration against the baseline of its group, paired by seed.
 
@@ -129,8 +164,8 @@ def effects(frame, keys: list[str], column: str, baseline: dict[str, Any]) -> li
         mine = select_rows(done, keys, config).set_index("seed")[column].dropna()
         base = select_rows(done, keys, base_config).set_index("seed")[column].dropna()
         seeds = sorted(set(mine.index) & set(base.index))
-        change = [(mine[s] - base[s]) / base[s] for s in seeds if base[s]]
-        stats = describe(change)
+        ratio = describe([mine[s] / base[s] for s in seeds if base[s]])
+        change = {k: None if ratio[k] is None else ratio[k] - 1 for k in RATIO_KEYS}
         out.append(
             {
                 "configuration": values,
@@ -138,10 +173,10 @@ def effects(frame, keys: list[str], column: str, baseline: dict[str, Any]) -> li
                 "column": column,
                 "mean": float(mine.mean()) if len(mine) else None,
                 "baseline_mean": float(base.mean()) if len(base) else None,
-                "pairs": len(change),
-                "change": stats["mean"],
-                "change_low": stats["ci_low"],
-                "change_high": stats["ci_high"],
+                "pairs": ratio["n"],
+                "change": change["mean"],
+                "change_low": change["ci_low"],
+                "change_high": change["ci_high"],
             }
         )
     return out

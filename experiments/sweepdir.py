@@ -55,11 +55,26 @@ class SweepResults:
 
     def contrasts(self) -> list[dict]:
         """The comparisons the report makes: [report] baseline (and headline, label,
-        published_effect), then each of [[report.contrasts]]."""
+        published, published_band), then each of [[report.contrasts]]."""
         report = self.report
-        keys = ("baseline", "headline", "label", "published_effect")
+        keys = ("baseline", "headline", "label", "published", "published_band")
         first = [{k: report[k] for k in keys if k in report}] if report.get("baseline") else []
         return first + list(report.get("contrasts", []))
+
+    def dcqcn_presets(self) -> dict[str, int]:
+        """Each DCQCN preset the sweep's runs ran and how many ran it, from their run.json
+        (the scenario as it ran: the preset named, or the one the NICs' rate chose); runs
+        without DCQCN, or whose run.json cannot be read, are not counted."""
+        counts: dict[str, int] = {}
+        for run_dir in self.frame.get("run_dir", []):
+            try:
+                meta = json.loads((self.path / str(run_dir) / "run.json").read_text())
+                preset = meta["scenario"]["congestion_control"].get("preset")
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if isinstance(preset, str):
+                counts[preset] = counts.get(preset, 0) + 1
+        return counts
 
     def effects(self, contrast: dict | None = None) -> list[dict]:
         """Every configuration against the baseline of `contrast` (default: the first)."""

@@ -50,7 +50,8 @@ class Parameter:
 
 
 # DCQCN parameter presets. A scenario picks one with `preset` and may override any
-# parameter; the defaults below are the `paper-40g` preset.
+# parameter; the defaults below are the `paper-40g` preset. A scenario that names no preset
+# gets the ConnectX set for its NICs' line rate (`preset_for_rate`).
 #
 # paper-40g: Zhu et al., "Congestion Control for Large-Scale RDMA Deployments" (SIGCOMM
 #   2015), tuned for 40 Gb/s: CNP interval N = 50 us, alpha and rate timers K = T = 55 us,
@@ -99,9 +100,17 @@ PRESETS = {
     "cx-200g": {**CONNECTX, "additive_increase": "10M", "hyper_increase": "100M"},
     "cx-400g": {**CONNECTX, "additive_increase": "20M", "hyper_increase": "200M"},
 }
-DEFAULT_PRESET = "paper-40g"
-"""The default stays the paper's set: every existing scenario's DCQCN results stay as they
-were; a scenario of today's NICs names its preset (`preset = "cx-400g"`)."""
+PRESET_RATES_BPS = {"cx-100g": 100 * 10**9, "cx-200g": 200 * 10**9, "cx-400g": 400 * 10**9}
+
+
+def preset_for_rate(rate_bps: int) -> str:
+    """The DCQCN preset of a scenario that names none: the ConnectX set of the fastest line
+    rate at or below the NICs' `rate_bps` (cx-400g on 400G links and faster), cx-100g
+    below 100 Gb/s, since NVIDIA documents that set for every speed. The paper's 40 Gb/s
+    set cuts a 400G NIC's rate so deep that an incast's link runs mostly idle
+    (docs/transport.md), so it runs only when named."""
+    fitting = [name for name, rate in PRESET_RATES_BPS.items() if rate <= rate_bps]
+    return max(fitting, key=PRESET_RATES_BPS.__getitem__, default="cx-100g")
 
 
 def _count(value):
@@ -114,11 +123,12 @@ def _count(value):
 PARAMETERS = (
     Parameter(
         "preset",
-        DEFAULT_PRESET,
+        None,
         lambda v: _choice(v, tuple(PRESETS)),
         "",
         D,
-        "the DCQCN parameter set the other parameters default from",
+        "the DCQCN parameter set the other parameters default from; default: the ConnectX "
+        "set for the NICs' line rate",
     ),
     Parameter("cnp_interval", "50us", parse_time, "ns", D, "at most one CNP per flow per interval"),
     Parameter("alpha_timer", "55us", parse_time, "ns", D, "alpha decays each interval with no CNP"),
@@ -217,8 +227,9 @@ def check_kind(kind: str) -> str:
 TIMERS = ("cnp_interval", "alpha_timer", "rate_timer", "rto")  # 0 would fire without end
 
 
-def cc_parameters(params: dict | None, kind: str | None = None) -> dict:
-    """Congestion-control parameters with defaults filled in, parsed to ns, bytes and bit/s.
+def cc_parameters(params: dict | None, kind: str | None = None, *, rate_bps: int) -> dict:
+    """Congestion-control parameters with defaults filled in, parsed to ns, bytes and bit/s;
+    DCQCN's from the preset given, else from `preset_for_rate(rate_bps)` (the NICs' rate).
 
     With `kind`, a parameter given that `kind` does not read is refused (a DCQCN timer in
     a run without DCQCN changes nothing: the scenario says something it does not do)."""
@@ -235,10 +246,10 @@ def cc_parameters(params: dict | None, kind: str | None = None) -> dict:
                     f"congestion-control parameter {name} is read by "
                     f"{', '.join(BY_NAME[name].kinds)}, not by {kind}"
                 )
-    preset = params.get("preset", DEFAULT_PRESET)
+    preset = params["preset"] if "preset" in params else preset_for_rate(rate_bps)
     if not isinstance(preset, str) or preset not in PRESETS:
         raise AifabricError(f"unknown DCQCN preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    defaults = {**DEFAULTS, **PRESETS[preset]}
+    defaults = {**DEFAULTS, **PRESETS[preset], "preset": preset}
     out = {}
     for p in PARAMETERS:
         value = params.get(p.name, defaults[p.name])

@@ -423,6 +423,12 @@ class Fabric:
         out[self.port_node[nic]] = np.flatnonzero(nic)
         return out
 
+    @cached_property
+    def nic_rate_bps(self) -> int:
+        """The fastest NIC link's rate (0 without NICs): what DCQCN's default preset follows."""
+        ports = self.nic_port[self.nic_ids]
+        return int(self.port_rate_bps[ports].max()) if len(ports) else 0
+
     # port names ------------------------------------------------------------------
     @cached_property
     def port_names(self) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aifabric.fabric.cc import DEFAULT_KIND
+from aifabric.fabric.cc import DEFAULT_KIND, cc_parameters
 from aifabric.fabric.model import Fabric, Role
 
 if TYPE_CHECKING:
@@ -59,6 +59,16 @@ class Scenario:
         """The captured ports' ids, each once, in order."""
         return sorted({self.fabric.port_id(name) for name in self.captures})
 
+    def cc_parameters(self) -> dict[str, Any]:
+        """The congestion-control parameters that run: defaults filled in, DCQCN's preset
+        following the NICs' rate unless the scenario names one (aifabric.fabric.cc)."""
+        return cc_parameters(self.cc_params, rate_bps=self.fabric.nic_rate_bps)
+
+    def cc_recorded(self) -> dict[str, Any]:
+        """`[congestion_control]` as given, and the DCQCN preset that runs under `dcqcn`."""
+        preset = {"preset": self.cc_parameters()["preset"]} if self.cc == "dcqcn" else {}
+        return {"kind": self.cc, **self.cc_params, **preset}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
@@ -69,7 +79,7 @@ class Scenario:
             "nic": {"sport": self.sport},
             "ecmp": {"policy": self.ecmp, "same_seed": self.same_seed},
             "queues": {role.label: _queue_dict(self.fabric, role) for role in _roles()},
-            "congestion_control": {"kind": self.cc, **self.cc_params},
+            "congestion_control": self.cc_recorded(),
             "faults": [f.__dict__ for f in self.faults],
             "seed": self.seed,
             "placement_seed": self.placement_seed,

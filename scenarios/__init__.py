@@ -166,7 +166,7 @@ def scenario_from_dict(
             f"{', '.join(CONGESTION_CONTROLS)}"
         )
     try:
-        cc_parameters(cc_table, cc)
+        cc_parameters(cc_table, cc, rate_bps=fabric.nic_rate_bps)
     except AifabricError as e:
         raise SpecError(f"scenario {name}: {e}") from None
 

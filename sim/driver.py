@@ -109,7 +109,7 @@ class Simulation:
         self.fabric = fabric
         self.flows = flows
         self.cc = cc
-        self.params = cc_parameters(cc_params)
+        self.params = cc_parameters(cc_params, rate_bps=fabric.nic_rate_bps)
         if ecmp == "adaptive":
             self.params["loss_recovery"] = adaptive_loss_recovery(cc_params)
         self.seed = int(seed)

@@ -13,7 +13,6 @@ from collections.abc import Callable
 import numpy as np
 
 from aifabric.engines import Support, approximated, implemented, refused, scenario_features
-from aifabric.fabric.cc import cc_parameters
 from aifabric.fabric.completion import collective_records, collective_rows, completion_ns
 from aifabric.fabric.faults import applied
 from aifabric.fabric.files import replace_atomic
@@ -48,7 +47,7 @@ def features(scenario: Scenario) -> dict[str, Support]:
     """What the simulator does with each feature `scenario` uses: all of them."""
     out = {k: implemented() for k in scenario_features(scenario)}
     out["queues.buffer"] = buffer_support(scenario)
-    p = cc_parameters(dict(scenario.cc_params))
+    p = scenario.cc_parameters()
     overhead = p["header_overhead"]
     out["links.rate"] = implemented(
         f"serialization at each link's rate, {overhead} bytes of overhead per packet"

@@ -5,7 +5,9 @@ the metrics became typed results; re-recorded once when rich took over the table
 the --json outputs then differing only by the `cost_ns` that hot ports' rows used to carry;
 re-recorded when each op gained `protocol` and `predicted_ns`, the --json outputs differing
 by those two keys alone; re-recorded when collectives became streams with NCCL's latencies
-and the source ports the Linux RDMA core's: the presets' times, flows and ports changed).
+and the source ports the Linux RDMA core's: the presets' times, flows and ports changed;
+re-recorded when DCQCN's default preset began to follow the NICs' line rate, cx-400g on
+lab-medium instead of paper-40g: demo, ecmp-permutation and link-failure changed).
 
     .venv/bin/python -m tests.analyze_outputs     re-record them (after a deliberate change)
 

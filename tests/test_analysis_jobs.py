@@ -118,11 +118,13 @@ def test_demo_numbers_are_per_job_and_from_the_run_directory(demo):
     assert 0.3 < ring["efficiency"] <= 1.0
     first = m["collectives"]["ops"][0]
     assert first["time_ns"] == pytest.approx(int(col["predicted_ns"][0]), rel=0.10)
-    # 8 senders x 4 MB into one 400G NIC: 640 us at line rate; DCQCN makes it ~4x that
+    # 8 senders x 4 MB into one 400G NIC: 640 us at line rate; DCQCN's cuts and PFC's pauses
+    # cost it about a quarter more under the 400G preset (823 us; the 40 Gb/s paper's set,
+    # the default before, took 1.83 ms)
     incast = jobs["incast"]
     assert incast["ideal_ns"] == 8 * 4_000_000 * 8 // 400
     assert incast["efficiency"] == pytest.approx(640_000 / incast["time_ns"])
-    assert incast["efficiency"] < 0.5  # DCQCN's rate cuts: more than twice its ideal time
+    assert 0.5 < incast["efficiency"] < 1.0
     assert incast["receivers"] == 1 and ring["receivers"] == n
 
 
@@ -165,10 +167,11 @@ def test_demo_hot_spots_are_causes_and_the_paused_ports_their_victims(demo):
     assert victims and all(r["root"] == receiver for r in m["pause_spread"])
     assert not victims & {h["port"] for h in m["hotspots"]}
     assert {h["port"] for h in m["hotspots"]} | victims <= names
-    # the story: the incast's receiver ran far below line rate while DCQCN recovered
-    worst = m["throughput"]["worst_intervals"][0]
-    assert worst["name"] == "incast" and worst["utilization"] < 0.35
-    assert worst["end_ns"] - worst["start_ns"] > 1_000_000
+    # the story: the incast's receiver went nearly idle for a stretch while its senders,
+    # cut by DCQCN and paused by PFC, were held back (245 to 415 us of the run)
+    worst = next(w for w in m["throughput"]["worst_intervals"] if w["name"] == "incast")
+    assert worst["utilization"] < 0.01
+    assert worst["end_ns"] - worst["start_ns"] > 100_000
 
 
 def _report_figures(run: Run, tmp_path: Path) -> dict:

@@ -37,7 +37,7 @@ def test_reaction_point_follows_the_simulators_rules(preset, scale):
     """Random CNPs, packets sent and timer periods in both; the replay's rates are the
     simulator's divided by the scale. Fails if a cut clamps the target where the preset
     keeps it, if the byte counter or the alpha timer is left out, or if the stages mix up."""
-    p = cc_parameters({"preset": preset})
+    p = cc_parameters({"preset": preset}, rate_bps=100 * 10**9)
     fl, fr, prm, fprm = _sim(p)
     rp = ReactionPoint(p, np.array([LINE / scale]), scale)
     rp.start(0)

@@ -152,8 +152,8 @@ def test_header_overhead_sets_wire_bytes_and_completion_as_the_closed_form_says(
 def test_the_default_overhead_is_a_roce_v2_packets_on_ethernet():
     # Ethernet 14, IPv4 20, UDP 8, BTH 12, ICRC 4, FCS 4, preamble and inter-frame gap 20
     assert HEADER_OVERHEAD_BYTES == L.DATA_OVERHEAD_BYTES == 82
-    assert cc_parameters({})["header_overhead"] == 82
-    assert cc_parameters({"header_overhead": "64B"})["header_overhead"] == 64
+    assert cc_parameters({}, rate_bps=400 * 10**9)["header_overhead"] == 82
+    assert cc_parameters({"header_overhead": "64B"}, rate_bps=400 * 10**9)["header_overhead"] == 64
 
 
 @pytest.mark.parametrize(
@@ -172,7 +172,7 @@ def test_the_default_overhead_is_a_roce_v2_packets_on_ethernet():
 )
 def test_a_bad_convention_is_refused_in_one_sentence(params, words):
     with pytest.raises(AifabricError) as e:
-        cc_parameters(params)
+        cc_parameters(params, rate_bps=400 * 10**9)
     text = str(e.value)
     assert "\n" not in text
     for w in words:

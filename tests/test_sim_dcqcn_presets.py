@@ -3,12 +3,13 @@ does to an incast that the 40 Gb/s paper's set leaves crawling."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from aifabric.fabric.cc import DEFAULT_PRESET, PRESETS, cc_parameters
+from aifabric.fabric.cc import PRESETS, cc_parameters, preset_for_rate
 from aifabric.fabric.errors import AifabricError
 from aifabric.scenarios import load_scenario
 from aifabric.sim.engine import simulation_for
@@ -16,7 +17,7 @@ from aifabric.sim.engine import simulation_for
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_each_preset_parses_to_its_documented_figures(preset):
-    p = cc_parameters({"preset": preset})
+    p = cc_parameters({"preset": preset}, rate_bps=400 * 10**9)
     assert p["preset"] == preset
     if preset == "paper-40g":
         assert (p["additive_increase"], p["rate_timer"], p["cnp_interval"]) == (
@@ -34,20 +35,76 @@ def test_each_preset_parses_to_its_documented_figures(preset):
         assert p["g"] == 5 / 1024 and p["clamp_target"] is False
 
 
-def test_the_default_is_the_paper_set():
-    assert DEFAULT_PRESET == "paper-40g"
-    assert cc_parameters({}) == cc_parameters({"preset": "paper-40g"})
+@pytest.mark.parametrize(
+    ("gbps", "preset"),
+    [(25, "cx-100g"), (40, "cx-100g"), (100, "cx-100g"), (199, "cx-100g"), (200, "cx-200g"),
+     (400, "cx-400g"), (800, "cx-400g")],
+)  # fmt: skip
+def test_the_default_is_the_connectx_set_of_the_nics_rate(gbps, preset):
+    rate = gbps * 10**9
+    assert preset_for_rate(rate) == preset
+    assert cc_parameters({}, rate_bps=rate) == cc_parameters({"preset": preset}, rate_bps=rate)
+
+
+@pytest.mark.parametrize(
+    ("topology", "preset"), [("lab-medium", "cx-400g"), ("lab-small", "cx-100g")]
+)
+def test_a_scenario_records_the_preset_its_links_chose_and_paper_40g_only_when_named(
+    tmp_path, topology, preset
+):
+    """lab-medium's NICs run at 400G, lab-small's at 100G; run.json's scenario, the
+    simulator's parameters and the run summary name the preset that ran."""
+    from click.testing import CliRunner
+
+    from aifabric.cli import main
+
+    def scenario(extra=""):
+        path = tmp_path / f"{topology}{len(extra)}.toml"
+        path.write_text(INCAST.format(topology=topology, extra=extra))
+        return path
+
+    sc = load_scenario(scenario())
+    assert sc.to_dict()["congestion_control"] == {"kind": "dcqcn", "preset": preset}
+    assert simulation_for(sc).params == cc_parameters({"preset": preset}, rate_bps=0)
+    named = load_scenario(scenario('preset = "paper-40g"'))
+    assert named.to_dict()["congestion_control"]["preset"] == "paper-40g"
+    assert simulation_for(named).params["cnp_interval"] == 50_000
+    pfc = load_scenario(scenario(), overrides=[("congestion_control.kind", "none")])
+    assert pfc.to_dict()["congestion_control"] == {"kind": "none"}  # no DCQCN, no preset
+    path = scenario()
+    r = CliRunner().invoke(main, ["run", str(path), "-o", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    head = next(line for line in r.output.splitlines() if line.startswith(f"{path.stem}: "))
+    assert f", dcqcn ({preset} preset), " in head
+    recorded = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert recorded["scenario"]["congestion_control"]["preset"] == preset
+
+
+INCAST = """
+[scenario]
+topology = "{topology}"
+[workload]
+pattern = "incast"
+senders = 3
+size = "64KB"
+gpus = 4
+[congestion_control]
+kind = "dcqcn"
+{extra}
+"""
 
 
 def test_an_override_wins_over_the_preset():
-    p = cc_parameters({"preset": "cx-400g", "rate_timer": "55us", "clamp_target": True})
+    p = cc_parameters(
+        {"preset": "cx-400g", "rate_timer": "55us", "clamp_target": True}, rate_bps=10**11
+    )
     assert p["rate_timer"] == 55_000 and p["clamp_target"] is True
     assert p["additive_increase"] == 20_000_000  # the rest stays the preset's
 
 
 def test_an_unknown_preset_is_one_sentence():
     with pytest.raises(AifabricError, match=r"^unknown DCQCN preset 'cx-800g'; choose one of "):
-        cc_parameters({"preset": "cx-800g"})
+        cc_parameters({"preset": "cx-800g"}, rate_bps=400 * 10**9)
 
 
 def receiver_link_gbps(preset, model):
@@ -89,25 +146,16 @@ def test_an_incast_under_the_400g_preset_recovers_far_faster_than_under_the_pape
 
 
 def test_a_scenario_names_its_preset_and_a_wrong_one_is_refused(tmp_path):
-    text = """
-[scenario]
-topology = "lab-small"
-[workload]
-pattern = "incast"
-senders = 3
-size = "64KB"
-gpus = 4
-[congestion_control]
-kind = "dcqcn"
-preset = "{preset}"
-rate_timer = "100us"
-"""
+    def text(preset):
+        extra = f'preset = "{preset}"\nrate_timer = "100us"'
+        return INCAST.format(topology="lab-small", extra=extra)
+
     good = tmp_path / "good.toml"
-    good.write_text(text.format(preset="cx-200g"))
+    good.write_text(text("cx-200g"))
     sc = load_scenario(good)
-    p = cc_parameters(sc.cc_params)
+    p = sc.cc_parameters()
     assert (p["preset"], p["additive_increase"], p["rate_timer"]) == ("cx-200g", 10**7, 100_000)
     bad = tmp_path / "bad.toml"
-    bad.write_text(text.format(preset="fast"))
+    bad.write_text(text("fast"))
     with pytest.raises(AifabricError, match=r"^scenario bad: unknown DCQCN preset 'fast'; "):
         load_scenario(bad)

@@ -30,7 +30,29 @@ def test_equal_values_have_no_spread():
     assert stats["std"] == 0.0 and stats["ci_low"] == stats["ci_high"] == 3445.9876543
     assert describe([7.5])["std"] is None
     spread = describe([1.0, 2.0, 3.0])
-    assert spread["std"] == 1.0 and spread["ci_high"] - 2.0 == pytest.approx(4.303 / 3**0.5, 1e-3)
+    # on a log scale: 2 / f to 2 * f, f = exp(t s / (mean sqrt(n))) = exp(4.303 / (2 sqrt(3)))
+    f = math.exp(4.3027 / (2 * 3**0.5))
+    assert spread["std"] == 1.0 and spread["interval"] == "log"
+    assert (spread["ci_low"], spread["ci_high"]) == pytest.approx((2 / f, 2 * f), rel=1e-4)
+
+
+def test_an_interval_of_a_quantity_that_cannot_be_negative_stays_above_zero():
+    # times of 0.1, 5 and 10 ms: Student's t on the values would give 5.03 +- 12.3 ms,
+    # down to -7.3 ms; the log-scale interval is 5.03 / f to 5.03 * f, f = exp(12.3 / 5.03)
+    times = [0.1, 5.0, 10.0]
+    stats = describe(times)
+    half = 4.3027 * stats["std"] / math.sqrt(3)
+    assert stats["mean"] - half < -7
+    f = math.exp(half / stats["mean"])
+    assert (stats["ci_low"], stats["ci_high"]) == pytest.approx(
+        (stats["mean"] / f, stats["mean"] * f), rel=1e-4
+    )
+    assert 0 < stats["ci_low"] < stats["mean"] < stats["ci_high"]
+    counts = describe([0, 0, 9])  # a count that was zero twice still has a positive interval
+    assert counts["interval"] == "log" and counts["ci_low"] > 0
+    signed = describe([-1.0, 2.0, 5.0])  # a quantity that can be negative: t on the values
+    assert signed["interval"] == "t"
+    assert signed["ci_low"] == pytest.approx(2 - 4.3027 * 3 / math.sqrt(3), rel=1e-4)
 
 
 def test_seeds_and_values():
@@ -131,9 +153,9 @@ def results(tmp_path):
         "name": "hand", "scenario": "demo", "seeds": [1, 2, 3], "keys": ["ecmp.policy"],
         "report": {"metric": "busbw_gbps@ring", "baseline": {"ecmp.policy": "5tuple"},
                    "higher_is_better": True, "finding": "eecmp spreads better",
-                   "published": "40% (made up for the test)", "published_effect": 0.4,
+                   "published": "40% (made up for the test)", "published_band": [0, 0.4],
                    "contrasts": [{"baseline": {"ecmp.policy": "eecmp"}, "label": "reverse",
-                                  "published_effect": -0.2}]},
+                                  "published_band": [-0.5, -0.2]}]},
     }  # fmt: skip
     (tmp_path / "sweep.json").write_text(json.dumps(spec))
     return tmp_path
@@ -146,15 +168,18 @@ def test_show_aggregates_as_worked_out_by_hand(results):
     out = json.loads(r.output)
     rows = {(a["ecmp.policy"], a["column"]): a for a in out["aggregate"]}
     a = rows[("5tuple", "busbw_gbps@ring")]
-    # 100, 110, 120: mean 110, s = 10, half width 4.303 * 10 / sqrt(3)
+    # 100, 110, 120: mean 110, s = 10, h = 4.303 * 10 / sqrt(3), on a log scale 110 * e^(h/110)
     assert (a["n"], a["mean"], a["std"], a["min"], a["max"]) == (3, 110, 10, 100, 120)
-    assert a["ci_high"] - a["mean"] == pytest.approx(4.3027 * 10 / math.sqrt(3), rel=1e-4)
+    f = math.exp(4.3027 * 10 / math.sqrt(3) / 110)
+    assert (a["ci_low"], a["ci_high"]) == pytest.approx((110 / f, 110 * f), rel=1e-4)
     assert a["job"] == "ring" and a["metric"] == "busbw_gbps" and a["seeds"] == [1, 2, 3]
     b = rows[("eecmp", "busbw_gbps@ring")]
     # the failed seed 2 is left out: 150, 180 -> mean 165, s = 21.21, t(1) = 12.706
     assert (b["n"], b["mean"], b["min"], b["max"]) == (2, 165, 150, 180)
     assert b["std"] == pytest.approx(math.sqrt(450))
-    assert b["ci_low"] == pytest.approx(165 - 12.7062 * math.sqrt(450) / math.sqrt(2), rel=1e-4)
+    # t on the values would reach 165 - 190.6 < 0; on a log scale it is 165 / e^(190.6/165)
+    f = math.exp(12.7062 * math.sqrt(450) / math.sqrt(2) / 165)
+    assert b["ci_low"] == pytest.approx(165 / f, rel=1e-4) and b["ci_low"] > 0
     c = rows[("5tuple", "time_ns@incast")]  # 50 and 70; seed 2 has no value
     assert (c["n"], c["mean"], c["job"]) == (2, 60, "incast")
     assert ("eecmp", "time_ns@absent") not in rows  # no value in any run of the configuration
@@ -186,50 +211,148 @@ def test_show_prints_per_job_rows(results):
     assert "+50.0%" in r.output  # the effect table
 
 
-def test_report_states_finding_effect_and_published_figure(results, tmp_path):
+def test_report_leads_with_the_verdict_then_the_hypothesis_effect_and_published_band(
+    results, tmp_path
+):
     out = tmp_path / "r.html"
     r = CliRunner().invoke(main, ["sweep", "report", str(results), "-o", str(out)])
     assert r.exit_code == 0, r.output
     page = out.read_text()
     assert "eecmp spreads better" in page and "40% (made up for the test)" in page
     assert "+50.0%" in page
-    assert "agrees in direction with the published +40.0%" in page  # [+50%, +50%] is above 0
     assert "Boom" in page  # the failed run is listed with its error
+    # the verdict is the headline: before the hypothesis, which is called one
+    first = page.index('<p class="verdict"><b>verdict</b>: same direction, larger than published')
+    assert first < page.index("<b>hypothesis</b>: eecmp spreads better") < page.index("<h2>")
+    assert "<b>finding</b>" not in page
+    assert "Student&#x27;s t on a log scale" in page  # the page says how intervals are taken
     from aifabric.experiments.report import finding_lines
     from aifabric.experiments.sweepdir import open_sweep
 
     lines = finding_lines(open_sweep(results))
-    # 5tuple against eecmp, seed by seed: (100-150)/150 and (120-180)/180, both -1/3
-    assert lines[2] == (
-        "measured:  reverse: busbw_gbps@ring -33.3% (worse), 95% interval -33.3% to -33.3% "
+    # eecmp against 5tuple, seed by seed: 150/100 and 180/120, both +50%, above "up to 40%"
+    assert lines[0] == (
+        "verdict:    same direction, larger than published (+50.0%, 95% interval +50.0% to "
+        "+50.0%, published +0.0% to +40.0%; policy=eecmp)"
+    )
+    # 5tuple against eecmp: (100-150)/150 and (120-180)/180, both -1/3, in [-50%, -20%]
+    assert lines[1] == (
+        "verdict:    reverse: reproduced (-33.3%, 95% interval -33.3% to -33.3%, published "
+        "-50.0% to -20.0%; policy=5tuple)"
+    )
+    assert lines[2] == "hypothesis: eecmp spreads better"
+    assert lines[4] == (
+        "measured:   reverse: busbw_gbps@ring -33.3% (worse), 95% interval -33.3% to -33.3% "
         "with policy=5tuple against policy=eecmp (2 of 3 seeds paired)"
     )
-    assert (
-        lines[-1] == "verdict:   reverse: agrees in direction with the published -20.0% "
-        "(every interval)"
+    assert lines[5] == (
+        "published:  40% (made up for the test); as a band, busbw_gbps@ring +0.0% to +40.0%"
     )
     assert page.count("Plotly.newPlot") == 4  # busbw and job time: error bars, every seed
 
 
-def test_without_a_published_figure_the_verdict_says_what_was_measured(results):
+def _verdicts(results, band=None, reverse=None):
     from aifabric.experiments.report import finding_lines
     from aifabric.experiments.sweepdir import open_sweep
 
     spec = json.loads((results / "sweep.json").read_text())
-    del spec["report"]["published_effect"], spec["report"]["contrasts"][0]["published_effect"]
+    for contrast, value in ((spec["report"], band), (spec["report"]["contrasts"][0], reverse)):
+        if value is not None:
+            contrast["published_band"] = value
     (results / "sweep.json").write_text(json.dumps(spec))
-    verdicts = [line for line in finding_lines(open_sweep(results)) if line.startswith("verdict")]
-    assert verdicts == [
-        "verdict:   no published figure; better in every interval",  # +50% on both seeds
-        "verdict:   reverse: no published figure; worse in every interval",
-    ]
-    # eecmp's third seed as slow as 5tuple's: +50% and -16.7%, an interval across zero
+    lines = finding_lines(open_sweep(results))
+    return [line.split(" (")[0] for line in lines if line.startswith("verdict")]
+
+
+@pytest.mark.parametrize(
+    ("band", "reverse", "says"),
+    [
+        # eecmp +50% on both seeds; the reverse contrast -33.3%
+        ([0.3, 0.6], [-0.5, -0.2], ["reproduced", "reverse: reproduced"]),
+        ([0.5, None], [None, -1 / 3], ["reproduced", "reverse: reproduced"]),  # touching
+        ([0, 0.4], [-0.2, -0.1], ["same direction, larger than published",
+                                  "reverse: same direction, larger than published"]),
+        ([0.6, None], [-0.9, -0.5], ["same direction, smaller than published",
+                                     "reverse: same direction, smaller than published"]),
+        ([None, 0], [0, None], ["not reproduced", "reverse: not reproduced"]),
+    ],
+)  # fmt: skip
+def test_each_verdict_follows_the_interval_against_the_band(results, band, reverse, says):
+    assert [v.removeprefix("verdict:    ") for v in _verdicts(results, band, reverse)] == says
+
+
+def test_an_interval_across_zero_is_inconclusive_whatever_the_band(results):
+    # eecmp's third seed as slow as 5tuple's: +50% and -16.7%, an interval across zero,
+    # which overlaps a band of "up to 40%" but cannot tell an effect from none
     table = results / "results.csv"
     table.write_text(
         table.read_text().replace("5,eecmp,3,complete,,180", "5,eecmp,3,complete,,100")
     )
+    for band in ([0, 0.4], [None, 0], [0.3, None]):
+        assert _verdicts(results, band)[0] == "verdict:    inconclusive"
+
+
+def test_without_a_published_band_the_verdict_says_what_was_measured(results):
+    from aifabric.experiments.report import finding_lines
+    from aifabric.experiments.sweepdir import open_sweep
+
+    spec = json.loads((results / "sweep.json").read_text())
+    del spec["report"]["published_band"], spec["report"]["contrasts"][0]["published_band"]
+    (results / "sweep.json").write_text(json.dumps(spec))
     verdicts = [line for line in finding_lines(open_sweep(results)) if line.startswith("verdict")]
-    assert verdicts[0] == "verdict:   no published figure; inconclusive (every interval spans zero)"
+    assert verdicts == [
+        "verdict:    no published figure; better in every interval",  # +50% on both seeds
+        "verdict:    reverse: no published figure; worse in every interval",
+    ]
+
+
+def test_the_page_says_which_dcqcn_preset_the_runs_ran(results):
+    from aifabric.experiments.report import finding_lines
+    from aifabric.experiments.sweepdir import open_sweep
+
+    for run, cc in (("a", {"kind": "dcqcn", "preset": "cx-400g"}), ("b", {"kind": "none"}),
+                    ("c", {"kind": "dcqcn", "preset": "cx-400g"}),
+                    ("d", {"kind": "dcqcn", "preset": "paper-40g"})):  # fmt: skip
+        (results / "runs" / run).mkdir(parents=True)
+        (results / "runs" / run / "run.json").write_text(
+            json.dumps({"scenario": {"congestion_control": cc}})
+        )
+    lines = finding_lines(open_sweep(results))
+    assert (
+        "DCQCN:      preset cx-400g in 2, paper-40g in 1 of 6 runs (the others without DCQCN)"
+        in lines
+    )
+
+
+@pytest.mark.parametrize(
+    ("band", "says"),
+    [([0.4], "must be [low, high]"), ([0.4, 0.1], "low below high"),
+     ([-0.1, 0.3], "both at or above 0"), (["0", 0.4], "must be [low, high]"),
+     ([True, 2], "must be [low, high]")],
+)  # fmt: skip
+def test_a_published_band_that_is_not_one_is_one_sentence(band, says):
+    raw = {"sweep": {"scenario": "demo"}, "grid": {"ecmp.policy": ["5tuple", "eecmp"]},
+           "report": {"baseline": {"ecmp.policy": "5tuple"}, "published_band": band}}  # fmt: skip
+    with pytest.raises(SpecError) as e:
+        sweep_from_dict(raw, "t")
+    assert says in str(e.value) and "\n" not in str(e.value)
+    raw["report"] = {"published_effect": 0.4}  # replaced by published_band
+    with pytest.raises(SpecError, match="unknown key report.published_effect; .*published_band"):
+        sweep_from_dict(raw, "t")
+
+
+def test_an_open_end_of_a_band_is_kept_as_null_in_sweep_json():
+    import tomllib
+
+    raw = tomllib.loads(
+        '[sweep]\nscenario = "demo"\n[grid]\n"ecmp.policy" = ["5tuple", "eecmp"]\n'
+        '[report]\nbaseline = { "ecmp.policy" = "5tuple" }\npublished_band = [0.3, inf]\n'
+    )
+    sweep = sweep_from_dict(raw, "t")
+    assert sweep.report["published_band"] == [0.3, None]
+    assert json.loads(json.dumps(sweep.to_dict(), allow_nan=False))["report"]["published_band"] == [
+        0.3, None
+    ]  # fmt: skip
 
 
 def test_the_plots_show_the_aggregates_and_every_seed(results):
@@ -243,11 +366,19 @@ def test_the_plots_show_the_aggregates_and_every_seed(results):
     assert (ring.name, incast.name) == ("ring", "incast")
     assert list(ring.x) == ["5tuple", "eecmp"]
     assert list(ring.y) == pytest.approx([0.9, 0.65])  # microseconds: (1000+900+800)/3, 650
-    # half widths: 4.303 * 100 / sqrt(3) ns and 12.706 * 70.71 / sqrt(2) ns
+    # log-scale intervals: mean / f to mean * f, f = e^(h / mean), h = 4.303 * 100 / sqrt(3)
+    # for 900 ns and 12.706 * 70.71 / sqrt(2) for 650 ns: bars from the mean to each end
+    f = [math.exp(4.3027 * 100 / math.sqrt(3) / 900),
+         math.exp(12.7062 * math.sqrt(5000) / math.sqrt(2) / 650)]  # fmt: skip
+    means = [0.9, 0.65]
+    assert ring.error_y.symmetric is False
     assert list(ring.error_y.array) == pytest.approx(
-        [4.3027 * 100 / math.sqrt(3) / 1e3, 12.7062 * math.sqrt(5000) / math.sqrt(2) / 1e3],
-        rel=1e-4,
+        [m * x - m for m, x in zip(means, f, strict=True)], rel=1e-4
     )
+    assert list(ring.error_y.arrayminus) == pytest.approx(
+        [m - m / x for m, x in zip(means, f, strict=True)], rel=1e-4
+    )
+    assert all(m - d > 0 for m, d in zip(ring.y, ring.error_y.arrayminus, strict=True))
     ring_seeds, _ = seeds.data
     assert list(ring_seeds.y) == pytest.approx([1.0, 0.9, 0.8, 0.7, 0.6])  # the 5 complete runs
     assert list(ring_seeds.text) == ["seed 1", "seed 2", "seed 3", "seed 1", "seed 3"]
