@@ -5,6 +5,8 @@ compute did not hide (`aifabric.fabric.completion.iterations`)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from aifabric import topologies, traffic
 from aifabric.cli import main
 from aifabric.fabric.completion import collective_records, iterations
+from aifabric.fabric.units import format_time
 from aifabric.sim import Simulation
 
 US = 1000
@@ -175,3 +178,52 @@ def test_bad_compute_keys_are_one_sentence(body, words, tmp_path, monkeypatch):
     assert "Traceback" not in message and len(message.splitlines()) == 1, message
     for word in words:
         assert word in message, message
+
+
+# the run directory and analyze ----------------------------------------------------------------
+
+SCENARIO = """
+[scenario]
+topology = "lab-small"
+seed = 1
+
+[workload]
+model = "m"
+tp = 1
+gpus = 4
+layer_sizes = [0, "8MiB"]
+bucket = "8MiB"
+micro_batches = 1
+protocol = "simple"
+forward = "10us"
+backward = "100us"
+"""
+
+
+def test_analyze_shows_iteration_compute_and_exposed_per_job(tmp_path):
+    (tmp_path / "s.toml").write_text(SCENARIO)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(main, ["run", str(tmp_path / "s.toml"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    coll = np.load(out / "collectives.npz")
+    compute = 2 * 10 * US + 2 * 100 * US
+    assert list(coll["compute_ns"]) == [compute]
+    iteration = int(coll["end_ns"][0])  # the bucket ends after the backward: exposed
+    assert iteration > compute
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["results"]["summary"]["iterations"] == [
+        {"job": 0, "start_ns": 0, "compute_ns": compute, "iteration_ns": iteration,
+         "exposed_ns": iteration - compute}
+    ]  # fmt: skip
+    r = CliRunner().invoke(main, ["analyze", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    (job,) = json.loads(r.output)["jobs"]
+    assert (job["compute_ns"], job["iteration_ns"], job["exposed_ns"]) == (
+        compute, iteration, iteration - compute,
+    )  # fmt: skip
+    r = CliRunner().invoke(main, ["analyze", str(out)])
+    assert r.exit_code == 0, r.output
+    text = r.output[r.output.index("training iterations") :]
+    row = next(line for line in text.splitlines() if line.startswith("job 0 "))
+    assert format_time(iteration) in row and format_time(compute) in row, row
+    assert format_time(iteration - compute) in row, row
