@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 
 from aifabric import topologies, traffic
 from aifabric.cli import main
+from aifabric.experiments.columns import point_metrics
 from aifabric.fabric.completion import collective_records, iterations
 from aifabric.fabric.units import format_time
+from aifabric.scenarios import load_scenario
 from aifabric.sim import Simulation
 
 US = 1000
@@ -227,3 +229,8 @@ def test_analyze_shows_iteration_compute_and_exposed_per_job(tmp_path):
     row = next(line for line in text.splitlines() if line.startswith("job 0 "))
     assert format_time(iteration) in row and format_time(compute) in row, row
     assert format_time(iteration - compute) in row, row
+    # a sweep's results table: per job, as its METRIC@JOB columns
+    row = point_metrics(out, load_scenario(str(tmp_path / "s.toml")), {"completion"})
+    assert (row["iteration_ns@m"], row["compute_ns@m"], row["exposed_ns@m"]) == (
+        iteration, compute, iteration - compute,
+    )  # fmt: skip
