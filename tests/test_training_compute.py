@@ -20,6 +20,7 @@ from aifabric.fabric.completion import collective_records, iterations
 from aifabric.fabric.units import format_time
 from aifabric.scenarios import load_scenario
 from aifabric.sim import Simulation
+from aifabric.traffic.steps import expand_steps_with_origin
 
 US = 1000
 MiB = 2**20
@@ -96,6 +97,16 @@ def test_buckets_are_ready_as_the_backward_passes_their_layers(small):
 def test_without_compute_nothing_waits(small):
     t = table(small, model="m", tp=1, gpus=4, params=1e6, layers=4, bucket="1MiB")
     assert not t.op_ready_ns.any() and not t.op_compute_ns.any() and not t.start_ns.any()
+
+
+def test_the_emulators_steps_keep_the_ready_times(small):
+    # the emulator replays every stream step as a flow, each starting no earlier than its
+    # start_ns (its op's base latency after the later of that and the op before)
+    t = table(small, **ONE_BUCKET, backward="1ms")
+    steps, origin = expand_steps_with_origin(t)
+    assert (steps.start_ns == t.start_ns[origin]).all()
+    assert set(steps.start_ns) == {20 * US + 1000 * US}
+    assert list(steps.op_ready_ns) == list(t.op_ready_ns)
 
 
 # in the simulator ---------------------------------------------------------------------------
