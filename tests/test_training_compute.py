@@ -167,6 +167,20 @@ def test_exposed_communication_is_never_negative(ops, compute, start):
     assert it["iteration_ns"] - it["exposed_ns"] == compute
 
 
+def test_traffic_show_says_the_compute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "w.toml").write_text('model = "m"\ntp = 1\nparams = 1e6\nforward = "1ms"\n')
+    args = ["traffic", "show", "w.toml", "--fabric", "lab-small"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    # 32 layers, 2 micro-batches: 2 x 32 x (1 + 2) ms
+    assert "job 0: compute 192ms per iteration" in r.output, r.output
+    r = CliRunner().invoke(main, [*args, "--json"])
+    ops = json.loads(r.output)["ops"]
+    assert {op["compute_ns"] for op in ops} == {192 * 10**6}
+    assert max(op["ready_ns"] for op in ops) == 192 * 10**6  # the last bucket: at the end
+
+
 # bad keys -----------------------------------------------------------------------------------
 
 
