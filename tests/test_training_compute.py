@@ -194,6 +194,8 @@ def test_traffic_show_says_the_compute(tmp_path, monkeypatch):
         ('forward = "-1ms"\n', ["forward"]),
         ("gpu_tflops = 989\ntokens = 1e6\nefficiency = 1.5\n", ["efficiency = 1.5", "at most 1"]),
         ('forward = "1h"\n', ["forward"]),
+        ('forward = "900s"\nlayers = 10000\n', ["compute comes to up to", "give less compute"]),
+        ("gpu_tflops = 1e-9\ntokens = 1e15\n", ["compute comes to up to"]),
     ],
 )
 def test_bad_compute_keys_are_one_sentence(body, words, tmp_path, monkeypatch):

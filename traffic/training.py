@@ -64,7 +64,7 @@ from aifabric.fabric.errors import SpecError
 from aifabric.fabric.model import Fabric
 from aifabric.traffic import collectives as coll
 from aifabric.traffic import nccl
-from aifabric.traffic.spec import Job
+from aifabric.traffic.spec import MAX_START_NS, Job
 
 _I64 = np.int64
 
@@ -139,7 +139,7 @@ def training_ops(
     dp_groups = [ranks[s].T for s in range(pp)]  # per stage: (tp, dp)
     ep_groups = [ranks[s].T.reshape(tp * dp // ep, ep) for s in range(pp)]
 
-    plan = _schedule(job, layers, stage_layers, tp, dp, micro, stage_bytes)
+    plan = _schedule(job, layers, stage_layers, tp, dp, micro, stage_bytes, name)
 
     def issue(op, ready):
         ops.append(replace(op, ready_ns=int(ready), compute_ns=plan.compute_ns))
@@ -247,13 +247,23 @@ def layer_times(job: Job, layers: np.ndarray, tp: int, dp: int, micro: int) -> t
         return np.zeros(len(layers), dtype=_I64), np.zeros(len(layers), dtype=_I64)
     params = layers / job["dtype_bytes"]
     flops = 2.0 * params * job["tokens"] / (tp * dp * micro)
-    fwd = np.rint(flops / (job["gpu_tflops"] * 1e12 * job["efficiency"]) * 1e9).astype(_I64)
+    fwd = np.rint(flops / (job["gpu_tflops"] * 1e12 * job["efficiency"]) * 1e9)
+    # bounded before the cast: the whole iteration is checked against MAX_START_NS after
+    fwd = np.minimum(fwd, MAX_START_NS + 1).astype(_I64)
     return fwd, 2 * fwd
 
 
-def _schedule(job, layers, stage_layers, tp, dp, micro, stage_bytes) -> _Plan:
+def _schedule(job, layers, stage_layers, tp, dp, micro, stage_bytes, name) -> _Plan:
     fwd_l, bwd_l = layer_times(job, layers, tp, dp, micro)
     pp = len(stage_layers)
+    # the schedule is at most every pass of every stage one after another (Python ints)
+    bound = (int(fwd_l.sum()) + int(bwd_l.sum())) * (micro + pp - 1)
+    if bound > MAX_START_NS:
+        raise SpecError(
+            f"workload {name}: the iteration's compute comes to up to {bound / 1e9:,.0f} s, "
+            f"more than {MAX_START_NS // 10**9:,} s of simulated time; give less compute "
+            "(forward, or gpu_tflops, efficiency and tokens)"
+        )
     f = np.array([fwd_l[idx].sum() for idx in stage_layers], dtype=_I64)
     b = np.array([bwd_l[idx].sum() for idx in stage_layers], dtype=_I64)
     fs, fe = np.zeros((micro, pp), _I64), np.zeros((micro, pp), _I64)
