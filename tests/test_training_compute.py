@@ -236,6 +236,8 @@ def test_analyze_shows_iteration_compute_and_exposed_per_job(tmp_path):
     assert r.exit_code == 0, r.output
     coll = np.load(out / "collectives.npz")
     compute = 2 * 10 * US + 2 * 100 * US
+    said = f"iteration         m: {format_time(int(coll['end_ns'][0]))} = 220us compute + "
+    assert said in r.output, r.output
     assert list(coll["compute_ns"]) == [compute]
     iteration = int(coll["end_ns"][0])  # the bucket ends after the backward: exposed
     assert iteration > compute
