@@ -428,14 +428,13 @@ def _phases(eng, sc, session, writer, stop: Stop, progress) -> dict:
 
 def _faults_not_reached(sc: Scenario, summary: dict) -> list[dict]:
     """The scenario's faults an engine did not apply (the run ended before their time)."""
-    from aifabric.fabric.faults import describe
+    from aifabric.fabric.faults import describe, record_key
 
-    keys = ("kind", "target", "action", "at_ns")
-    done = {tuple(f[k] for k in keys) for f in summary.get("faults", [])}
+    done = {record_key(f) for f in summary.get("faults", [])}
     out = []
     for fault in sc.faults:
         d = {**describe(sc.fabric, fault), "at_ns": int(fault.at_ns)}
-        if tuple(d[k] for k in keys) not in done:
+        if record_key(d) not in done:
             out.append(d)
     return out
 

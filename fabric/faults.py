@@ -175,6 +175,11 @@ def applied(
     }
 
 
+def record_key(record: dict) -> tuple:
+    """What tells one fault's record (`applied`) from another's: kind, target, action, time."""
+    return tuple(record.get(k) for k in ("kind", "target", "action", "at_ns"))
+
+
 def describe(fabric: Fabric, fault: Fault) -> dict:
     """The fault as run.json records it: kind, target by name, action."""
     if fault.kind == "link":

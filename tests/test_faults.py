@@ -249,3 +249,76 @@ def test_a_switch_brought_back_gets_every_route_and_a_link_down_on_its_own_stays
     groups = ovs.group_changes(pl, f, r2, r3, spine)
     assert len(groups) == len(f.nic_ids)
     assert groups == ovs.bridge_rules(pl, f, r3, spine)[0]
+
+
+DOWN_UP = SCENARIO + (
+    f'[[faults]]\nlink = "{UPLINK}"\nat = "10us"\n'
+    f'[[faults]]\nlink = "{UPLINK}"\nat = "30us"\naction = "up"\n'
+)
+
+
+@pytest.fixture(scope="module")
+def down_up(tmp_path_factory):
+    """A ring of lab-small whose rack-0 uplink goes down at 10 us and comes back at 30 us,
+    run through `aifabric run`: (its output, its run directory)."""
+    folder = tmp_path_factory.mktemp("down-up")
+    (folder / "s.toml").write_text(DOWN_UP)
+    r = CliRunner().invoke(main, ["run", str(folder / "s.toml"), "-o", str(folder / "run")])
+    assert r.exit_code == 0, r.output
+    return r.output, folder / "run"
+
+
+def test_the_run_summary_and_run_json_list_every_fault_applied(down_up):
+    from aifabric.fabric.rundir import Run
+
+    output, path = down_up
+    assert f"fault applied     {UPLINK} down at 10us\n" in output
+    assert f"fault applied     {UPLINK} up at 30us\n" in output
+    assert "fault not reached" not in output
+    applied = Run(path).meta["results"]["summary"]["faults"]
+    assert [(f["target"], f["action"], f["at_ns"], f["applied_ns"]) for f in applied] == [
+        (UPLINK, "down", 10_000, 10_000),
+        (UPLINK, "up", 30_000, 30_000),
+    ]
+
+
+def test_analyze_shows_what_each_fault_changed(down_up):
+    import json
+
+    from aifabric.fabric.rundir import Run
+
+    _, path = down_up
+    r = CliRunner().invoke(main, ["analyze", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    down, up = json.loads(r.output)["faults"]
+    assert (down["action"], down["at_ns"], up["action"], up["at_ns"]) == (
+        "down",
+        10_000,
+        "up",
+        30_000,
+    )
+    fab = preset("lab-small")
+    a, b = fab.node_role[fab.link_a], fab.node_role[fab.link_b]
+    tier = np.flatnonzero((np.minimum(a, b) == 1) & (np.maximum(a, b) == 2))  # rtsw-ctsw
+    rate = int(fab.link_rate_bps[fab.port_id(UPLINK) // 2])
+    assert down["capacity_out"] == [
+        {"tier": "rtsw>ctsw", "links_out": 1, "links": len(tier), "capacity_out_bps": rate,
+         "capacity_bps": rate * len(tier), "fraction": 1 / len(tier)}
+    ]  # fmt: skip
+    assert up["capacity_out"] == []
+    # the rack switch and the spine re-route around the link, and back
+    assert down["switches_rerouted"] == up["switches_rerouted"] == 2
+    # the flows the simulator re-routed at the restore (route epoch 2) that were underway
+    flows = Run(path).flows()
+    underway = (flows["start_ns"] < 30_000) & (flows["end_ns"] > 30_000)
+    assert up["flows_moved"] == int(((flows["route_epoch"] == 2) & underway).sum()) > 0
+    assert down["flows_moved"] >= up["flows_moved"]
+
+    r = CliRunner().invoke(main, ["analyze", str(path)])
+    assert r.exit_code == 0, r.output
+    text = r.output[r.output.index("faults applied") :]
+    rows = [line.split() for line in text.splitlines()[3:5]]
+    share = f"({100 / len(tier):.2f}%)"
+    assert rows[0][:3] == [UPLINK, "down", "10us"]
+    assert rows[0][-3:] == ["rtsw>ctsw", f"1/{len(tier)}", share]
+    assert rows[1][:3] == [UPLINK, "up", "30us"] and rows[1][-1] == "none"
