@@ -322,3 +322,45 @@ def test_analyze_shows_what_each_fault_changed(down_up):
     assert rows[0][:3] == [UPLINK, "down", "10us"]
     assert rows[0][-3:] == ["rtsw>ctsw", f"1/{len(tier)}", share]
     assert rows[1][:3] == [UPLINK, "up", "30us"] and rows[1][-1] == "none"
+
+
+TIME_CHARTS = (  # every chart over time (the busiest links' title counts them)
+    "Throughput into each job's receivers",
+    "busiest links",
+    "Queue depth",
+    "ECN, CNPs and PFC over time",
+    "Collectives",
+)
+
+
+def test_the_report_marks_each_fault_on_every_chart_over_time(down_up, tmp_path):
+    from tests.test_analysis_report import CHROMIUM, render_in_chromium
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (Debian package chromium)")
+    from aifabric.fabric.rundir import Run
+
+    _, path = down_up
+    out = tmp_path / "report.html"
+    r = CliRunner().invoke(main, ["report", str(path), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    check = render_in_chromium(out, tmp_path / "profile")
+    assert check["errors"] == [] and check["plots"] == check["rendered"]
+    assert f"fault: {UPLINK} up at 30us (2 switches re-routed, " in out.read_text()
+    run = Run(path)
+    t0 = {"Collectives": int(run.collectives()["start_ns"].min())}
+    series_t0 = int(run.ports()["t_ns"][0])
+    marked = {}
+    for fig in check["figures"]:
+        title = fig["title"].split(":")[0].split(" (")[0]
+        faults = [s for s in fig["shapes"] if (s.get("name") or "").startswith("fault: ")]
+        if faults:
+            marked[title] = faults
+            at = t0.get(title, series_t0)
+            # one line per fault (per subplot: the ECN, CNP and PFC timeline has three)
+            per = 3 if title.startswith("ECN") else 1
+            assert sorted((s["name"], s["x0"], s["x1"]) for s in faults) == sorted(
+                [(f"fault: {UPLINK} down", (10_000 - at) / 1e3, (10_000 - at) / 1e3)] * per
+                + [(f"fault: {UPLINK} up", (30_000 - at) / 1e3, (30_000 - at) / 1e3)] * per
+            ), title
+    assert sorted(next(c for c in TIME_CHARTS if c in t) for t in marked) == sorted(TIME_CHARTS)
