@@ -573,13 +573,14 @@ def fault_metrics(run, fabric, flows: dict | None) -> tuple[R.Fault, ...] | None
             d = {**describe(fabric, fault), "at_ns": int(fault.at_ns)}
             rec = records.get(record_key(d))
             if rec is not None:
+                applied_ns = int(rec.get("applied_ns", fault.at_ns))
                 out.append(
                     R.Fault(
                         **d,
-                        applied_ns=int(rec.get("applied_ns", fault.at_ns)),
+                        applied_ns=applied_ns,
                         settled_ns=int(rec.get("settled_ns", fault.at_ns)),
                         switches_rerouted=len(rerouted_switches(routing, after)),
-                        flows_moved=_flows_moved(flows, fault.at_ns, routing, after),
+                        flows_moved=_flows_moved(flows, applied_ns, routing, after),
                         capacity_out=_capacity_out(fabric, after),
                     )
                 )
@@ -588,7 +589,8 @@ def fault_metrics(run, fabric, flows: dict | None) -> tuple[R.Fault, ...] | None
 
 
 def _flows_moved(flows: dict | None, at_ns: int, before, after) -> int | None:
-    """The flows underway at `at_ns` (started, not ended) whose route `after` changes."""
+    """The flows underway at `at_ns` (started, not ended) whose route `after` changes: when
+    the engine applied the fault (the emulator's clock runs a little behind the scenario's)."""
     if flows is None:
         return None
     start, end = flows["start_ns"], flows["end_ns"]
