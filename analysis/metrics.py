@@ -24,6 +24,7 @@ Conventions:
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import numpy as np
@@ -506,26 +507,33 @@ def job_names(run, jobs) -> dict[int, str]:
     return out
 
 
+def _scenario_faults(run) -> tuple[list, dict]:
+    """The scenario's faults as the engines read them, and its routing's policy and seeds
+    (`Routing`'s keywords); no faults where run.json's are not faults."""
+    from aifabric.fabric.scenario import Fault
+
+    scenario = run.meta.get("scenario", {})
+    ecmp = scenario.get("ecmp") if isinstance(scenario.get("ecmp"), dict) else {}
+    how = {
+        "policy": ecmp.get("policy", "5tuple"),
+        "seed": int(scenario.get("hash_seed", scenario.get("seed", 0))),
+        "same_seed": bool(ecmp.get("same_seed", False)),
+    }
+    try:
+        return [Fault(**f) for f in scenario.get("faults") or []], how
+    except TypeError:
+        return [], how
+
+
 def _routings(run, fabric, flows: dict) -> tuple[list, np.ndarray]:
     """The routings of the run (at the start, then after each fault during it) and, per
     flow, the one that chose its route (`ecmp_metrics`)."""
     from aifabric.fabric.faults import during_run, routing_after, routing_at_start
     from aifabric.fabric.routing import Routing
-    from aifabric.fabric.scenario import Fault
 
-    scenario = run.meta.get("scenario", {})
-    ecmp = scenario.get("ecmp") if isinstance(scenario.get("ecmp"), dict) else {}
+    faults, how = _scenario_faults(run)
     try:
-        faults = [Fault(**f) for f in scenario.get("faults") or []]
-        routings = [
-            routing_at_start(
-                fabric,
-                faults,
-                ecmp.get("policy", "5tuple"),
-                int(scenario.get("hash_seed", scenario.get("seed", 0))),
-                same_seed=bool(ecmp.get("same_seed", False)),
-            )
-        ]
+        routings = [routing_at_start(fabric, faults, **how)]
         later = during_run(faults)
         for fault in later:
             routings.append(routing_after(fault, routings[-1]))
@@ -538,6 +546,94 @@ def _routings(run, fabric, flows: dict) -> tuple[list, np.ndarray]:
         at = np.array([f.at_ns for f in later], dtype=np.int64)
         epoch = np.searchsorted(at, start, side="right")
     return routings, epoch
+
+
+def fault_metrics(run, fabric, flows: dict | None) -> tuple[R.Fault, ...] | None:
+    """Each fault the engine applied (run.json's summary), in the order they happened: the
+    switches it re-routed, the flows underway it moved (their route before and after it
+    differ), and the capacity out per tier once it happened. None: the run has no faults."""
+    from aifabric.fabric.faults import (
+        describe,
+        in_order,
+        record_key,
+        rerouted_switches,
+        routing_after,
+    )
+    from aifabric.fabric.routing import Routing
+
+    faults, how = _scenario_faults(run)
+    if not faults:
+        return None
+    records = {record_key(r): r for r in recorded(run, "faults") or [] if isinstance(r, dict)}
+    out = []
+    with contextlib.suppress(AifabricError, TypeError, ValueError):  # run.json's, not ours
+        routing = Routing(fabric, **how)
+        for fault in in_order(faults):
+            after = routing_after(fault, routing)
+            d = {**describe(fabric, fault), "at_ns": int(fault.at_ns)}
+            rec = records.get(record_key(d))
+            if rec is not None:
+                applied_ns = int(rec.get("applied_ns", fault.at_ns))
+                out.append(
+                    R.Fault(
+                        **d,
+                        applied_ns=applied_ns,
+                        settled_ns=int(rec.get("settled_ns", fault.at_ns)),
+                        switches_rerouted=len(rerouted_switches(routing, after)),
+                        flows_moved=_flows_moved(flows, applied_ns, routing, after),
+                        capacity_out=_capacity_out(fabric, after),
+                    )
+                )
+            routing = after
+    return tuple(out)
+
+
+def _flows_moved(flows: dict | None, at_ns: int, before, after) -> int | None:
+    """The flows underway at `at_ns` (started, not ended) whose route `after` changes: when
+    the engine applied the fault (the emulator's clock runs a little behind the scenario's)."""
+    if flows is None:
+        return None
+    start, end = flows["start_ns"], flows["end_ns"]
+    under = np.flatnonzero((start >= 0) & (start < at_ns) & ((end < 0) | (end > at_ns)))
+    if not len(under):
+        return 0
+    cols = [flows[k][under] for k in ("src", "dst", "sport", "dqpn")]
+    a, b = before.paths(*cols), after.paths(*cols)
+    la, lb = np.diff(a.ptr), np.diff(b.ptr)
+    differ = la != lb
+    same = np.flatnonzero(~differ & (la > 0))
+    n = la[same]
+    owner = np.repeat(np.arange(len(same)), n)
+    offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    ne = a.ports[a.ptr[same][owner] + offset] != b.ports[b.ptr[same][owner] + offset]
+    differ[same[np.unique(owner[ne])]] = True
+    return int(differ.sum())
+
+
+def _capacity_out(fabric, routing) -> tuple[R.CapacityOut, ...]:
+    """Per tier (a link's upward direction), the links `routing` leaves out and their rates."""
+    from aifabric.fabric.spread import tier_name
+
+    a = fabric.node_role[fabric.link_a].astype(np.int64)
+    b = fabric.node_role[fabric.link_b].astype(np.int64)
+    label = 4 * np.minimum(a, b) + np.maximum(a, b)
+    out_links = ~routing.port_alive[0::2]
+    rate = fabric.link_rate_bps.astype(np.int64)
+    rows = []
+    for lab in np.unique(label[out_links]):
+        tier = label == lab
+        lost, total = int(rate[tier & out_links].sum()), int(rate[tier].sum())
+        rows.append(
+            R.CapacityOut(
+                tier=tier_name(int(lab)),
+                links_out=int(np.count_nonzero(tier & out_links)),
+                links=int(np.count_nonzero(tier)),
+                capacity_out_bps=lost,
+                capacity_bps=total,
+                fraction=lost / total,
+            )
+        )
+    return tuple(rows)
 
 
 def run_metrics(
@@ -629,6 +725,7 @@ def run_metrics(
         throughput=throughput,
         series=_port_series(fabric, ports) if series and has_ports else None,
         captures=tuple(caps),
+        faults=fault_metrics(run, fabric, flows if has_flows else None),
     )
 
 

@@ -350,6 +350,29 @@ def _worst_table(m: R.RunMetrics) -> str:
     )
 
 
+def _faults_table(m: R.RunMetrics) -> str:
+    def when(f: R.Fault) -> str:
+        if (f.applied_ns, f.settled_ns) == (f.at_ns, f.at_ns):
+            return fmt(f.at_ns, "time")
+        return f"{fmt(f.at_ns, 'time')} (settled {fmt(f.settled_ns, 'time')})"
+
+    def out(f: R.Fault) -> str:
+        tiers = [
+            f"{c.tier} {c.links_out}/{c.links} ({fmt(c.fraction, 'pct')})" for c in f.capacity_out
+        ]
+        return ", ".join(tiers) or "none"
+
+    return render(
+        ["fault", "action", "at", "switches re-routed", "flows moved", "capacity out after it"],
+        [
+            [f.target, f.action, when(f), f.switches_rerouted, fmt(f.flows_moved, "int"), out(f)]
+            for f in m.faults or ()
+        ],
+        title="faults applied: the switches whose routes changed, the flows underway whose "
+        "route changed, and per tier the links out (down or drained) once it happened",
+    )
+
+
 def run_text(m: R.RunMetrics, top: int = 10) -> str:
     out = [
         f"run {m.path}: {m.fabric}, engine {m.engine}, status {m.status}; "
@@ -365,6 +388,8 @@ def run_text(m: R.RunMetrics, top: int = 10) -> str:
         out += ["", _jobs_table(m, scale)]
     if m.collectives.count > len(m.jobs):
         out += ["", _ops_table(m, scale)]
+    if m.faults:
+        out += ["", _faults_table(m)]
     if m.throughput.worst_intervals:
         out += ["", _worst_table(m)]
     if m.ecmp.tiers:

@@ -473,6 +473,36 @@ class CaptureMetrics(Result):
     series: CaptureSeries | None = optional()  # with series
 
 
+# --- faults ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CapacityOut(Result):
+    """What of one tier's links is out (down or drained) once a fault happened."""
+
+    tier: str  # the links' upward direction: nic>rtsw, rtsw>ctsw, ctsw>atsw
+    links_out: int
+    links: int
+    capacity_out_bps: int  # the rates of the links out, one direction
+    capacity_bps: int  # the tier's, one direction
+    fraction: float  # capacity_out_bps / capacity_bps
+
+
+@dataclass(frozen=True)
+class Fault(Result):
+    """A fault the engine applied: what, when, and what it changed."""
+
+    kind: str  # link or node
+    target: str  # a link by its port's name, a switch by its name
+    action: str  # down, drain or up
+    at_ns: int  # as the scenario asked
+    applied_ns: int  # when the engine began the change
+    settled_ns: int  # when the last switch had its new routes
+    switches_rerouted: int  # switches whose next hops towards some NIC changed
+    flows_moved: int | None  # flows underway (started, not ended) whose route changed
+    capacity_out: tuple[CapacityOut, ...]  # per tier with links out, once it happened
+
+
 # --- a run -----------------------------------------------------------------------------------
 
 
@@ -499,6 +529,7 @@ class RunMetrics(Result):
     throughput: Throughput
     series: PortSeries | None = optional()  # with series
     captures: tuple[CaptureMetrics, ...] = ()
+    faults: tuple[Fault, ...] | None = optional()  # those applied; a run without faults: None
 
     def job(self, name: str | int) -> Job:
         """The job named `name` (or numbered)."""

@@ -30,6 +30,7 @@ checked (an unknown key is an error, not silence):
                           (see aifabric.fabric.cc.PARAMETERS)
     [[faults]]        link = "nodeA--nodeB" (or "nodeA--nodeB#2", or a link id)
                       | node = "z0-ctsw1"; at = "50us"; action = "down" | "drain"
+                      | "up" (brings back one taken down or drained earlier)
     [nccl]            NCCL's latencies, bandwidth factors, buffers (aifabric.traffic.nccl
                       Table keys), any subset; a job's `nccl = {...}` overrides it
 """
@@ -47,6 +48,8 @@ from aifabric.fabric.cc import DEFAULT_KIND, cc_parameters
 from aifabric.fabric.cc import DEFAULTS as CC_DEFAULTS
 from aifabric.fabric.cc import KINDS as CONGESTION_CONTROLS
 from aifabric.fabric.errors import AifabricError, SpecError, UnitError, shown
+from aifabric.fabric.faults import ACTIONS as FAULT_ACTIONS
+from aifabric.fabric.faults import check_faults
 from aifabric.fabric.model import Fabric, Role
 from aifabric.fabric.routing import POLICIES
 from aifabric.fabric.scenario import Fault, Scenario
@@ -171,15 +174,10 @@ def scenario_from_dict(
         raise SpecError(f"scenario {name}: {e}") from None
 
     faults = tuple(_fault(fabric, name, body) for body in _fault_list(raw.get("faults", []), name))
-    seen = set()
-    for fault in faults:
-        if (fault.kind, fault.target, fault.action) in seen:
-            what = fabric.node_name[fault.target] if fault.kind == "node" else fault.target
-            raise SpecError(
-                f"scenario {name}: faults: {fault.kind} {what} is {fault.action} twice "
-                "(give each fault once)"
-            )
-        seen.add((fault.kind, fault.target, fault.action))
+    try:
+        check_faults(fabric, faults)
+    except AifabricError as e:
+        raise SpecError(f"scenario {name}: faults: {e}") from None
     flows = traffic.generate(
         fabric, workload, placement_seed, qpn_seed=seeds.get("qpn_seed"), sport=sport
     )
@@ -250,8 +248,10 @@ def _fault(fabric: Fabric, name: str, body: dict) -> Fault:
     except UnitError as e:
         raise SpecError(f"scenario {name}: faults.at: {e}") from None
     action = body.get("action", "down")
-    if action not in ("down", "drain"):
-        raise SpecError(f"scenario {name}: faults.action = {action!r} must be down or drain")
+    if action not in FAULT_ACTIONS:
+        raise SpecError(
+            f"scenario {name}: faults.action = {action!r} must be one of {', '.join(FAULT_ACTIONS)}"
+        )
     if "node" in body:
         node = resolve_node(fabric, body["node"], name)
         if fabric.node_role[node] == Role.NIC:
