@@ -36,6 +36,7 @@ from aifabric.analysis.ecmp import expected_collisions
 from aifabric.fabric._numba_cache import lean_loads
 from aifabric.fabric.completion import algbw_bps
 from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.portseries import PortSamples
 
 lean_loads()  # cached kernels load without numba's typing and lowering tables
 
@@ -405,7 +406,7 @@ def flow_ports(fabric, src, path_ptr, path_link) -> np.ndarray:
     return out
 
 
-def pause_spread(fabric, ports: dict) -> list[R.PausedPort]:
+def pause_spread(fabric, ports: PortSamples) -> list[R.PausedPort]:
     """Which paused port was paused because of which (see `_cause`), in time order.
 
     Port P (node X towards Y) is paused by PFC frames Y sends when its ingress
@@ -473,7 +474,7 @@ def _chains(rows: list[dict]) -> None:
             row["hops_from_root"], row["root"] = hops, root
 
 
-def senders_paused(fabric, ports: dict, flows: dict, jobs: list[R.Job]) -> list[R.Job]:
+def senders_paused(fabric, ports: PortSamples, flows: dict, jobs: list[R.Job]) -> list[R.Job]:
     """The jobs with their `senders_paused_ns`: PFC pause time on the ports of the NICs each
     sends from, summed over them. A job's NICs are its own (jobs share none), so a
     bystander's above zero means pauses that began elsewhere reached it."""
@@ -732,7 +733,9 @@ def run_metrics(
 MIN_QUEUE_DELAY_NS = 1000  # a shorter queue (~50 KB at 400G) costs no one anything worth a row
 
 
-def _port_metrics(fabric, ports: dict, spread: list[R.PausedPort], top: int, cnp: int | None):
+def _port_metrics(
+    fabric, ports: PortSamples, spread: list[R.PausedPort], top: int, cnp: int | None
+):
     """Per port figures, totals, and the hot spots: the ports that caused what the run lost.
 
     A hot spot's cost is the pause time it caused (every port paused in chains
@@ -831,7 +834,7 @@ def _port_metrics(fabric, ports: dict, spread: list[R.PausedPort], top: int, cnp
     return congestion, ranked
 
 
-def _port_series(fabric, ports: dict) -> R.PortSeries:
+def _port_series(fabric, ports: PortSamples) -> R.PortSeries:
     port = ports["port"].astype(np.int64)
     interval = int(ports["interval_ns"])
     rate = fabric.port_rate_bps[port].astype(np.float64)
@@ -971,7 +974,7 @@ def _jobs(ops, flows: dict | None, names: dict[int, str]) -> list[R.Job]:
 LOW_UTILIZATION = 0.5  # a job's receivers below half their line rate: a worst interval
 
 
-def _throughput(fabric, ports: dict, flows: dict, jobs: list[R.Job], top: int, series: bool):
+def _throughput(fabric, ports: PortSamples, flows: dict, jobs: list[R.Job], top: int, series: bool):
     """Receive throughput of every job (its receivers' downlinks, which carry only its
     flows: jobs share no NIC), the busiest links, and each job's stretches of intervals
     below `LOW_UTILIZATION` of its receivers' line rate while it ran (the `top` longest;
