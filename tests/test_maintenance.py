@@ -186,6 +186,9 @@ def test_a_sweep_point_beyond_the_guarantee_fails_alone(tmp_path):
     table = pd.read_csv(out / "results.csv")
     one, two = table.iloc[0], table.iloc[1]
     assert one["status"] == "complete", one["error"]
+    # the first wave's columns (half the uplinks kept); the two ops end before the second
+    assert one["wave0_capacity_kept.rtsw>ctsw"] == 0.5 and one["wave0_rx_gbps@allreduce"] > 0
+    assert not [c for c in table.columns if c.startswith("wave1_")]
     assert two["status"] == "failed"
     words = "wave 0 (z0-ctsw0, z0-ctsw1) takes out switches of 2 maintenance domains"
     assert words in two["error"]
