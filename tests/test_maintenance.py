@@ -4,6 +4,7 @@ cost, per job and per tier, as `analyze` shows it."""
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -192,3 +193,36 @@ def test_a_sweep_point_beyond_the_guarantee_fails_alone(tmp_path):
     assert two["status"] == "failed"
     words = "wave 0 (z0-ctsw0, z0-ctsw1) takes out switches of 2 maintenance domains"
     assert words in two["error"]
+
+
+def test_the_report_shades_each_wave_on_every_chart_over_time(waves_run, tmp_path):
+    from tests.test_analysis_report import CHROMIUM, render_in_chromium
+    from tests.test_faults import TIME_CHARTS
+
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (Debian package chromium)")
+    from aifabric.fabric.rundir import Run
+
+    out = tmp_path / "report.html"
+    r = CliRunner().invoke(main, ["report", str(waves_run), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    check = render_in_chromium(out, tmp_path / "profile")
+    assert check["errors"] == [] and check["plots"] == check["rendered"]
+    note = "wave 1 (z0-ctsw1) from 1ms to 1.6ms: capacity kept rtsw>ctsw 8/16 (50%); job 0 "
+    assert note in html.unescape(out.read_text())
+    run = Run(waves_run)
+    t0 = {"Collectives": int(run.collectives()["start_ns"].min())}
+    series_t0 = int(run.ports()["t_ns"][0])
+    shaded = set()
+    for fig in check["figures"]:
+        title = fig["title"].split(":")[0].split(" (")[0]
+        waves = [s for s in fig["shapes"] if (s.get("name") or "").startswith("wave ")]
+        if waves:
+            shaded.add(title)
+            at = t0.get(title, series_t0)
+            per = 3 if title.startswith("ECN") else 1  # one window per subplot
+            assert sorted((s["name"], s["x0"], s["x1"]) for s in waves) == sorted(
+                [("wave 0: z0-ctsw0", (200_000 - at) / 1e3, (800_000 - at) / 1e3)] * per
+                + [("wave 1: z0-ctsw1", (1_000_000 - at) / 1e3, (1_600_000 - at) / 1e3)] * per
+            ), title
+    assert sorted(next(c for c in TIME_CHARTS if c in t) for t in shaded) == sorted(TIME_CHARTS)
