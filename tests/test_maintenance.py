@@ -179,6 +179,8 @@ def test_analyze_gives_each_wave_its_jobs_figures_and_the_capacity_kept(waves_ru
 def test_a_sweep_point_beyond_the_guarantee_fails_alone(tmp_path):
     import pandas as pd
 
+    from aifabric.experiments.sweepdir import open_sweep
+
     (tmp_path / "s.toml").write_text(SMALL.replace("iterations = 40", "iterations = 2"))
     out = tmp_path / "sweep"
     args = ["sweep", tmp_path / "s.toml", "--vary", "maintenance.wave_size=1,2", "--workers", 1]
@@ -190,6 +192,10 @@ def test_a_sweep_point_beyond_the_guarantee_fails_alone(tmp_path):
     # the first wave's columns (half the uplinks kept); the two ops end before the second
     assert one["wave0_capacity_kept.rtsw>ctsw"] == 0.5 and one["wave0_rx_gbps@allreduce"] > 0
     assert not [c for c in table.columns if c.startswith("wave1_")]
+    # sweep show and the report lead with each wave's busbw and capacity kept
+    headline = open_sweep(out).columns()
+    assert {"wave0_busbw_gbps@allreduce", "wave0_capacity_kept.rtsw>ctsw"} <= set(headline)
+    assert "wave0_rx_gbps@allreduce" not in headline
     assert two["status"] == "failed"
     words = "wave 0 (z0-ctsw0, z0-ctsw1) takes out switches of 2 maintenance domains"
     assert words in two["error"]
