@@ -70,6 +70,23 @@ def test_the_order_and_an_explicit_list_decide_which_switches_go_first(tmp_path)
     assert _load(tmp_path, MEDIUM, maintenance={}).faults == ()  # an empty plan plans nothing
 
 
+def test_zones_select_a_tier_and_each_zone_is_a_domain(tmp_path):
+    from pathlib import Path
+
+    zones = Path(__file__).parents[1] / "experiments/specs/scenarios/two-zones.toml"
+    text = MEDIUM.replace('"lab-medium"', f'"{zones}"').replace("size", "gpus = 16\nsize")
+    plan = {"tier": "ctsw", "zones": 1, "wave_size": 8, "domains": "zone", "hold": "1ms"}
+    sc = _load(tmp_path, text, maintenance=plan)
+    fab = sc.fabric
+    assert [(fab.node_name[f.target], f.action) for f in sc.faults if f.at_ns == 0] == [
+        (f"z1-ctsw{i}", "drain") for i in range(8)
+    ]
+    assert sc.to_dict()["maintenance"]["waves"][0]["domain"] == 1
+    plan = {**plan, "zones": [0, 1], "wave_size": 12}
+    with pytest.raises(SpecError, match="takes out switches of 2 maintenance domains at once"):
+        _load(tmp_path, text, maintenance=plan)
+
+
 @pytest.mark.parametrize(
     "plan, words",
     [
