@@ -637,6 +637,79 @@ def _capacity_out(fabric, routing) -> tuple[R.CapacityOut, ...]:
     return tuple(rows)
 
 
+def wave_metrics(
+    run, fabric, ports, flows: dict | None, jobs, ops, faults: tuple[R.Fault, ...] | None
+) -> tuple[R.Wave, ...] | None:
+    """Each wave of the run's drain plan (run.json's `scenario.maintenance.waves`): per job its
+    receive rate per receiver over the whole port samples inside the wave's window (drain to
+    restore) and the mean busbw of its ops inside it, and per tier the capacity kept once the
+    wave was drained (the faults' `capacity_out` at that time). None: the run had no plan."""
+    plan = run.meta.get("scenario", {}).get("maintenance")
+    waves = plan.get("waves") if isinstance(plan, dict) else None
+    if not isinstance(waves, list) or not waves:
+        return None
+    has_ports = ports is not None and ports["port"].size > 0 and flows is not None
+    if has_ports:
+        col = {int(p): j for j, p in enumerate(ports["port"].astype(np.int64))}
+        interval = int(ports["interval_ns"])
+        t_ns = ports["t_ns"].astype(np.int64)
+        tx = ports["tx_bytes"]
+    out = []
+    with contextlib.suppress(KeyError, TypeError, ValueError):  # run.json's, not ours
+        for w in waves:
+            drain, restore = int(w["drain_ns"]), int(w["restore_ns"])
+            before = [f for f in faults or () if f.at_ns <= drain]
+            reached = any(f.action == "drain" and f.at_ns == drain for f in before)
+            kept = tuple(
+                R.CapacityKept(
+                    tier=c.tier,
+                    links_kept=c.links - c.links_out,
+                    links=c.links,
+                    capacity_kept_bps=c.capacity_bps - c.capacity_out_bps,
+                    capacity_bps=c.capacity_bps,
+                    fraction=1 - c.fraction,
+                )
+                for c in (before[-1].capacity_out if reached else ())
+            )
+            inside = (t_ns >= drain) & (t_ns + interval <= restore) if has_ports else None
+            n = int(inside.sum()) if has_ports else 0
+            rows = []
+            for job in jobs:
+                cols = _receiver_columns(fabric, flows, job.job, col) if has_ports else []
+                rx = None
+                if cols and n:
+                    rx = float(tx[inside][:, cols].sum()) * 8e9 / (n * interval) / len(cols)
+                done = [
+                    o.busbw_bps
+                    for o in ops
+                    if o.job == job.job and o.busbw_bps is not None
+                    and drain <= o.start_ns and 0 <= o.end_ns <= restore
+                ]  # fmt: skip
+                rows.append(
+                    R.WaveJob(
+                        job=job.job,
+                        name=job.name,
+                        rx_bps=rx,
+                        ops=len(done),
+                        busbw_bps=float(np.mean(done)) if done else None,
+                    )
+                )
+            out.append(
+                R.Wave(
+                    wave=int(w["wave"]),
+                    switches=tuple(str(x) for x in w["switches"]),
+                    domain=int(w["domain"]),
+                    drain_ns=drain,
+                    restore_ns=restore,
+                    reached=reached,
+                    samples=n,
+                    capacity_kept=kept,
+                    jobs=tuple(rows),
+                )
+            )
+    return tuple(out)
+
+
 def run_metrics(
     run, *, top: int = 10, series: bool = False, rate_bps: int | None = None
 ) -> R.RunMetrics:
@@ -691,6 +764,7 @@ def run_metrics(
     else:
         throughput = R.Throughput(low_utilization=LOW_UTILIZATION)
 
+    faults = fault_metrics(run, fabric, flows if has_flows else None)
     caps = []
     for path in run.captures():
         cap = C.read_capture(path)
@@ -726,8 +800,12 @@ def run_metrics(
         throughput=throughput,
         series=_port_series(fabric, ports) if series and has_ports else None,
         captures=tuple(caps),
-        faults=fault_metrics(run, fabric, flows if has_flows else None),
-    )
+        faults=faults,
+        waves=wave_metrics(
+            run, fabric, ports if has_ports else None, flows if has_flows else None, jobs,
+            collectives.ops, faults,
+        ),
+    )  # fmt: skip
 
 
 MIN_QUEUE_DELAY_NS = 1000  # a shorter queue (~50 KB at 400G) costs no one anything worth a row
@@ -974,6 +1052,14 @@ def _jobs(ops, flows: dict | None, names: dict[int, str]) -> list[R.Job]:
 LOW_UTILIZATION = 0.5  # a job's receivers below half their line rate: a worst interval
 
 
+def _receiver_columns(fabric, flows: dict, job: int, col: dict[int, int]) -> list[int]:
+    """The port-series columns of a job's receivers' downlinks (which carry only its flows:
+    jobs share no NIC); `col` maps a port to its column."""
+    dst = np.unique(flows["dst"][flows["job"] == job])
+    downs = [int(fabric.nic_port[d]) ^ 1 for d in dst]
+    return [col[p] for p in downs if p in col]
+
+
 def _throughput(fabric, ports: PortSamples, flows: dict, jobs: list[R.Job], top: int, series: bool):
     """Receive throughput of every job (its receivers' downlinks, which carry only its
     flows: jobs share no NIC), the busiest links, and each job's stretches of intervals
@@ -986,9 +1072,7 @@ def _throughput(fabric, ports: PortSamples, flows: dict, jobs: list[R.Job], top:
     tx = ports["tx_bytes"].astype(np.int64)
     out_jobs, worst = [], []
     for job in jobs:
-        dst = np.unique(flows["dst"][flows["job"] == job.job])
-        downs = [int(fabric.nic_port[d]) ^ 1 for d in dst]
-        cols = [col[p] for p in downs if p in col]
+        cols = _receiver_columns(fabric, flows, job.job, col)
         if not cols:
             continue
         rx = tx[:, cols].sum(axis=1)

@@ -31,6 +31,9 @@ checked (an unknown key is an error, not silence):
     [[faults]]        link = "nodeA--nodeB" (or "nodeA--nodeB#2", or a link id)
                       | node = "z0-ctsw1"; at = "50us"; action = "down" | "drain"
                       | "up" (brings back one taken down or drained earlier)
+    [maintenance]     a drain plan in waves (aifabric.scenarios.maintenance): tier = "ctsw"
+                      (zones = [0]) | switches = [...]; wave_size, order, start, hold, gap,
+                      domains; expanded into drain and up faults, one domain out at a time
     [nccl]            NCCL's latencies, bandwidth factors, buffers (aifabric.traffic.nccl
                       Table keys), any subset; a job's `nccl = {...}` overrides it
 """
@@ -55,11 +58,15 @@ from aifabric.fabric.routing import POLICIES
 from aifabric.fabric.scenario import Fault, Scenario
 from aifabric.fabric.specfile import Presets, check_table, load_toml, relative_to
 from aifabric.fabric.units import parse_time
+from aifabric.scenarios import maintenance
 from aifabric.scenarios.overrides import ECMP_KEYS, NIC_KEYS, apply_overrides
 from aifabric.topologies.spec import QUEUE_ROLES, queue_profiles
 from aifabric.traffic import nccl
 
-TABLES = ("scenario", "workload", "nic", "ecmp", "queue", "congestion_control", "faults", "nccl")
+TABLES = (
+    "scenario", "workload", "nic", "ecmp", "queue", "congestion_control", "faults",
+    "maintenance", "nccl",
+)  # fmt: skip
 SEED_KEYS = ("placement_seed", "qpn_seed", "hash_seed")
 SCENARIO_KEYS = (
     "name", "description", "topology", "workload", "seed", *SEED_KEYS, "sample_interval",
@@ -174,13 +181,19 @@ def scenario_from_dict(
         raise SpecError(f"scenario {name}: {e}") from None
 
     faults = tuple(_fault(fabric, name, body) for body in _fault_list(raw.get("faults", []), name))
+    flows = traffic.generate(
+        fabric, workload, placement_seed, qpn_seed=seeds.get("qpn_seed"), sport=sport
+    )
+    plan = raw.get("maintenance", {})
+    try:
+        waves = maintenance.plan(fabric, plan, flows, workload.raw)
+    except SpecError as e:
+        raise SpecError(f"scenario {name}: {e}") from None
+    faults += maintenance.expand(waves)
     try:
         check_faults(fabric, faults)
     except AifabricError as e:
         raise SpecError(f"scenario {name}: faults: {e}") from None
-    flows = traffic.generate(
-        fabric, workload, placement_seed, qpn_seed=seeds.get("qpn_seed"), sport=sport
-    )
     return Scenario(
         name=name,
         fabric=fabric,
@@ -202,6 +215,11 @@ def scenario_from_dict(
         extra={
             "description": head.get("description", ""),
             **({"nccl": raw["nccl"]} if "nccl" in raw else {}),
+            **(
+                {"maintenance": {**plan, "waves": [w.to_dict(fabric) for w in waves]}}
+                if waves
+                else {}
+            ),
         },
     )
 
