@@ -286,6 +286,14 @@ def _print_summary(sc, s: dict) -> None:
             f"{_per_s(s['packet_hops_per_s'])} packet-hops/s "
             f"({s['events']:,} events in {s['simulator_wall_s']:.2f} s)"
         )
+    for f in s.get("faults", []):
+        when = format_time(f["at_ns"])
+        if (f["applied_ns"], f["settled_ns"]) != (f["at_ns"], f["at_ns"]):
+            when += (
+                f" (applied at {format_time(f['applied_ns'])}, routes settled at "
+                f"{format_time(f['settled_ns'])})"
+            )
+        click.echo(f"fault applied     {f['target']} {f['action']} at {when}")
     for f in s.get("faults_not_reached", []):
         click.echo(
             f"fault not reached {f['target']} {f['action']} at {format_time(f['at_ns'])}: "

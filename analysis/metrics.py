@@ -24,6 +24,7 @@ Conventions:
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import numpy as np
@@ -35,6 +36,7 @@ from aifabric.analysis.ecmp import expected_collisions
 from aifabric.fabric._numba_cache import lean_loads
 from aifabric.fabric.completion import algbw_bps
 from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.portseries import PortSamples
 
 lean_loads()  # cached kernels load without numba's typing and lowering tables
 
@@ -404,7 +406,7 @@ def flow_ports(fabric, src, path_ptr, path_link) -> np.ndarray:
     return out
 
 
-def pause_spread(fabric, ports: dict) -> list[R.PausedPort]:
+def pause_spread(fabric, ports: PortSamples) -> list[R.PausedPort]:
     """Which paused port was paused because of which (see `_cause`), in time order.
 
     Port P (node X towards Y) is paused by PFC frames Y sends when its ingress
@@ -472,7 +474,7 @@ def _chains(rows: list[dict]) -> None:
             row["hops_from_root"], row["root"] = hops, root
 
 
-def senders_paused(fabric, ports: dict, flows: dict, jobs: list[R.Job]) -> list[R.Job]:
+def senders_paused(fabric, ports: PortSamples, flows: dict, jobs: list[R.Job]) -> list[R.Job]:
     """The jobs with their `senders_paused_ns`: PFC pause time on the ports of the NICs each
     sends from, summed over them. A job's NICs are its own (jobs share none), so a
     bystander's above zero means pauses that began elsewhere reached it."""
@@ -506,26 +508,33 @@ def job_names(run, jobs) -> dict[int, str]:
     return out
 
 
+def _scenario_faults(run) -> tuple[list, dict]:
+    """The scenario's faults as the engines read them, and its routing's policy and seeds
+    (`Routing`'s keywords); no faults where run.json's are not faults."""
+    from aifabric.fabric.scenario import Fault
+
+    scenario = run.meta.get("scenario", {})
+    ecmp = scenario.get("ecmp") if isinstance(scenario.get("ecmp"), dict) else {}
+    how = {
+        "policy": ecmp.get("policy", "5tuple"),
+        "seed": int(scenario.get("hash_seed", scenario.get("seed", 0))),
+        "same_seed": bool(ecmp.get("same_seed", False)),
+    }
+    try:
+        return [Fault(**f) for f in scenario.get("faults") or []], how
+    except TypeError:
+        return [], how
+
+
 def _routings(run, fabric, flows: dict) -> tuple[list, np.ndarray]:
     """The routings of the run (at the start, then after each fault during it) and, per
     flow, the one that chose its route (`ecmp_metrics`)."""
     from aifabric.fabric.faults import during_run, routing_after, routing_at_start
     from aifabric.fabric.routing import Routing
-    from aifabric.fabric.scenario import Fault
 
-    scenario = run.meta.get("scenario", {})
-    ecmp = scenario.get("ecmp") if isinstance(scenario.get("ecmp"), dict) else {}
+    faults, how = _scenario_faults(run)
     try:
-        faults = [Fault(**f) for f in scenario.get("faults") or []]
-        routings = [
-            routing_at_start(
-                fabric,
-                faults,
-                ecmp.get("policy", "5tuple"),
-                int(scenario.get("hash_seed", scenario.get("seed", 0))),
-                same_seed=bool(ecmp.get("same_seed", False)),
-            )
-        ]
+        routings = [routing_at_start(fabric, faults, **how)]
         later = during_run(faults)
         for fault in later:
             routings.append(routing_after(fault, routings[-1]))
@@ -538,6 +547,167 @@ def _routings(run, fabric, flows: dict) -> tuple[list, np.ndarray]:
         at = np.array([f.at_ns for f in later], dtype=np.int64)
         epoch = np.searchsorted(at, start, side="right")
     return routings, epoch
+
+
+def fault_metrics(run, fabric, flows: dict | None) -> tuple[R.Fault, ...] | None:
+    """Each fault the engine applied (run.json's summary), in the order they happened: the
+    switches it re-routed, the flows underway it moved (their route before and after it
+    differ), and the capacity out per tier once it happened. None: the run has no faults."""
+    from aifabric.fabric.faults import (
+        describe,
+        in_order,
+        record_key,
+        rerouted_switches,
+        routing_after,
+    )
+    from aifabric.fabric.routing import Routing
+
+    faults, how = _scenario_faults(run)
+    if not faults:
+        return None
+    records = {record_key(r): r for r in recorded(run, "faults") or [] if isinstance(r, dict)}
+    out = []
+    with contextlib.suppress(AifabricError, TypeError, ValueError):  # run.json's, not ours
+        routing = Routing(fabric, **how)
+        for fault in in_order(faults):
+            after = routing_after(fault, routing)
+            d = {**describe(fabric, fault), "at_ns": int(fault.at_ns)}
+            rec = records.get(record_key(d))
+            if rec is not None:
+                applied_ns = int(rec.get("applied_ns", fault.at_ns))
+                out.append(
+                    R.Fault(
+                        **d,
+                        applied_ns=applied_ns,
+                        settled_ns=int(rec.get("settled_ns", fault.at_ns)),
+                        switches_rerouted=len(rerouted_switches(routing, after)),
+                        flows_moved=_flows_moved(flows, applied_ns, routing, after),
+                        capacity_out=_capacity_out(fabric, after),
+                    )
+                )
+            routing = after
+    return tuple(out)
+
+
+def _flows_moved(flows: dict | None, at_ns: int, before, after) -> int | None:
+    """The flows underway at `at_ns` (started, not ended) whose route `after` changes: when
+    the engine applied the fault (the emulator's clock runs a little behind the scenario's)."""
+    if flows is None:
+        return None
+    start, end = flows["start_ns"], flows["end_ns"]
+    under = np.flatnonzero((start >= 0) & (start < at_ns) & ((end < 0) | (end > at_ns)))
+    if not len(under):
+        return 0
+    cols = [flows[k][under] for k in ("src", "dst", "sport", "dqpn")]
+    a, b = before.paths(*cols), after.paths(*cols)
+    la, lb = np.diff(a.ptr), np.diff(b.ptr)
+    differ = la != lb
+    same = np.flatnonzero(~differ & (la > 0))
+    n = la[same]
+    owner = np.repeat(np.arange(len(same)), n)
+    offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+    ne = a.ports[a.ptr[same][owner] + offset] != b.ports[b.ptr[same][owner] + offset]
+    differ[same[np.unique(owner[ne])]] = True
+    return int(differ.sum())
+
+
+def _capacity_out(fabric, routing) -> tuple[R.CapacityOut, ...]:
+    """Per tier (a link's upward direction), the links `routing` leaves out and their rates."""
+    from aifabric.fabric.spread import tier_name
+
+    a = fabric.node_role[fabric.link_a].astype(np.int64)
+    b = fabric.node_role[fabric.link_b].astype(np.int64)
+    label = 4 * np.minimum(a, b) + np.maximum(a, b)
+    out_links = ~routing.port_alive[0::2]
+    rate = fabric.link_rate_bps.astype(np.int64)
+    rows = []
+    for lab in np.unique(label[out_links]):
+        tier = label == lab
+        lost, total = int(rate[tier & out_links].sum()), int(rate[tier].sum())
+        rows.append(
+            R.CapacityOut(
+                tier=tier_name(int(lab)),
+                links_out=int(np.count_nonzero(tier & out_links)),
+                links=int(np.count_nonzero(tier)),
+                capacity_out_bps=lost,
+                capacity_bps=total,
+                fraction=lost / total,
+            )
+        )
+    return tuple(rows)
+
+
+def wave_metrics(
+    run, fabric, ports, flows: dict | None, jobs, ops, faults: tuple[R.Fault, ...] | None
+) -> tuple[R.Wave, ...] | None:
+    """Each wave of the run's drain plan (run.json's `scenario.maintenance.waves`): per job its
+    receive rate per receiver over the whole port samples inside the wave's window (drain to
+    restore) and the mean busbw of its ops inside it, and per tier the capacity kept once the
+    wave was drained (the faults' `capacity_out` at that time). None: the run had no plan."""
+    plan = run.meta.get("scenario", {}).get("maintenance")
+    waves = plan.get("waves") if isinstance(plan, dict) else None
+    if not isinstance(waves, list) or not waves:
+        return None
+    has_ports = ports is not None and ports["port"].size > 0 and flows is not None
+    if has_ports:
+        col = {int(p): j for j, p in enumerate(ports["port"].astype(np.int64))}
+        interval = int(ports["interval_ns"])
+        t_ns = ports["t_ns"].astype(np.int64)
+        tx = ports["tx_bytes"]
+    out = []
+    with contextlib.suppress(KeyError, TypeError, ValueError):  # run.json's, not ours
+        for w in waves:
+            drain, restore = int(w["drain_ns"]), int(w["restore_ns"])
+            before = [f for f in faults or () if f.at_ns <= drain]
+            reached = any(f.action == "drain" and f.at_ns == drain for f in before)
+            kept = tuple(
+                R.CapacityKept(
+                    tier=c.tier,
+                    links_kept=c.links - c.links_out,
+                    links=c.links,
+                    capacity_kept_bps=c.capacity_bps - c.capacity_out_bps,
+                    capacity_bps=c.capacity_bps,
+                    fraction=1 - c.fraction,
+                )
+                for c in (before[-1].capacity_out if reached else ())
+            )
+            inside = (t_ns >= drain) & (t_ns + interval <= restore) if has_ports else None
+            n = int(inside.sum()) if has_ports else 0
+            rows = []
+            for job in jobs:
+                cols = _receiver_columns(fabric, flows, job.job, col) if has_ports else []
+                rx = None
+                if cols and n:
+                    rx = float(tx[inside][:, cols].sum()) * 8e9 / (n * interval) / len(cols)
+                done = [
+                    o.busbw_bps
+                    for o in ops
+                    if o.job == job.job and o.busbw_bps is not None
+                    and drain <= o.start_ns and 0 <= o.end_ns <= restore
+                ]  # fmt: skip
+                rows.append(
+                    R.WaveJob(
+                        job=job.job,
+                        name=job.name,
+                        rx_bps=rx,
+                        ops=len(done),
+                        busbw_bps=float(np.mean(done)) if done else None,
+                    )
+                )
+            out.append(
+                R.Wave(
+                    wave=int(w["wave"]),
+                    switches=tuple(str(x) for x in w["switches"]),
+                    domain=int(w["domain"]),
+                    drain_ns=drain,
+                    restore_ns=restore,
+                    reached=reached,
+                    samples=n,
+                    capacity_kept=kept,
+                    jobs=tuple(rows),
+                )
+            )
+    return tuple(out)
 
 
 def run_metrics(
@@ -596,6 +766,7 @@ def run_metrics(
     else:
         throughput = R.Throughput(low_utilization=LOW_UTILIZATION)
 
+    faults = fault_metrics(run, fabric, flows if has_flows else None)
     caps = []
     for path in run.captures():
         cap = C.read_capture(path)
@@ -631,13 +802,20 @@ def run_metrics(
         throughput=throughput,
         series=_port_series(fabric, ports) if series and has_ports else None,
         captures=tuple(caps),
-    )
+        faults=faults,
+        waves=wave_metrics(
+            run, fabric, ports if has_ports else None, flows if has_flows else None, jobs,
+            collectives.ops, faults,
+        ),
+    )  # fmt: skip
 
 
 MIN_QUEUE_DELAY_NS = 1000  # a shorter queue (~50 KB at 400G) costs no one anything worth a row
 
 
-def _port_metrics(fabric, ports: dict, spread: list[R.PausedPort], top: int, cnp: int | None):
+def _port_metrics(
+    fabric, ports: PortSamples, spread: list[R.PausedPort], top: int, cnp: int | None
+):
     """Per port figures, totals, and the hot spots: the ports that caused what the run lost.
 
     A hot spot's cost is the pause time it caused (every port paused in chains
@@ -736,7 +914,7 @@ def _port_metrics(fabric, ports: dict, spread: list[R.PausedPort], top: int, cnp
     return congestion, ranked
 
 
-def _port_series(fabric, ports: dict) -> R.PortSeries:
+def _port_series(fabric, ports: PortSamples) -> R.PortSeries:
     port = ports["port"].astype(np.int64)
     interval = int(ports["interval_ns"])
     rate = fabric.port_rate_bps[port].astype(np.float64)
@@ -897,7 +1075,15 @@ def _iterations(col: dict, jobs: list[R.Job]) -> list[R.Job]:
 LOW_UTILIZATION = 0.5  # a job's receivers below half their line rate: a worst interval
 
 
-def _throughput(fabric, ports: dict, flows: dict, jobs: list[R.Job], top: int, series: bool):
+def _receiver_columns(fabric, flows: dict, job: int, col: dict[int, int]) -> list[int]:
+    """The port-series columns of a job's receivers' downlinks (which carry only its flows:
+    jobs share no NIC); `col` maps a port to its column."""
+    dst = np.unique(flows["dst"][flows["job"] == job])
+    downs = [int(fabric.nic_port[d]) ^ 1 for d in dst]
+    return [col[p] for p in downs if p in col]
+
+
+def _throughput(fabric, ports: PortSamples, flows: dict, jobs: list[R.Job], top: int, series: bool):
     """Receive throughput of every job (its receivers' downlinks, which carry only its
     flows: jobs share no NIC), the busiest links, and each job's stretches of intervals
     below `LOW_UTILIZATION` of its receivers' line rate while it ran (the `top` longest;
@@ -909,9 +1095,7 @@ def _throughput(fabric, ports: dict, flows: dict, jobs: list[R.Job], top: int, s
     tx = ports["tx_bytes"].astype(np.int64)
     out_jobs, worst = [], []
     for job in jobs:
-        dst = np.unique(flows["dst"][flows["job"] == job.job])
-        downs = [int(fabric.nic_port[d]) ^ 1 for d in dst]
-        cols = [col[p] for p in downs if p in col]
+        cols = _receiver_columns(fabric, flows, job.job, col)
         if not cols:
             continue
         rx = tx[:, cols].sum(axis=1)

@@ -370,6 +370,55 @@ def _worst_table(m: R.RunMetrics) -> str:
     )
 
 
+def _faults_table(m: R.RunMetrics) -> str:
+    def when(f: R.Fault) -> str:
+        if (f.applied_ns, f.settled_ns) == (f.at_ns, f.at_ns):
+            return fmt(f.at_ns, "time")
+        return f"{fmt(f.at_ns, 'time')} (settled {fmt(f.settled_ns, 'time')})"
+
+    def out(f: R.Fault) -> str:
+        tiers = [
+            f"{c.tier} {c.links_out}/{c.links} ({fmt(c.fraction, 'pct')})" for c in f.capacity_out
+        ]
+        return ", ".join(tiers) or "none"
+
+    return render(
+        ["fault", "action", "at", "switches re-routed", "flows moved", "capacity out after it"],
+        [
+            [f.target, f.action, when(f), f.switches_rerouted, fmt(f.flows_moved, "int"), out(f)]
+            for f in m.faults or ()
+        ],
+        title="faults applied: the switches whose routes changed, the flows underway whose "
+        "route changed, and per tier the links out (down or drained) once it happened",
+    )
+
+
+def _waves_table(m: R.RunMetrics) -> str:
+    def kept(w: R.Wave) -> str:
+        tiers = [
+            f"{c.tier} {c.links_kept}/{c.links} ({fmt(c.fraction, 'pct')})" for c in w.capacity_kept
+        ]
+        return ", ".join(tiers) or ("all" if w.reached else "not reached")
+
+    rows = []
+    for w in m.waves or ():
+        first = [w.wave, ", ".join(w.switches), w.domain,
+                 f"{fmt(w.drain_ns, 'time')}-{fmt(w.restore_ns, 'time')}", kept(w)]  # fmt: skip
+        for i, j in enumerate(w.jobs or [None]):
+            cells = ["-", "-", "-"] if j is None else [
+                j.name, fmt(j.rx_bps, "rate"),
+                "-" if j.busbw_bps is None else f"{fmt(j.busbw_bps, 'rate')} ({j.ops} ops)",
+            ]  # fmt: skip
+            rows.append((first if i == 0 else [""] * len(first)) + cells)
+    return render(
+        ["wave", "switches", "domain", "drained", "capacity kept", "job", "rx/receiver",
+         "busbw inside"],
+        rows,
+        title="maintenance waves: per wave (drain to restore) the capacity kept per tier, and "
+        "each job's receive rate per receiver and the busbw of its ops inside the window",
+    )  # fmt: skip
+
+
 def run_text(m: R.RunMetrics, top: int = 10) -> str:
     out = [
         f"run {m.path}: {m.fabric}, engine {m.engine}, status {m.status}; "
@@ -387,6 +436,10 @@ def run_text(m: R.RunMetrics, top: int = 10) -> str:
         out += ["", _iterations_table(m)]
     if m.collectives.count > len(m.jobs):
         out += ["", _ops_table(m, scale)]
+    if m.faults:
+        out += ["", _faults_table(m)]
+    if m.waves:
+        out += ["", _waves_table(m)]
     if m.throughput.worst_intervals:
         out += ["", _worst_table(m)]
     if m.ecmp.tiers:

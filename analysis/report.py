@@ -5,7 +5,9 @@ every job's receivers and of the busiest links; the fabric, links coloured by
 utilization, hot and paused ports marked; load per link for each ECMP tier
 beside uniform hashing; a queue-depth heat map of the ports that queued most;
 ECN, CNP and PFC on one timeline; completion-time CDFs per job; a collective
-timeline, one lane per job, with each op's ideal time. A capture's report
+timeline, one lane per job, with each op's ideal time. Every chart over time marks
+each applied fault at its time (a dotted line named `fault: TARGET ACTION`) and shades each
+maintenance wave from its drain to its restore (named `wave N: SWITCHES`). A capture's report
 has the summary, throughput per interface, ECN / CNP / PFC timelines, load
 per interface and flow durations.
 
@@ -56,7 +58,7 @@ window.addEventListener("load", function () {
       yaxis_type: p.layout && p.layout.yaxis ? p.layout.yaxis.type : null,
       xaxis_type: p.layout && p.layout.xaxis ? p.layout.xaxis.type : null,
       shapes: ((p.layout && p.layout.shapes) || []).map(function (s) {
-        return {x0: s.x0, x1: s.x1};
+        return {x0: s.x0, x1: s.x1, name: s.name};
       }),
       axes: Object.keys(p._fullLayout || {}).filter(function (k) {
         return /^[xy]axis[0-9]*$/.test(k);
@@ -144,9 +146,45 @@ def _layout(fig, title: str, height: int = 420):
     return fig
 
 
+def _start_ns(series: R.PortSeries | R.CaptureSeries) -> int:
+    """Where a series' time axis starts: its first sample."""
+    return int(series.t_ns[0]) if len(series.t_ns) else 0
+
+
 def _time_axis(series: R.PortSeries | R.CaptureSeries) -> list[float]:
     t = np.asarray(series.t_ns, dtype=np.int64)
-    return ((t - (t[0] if t.size else 0)) / 1e3).tolist()
+    return ((t - _start_ns(series)) / 1e3).tolist()
+
+
+FAULT_COLOURS = {"down": "#b2182b", "drain": "#e08214", "up": "#1b7837"}
+
+
+def _fault_markers(fig, m: R.RunMetrics, t0_ns: int, **where) -> None:
+    """A dotted line at each applied fault's time (when the engine applied it), and each
+    maintenance wave's window (drain to restore) shaded, on a chart whose x axis is
+    microseconds from `t0_ns`; `where` picks subplots (`row="all"`)."""
+    for w in m.waves or ():
+        if w.reached:
+            fig.add_vrect(
+                x0=(w.drain_ns - t0_ns) / 1e3,
+                x1=(w.restore_ns - t0_ns) / 1e3,
+                fillcolor=FAULT_COLOURS["drain"],
+                opacity=0.07,
+                line_width=0,
+                name=f"wave {w.wave}: {', '.join(w.switches)}",
+                annotation={"text": f"wave {w.wave}", "font_size": 10},
+                annotation_position="bottom left",
+                **where,
+            )
+    for f in m.faults or ():
+        fig.add_vline(
+            x=(f.applied_ns - t0_ns) / 1e3,
+            line={"dash": "dot", "width": 1.5, "color": FAULT_COLOURS.get(f.action, "#444")},
+            name=f"fault: {f.target} {f.action}",
+            annotation={"text": f"{f.target} {f.action}", "textangle": -90, "font_size": 10},
+            annotation_position="top left",
+            **where,
+        )
 
 
 def _throughput_figures(m: R.RunMetrics, series: R.PortSeries) -> list:
@@ -175,6 +213,7 @@ def _throughput_figures(m: R.RunMetrics, series: R.PortSeries) -> list:
             opacity=0.08,
             line_width=0,
         )
+    _fault_markers(fig, m, _start_ns(series))
     fig.update_xaxes(title="time (us)")
     fig.update_yaxes(title="% of the receivers' line rate", range=[0, 105])
     figs.append(
@@ -196,6 +235,7 @@ def _throughput_figures(m: R.RunMetrics, series: R.PortSeries) -> list:
                 "<extra>%{fullData.name}</extra>",
             )
         )
+    _fault_markers(fig, m, _start_ns(series))
     fig.update_xaxes(title="time (us)")
     fig.update_yaxes(title="% of line rate", range=[0, 105])
     figs.append(_layout(fig, f"The {min(len(th.busiest), BUSIEST_LINKS)} busiest links"))
@@ -344,7 +384,7 @@ def _uplink_figures(ecmp: R.Ecmp) -> list:
     return figs
 
 
-def _heatmap(series: R.PortSeries):
+def _heatmap(series: R.PortSeries, m: R.RunMetrics):
     import plotly.graph_objects as go
 
     q = np.asarray(series.qdepth_max_bytes, dtype=float)
@@ -377,6 +417,7 @@ def _heatmap(series: R.PortSeries):
                 },
             )
         )
+    _fault_markers(fig, m, _start_ns(series))
     fig.update_xaxes(title="time (us)")
     fig.update_yaxes(autorange="reversed", dtick=1, automargin=True, type="category")
     note = (
@@ -401,7 +442,7 @@ def _count_ticks(fig, counts, row: int) -> None:
     fig.update_yaxes(rangemode="tozero", tickformat=",d", tick0=0, dtick=step, row=row, col=1)
 
 
-def _ecn_pfc_figure(series: R.PortSeries, cnp_sent):
+def _ecn_pfc_figure(series: R.PortSeries, cnp_sent, m: R.RunMetrics):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -439,6 +480,7 @@ def _ecn_pfc_figure(series: R.PortSeries, cnp_sent):
     _count_ticks(fig, [series.ecn_marked, series.cnp_sent or []], 1)
     _count_ticks(fig, [series.pfc_sent], 2)
     _count_ticks(fig, [series.paused_ports], 3)
+    _fault_markers(fig, m, _start_ns(series), row="all", col=1)
     fig.update_xaxes(title="time (us)", row=3, col=1)
     cnp = "CNPs not recorded" if cnp_sent is None else f"{cnp_sent:,} CNPs sent"
     counted = series.cnp_sent is not None or cnp_sent is None
@@ -473,7 +515,7 @@ def _fct_figure(groups: list[tuple[str, np.ndarray]], d: R.Distribution):
     return _layout(fig, f"Flow completion times, CDF per job ({d.count:,} flows; {p})")
 
 
-def _collective_figure(coll: R.Collectives):
+def _collective_figure(coll: R.Collectives, m: R.RunMetrics):
     import plotly.graph_objects as go
 
     ops = [o for o in coll.ops if o.start_ns >= 0]
@@ -517,6 +559,7 @@ def _collective_figure(coll: R.Collectives):
                 hovertemplate="%{y}: ideal %{x:.1f} us<extra></extra>",
             )
         )
+        _fault_markers(fig, m, t0)
     fig.update_layout(barmode="overlay", xaxis_title="time (us)", yaxis={"autorange": "reversed"})
     lanes = len({o.job for o in ops})
     return _layout(
@@ -539,8 +582,8 @@ def build_report(run) -> str:
     if m.ecmp.tiers:
         sections.append(("ECMP: load per link, beside uniform hashing", _uplink_figures(m.ecmp)))
     if series is not None:
-        sections.append(("Queues", [_heatmap(series)]))
-        sections.append(("ECN, CNPs and PFC", [_ecn_pfc_figure(series, m.cnp_sent)]))
+        sections.append(("Queues", [_heatmap(series, m)]))
+        sections.append(("ECN, CNPs and PFC", [_ecn_pfc_figure(series, m.cnp_sent, m)]))
     flows = run.flows()
     if flows is not None and len(flows["src"]):
         done = flows["end_ns"] >= 0
@@ -548,7 +591,7 @@ def build_report(run) -> str:
         groups = [(j.name, fct[done & (flows["job"] == j.job)]) for j in m.jobs]
         sections.append(("Completion times", [_fct_figure(groups, m.fct_ns)]))
     if m.collectives.count:
-        sections.append(("Collectives", [_collective_figure(m.collectives)]))
+        sections.append(("Collectives", [_collective_figure(m.collectives, m)]))
 
     notes = []
     if m.pause_spread:
@@ -558,6 +601,27 @@ def build_report(run) -> str:
             f"{len(m.pause_spread)} ports were paused by PFC, victims of {len(roots)} "
             f"congested port(s) ({', '.join(sorted(roots))}); {len(spread)} of them by pauses "
             "spreading upstream."
+        )
+    for f in m.faults or ():
+        moved = "" if f.flows_moved is None else f", {f.flows_moved:,} flows underway moved"
+        notes.append(
+            f"fault: {f.target} {f.action} at {format_time(f.applied_ns)} "
+            f"({f.switches_rerouted:,} switches re-routed{moved}; the dotted lines)."
+        )
+    for w in (w for w in m.waves or () if w.reached):
+        kept = ", ".join(
+            f"{c.tier} {c.links_kept}/{c.links} ({100 * c.fraction:.0f}%)" for c in w.capacity_kept
+        )
+        rates = ", ".join(
+            f"{j.name} {format_rate(int(j.rx_bps))}bps per receiver"
+            for j in w.jobs
+            if j.rx_bps is not None
+        )
+        notes.append(
+            f"wave {w.wave} ({', '.join(w.switches)}) from {format_time(w.drain_ns)} to "
+            f"{format_time(w.restore_ns)}: capacity kept {kept or 'all'}"
+            + (f"; {rates}" if rates else "")
+            + "; shaded."
         )
     for w in m.throughput.worst_intervals[:3]:
         notes.append(

@@ -478,6 +478,77 @@ class CaptureMetrics(Result):
     series: CaptureSeries | None = optional()  # with series
 
 
+# --- faults ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CapacityOut(Result):
+    """What of one tier's links is out (down or drained) once a fault happened."""
+
+    tier: str  # the links' upward direction: nic>rtsw, rtsw>ctsw, ctsw>atsw
+    links_out: int
+    links: int
+    capacity_out_bps: int  # the rates of the links out, one direction
+    capacity_bps: int  # the tier's, one direction
+    fraction: float  # capacity_out_bps / capacity_bps
+
+
+@dataclass(frozen=True)
+class Fault(Result):
+    """A fault the engine applied: what, when, and what it changed."""
+
+    kind: str  # link or node
+    target: str  # a link by its port's name, a switch by its name
+    action: str  # down, drain or up
+    at_ns: int  # as the scenario asked
+    applied_ns: int  # when the engine began the change
+    settled_ns: int  # when the last switch had its new routes
+    switches_rerouted: int  # switches whose next hops towards some NIC changed
+    flows_moved: int | None  # flows underway (started, not ended) whose route changed
+    capacity_out: tuple[CapacityOut, ...]  # per tier with links out, once it happened
+
+
+# --- maintenance waves -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CapacityKept(Result):
+    """What of one tier's links stays in service while a wave is out."""
+
+    tier: str  # the links' upward direction, as in CapacityOut
+    links_kept: int
+    links: int
+    capacity_kept_bps: int  # the rates of the links kept, one direction
+    capacity_bps: int
+    fraction: float  # capacity_kept_bps / capacity_bps
+
+
+@dataclass(frozen=True)
+class WaveJob(Result):
+    """One job while a wave was out (its drain to its restore)."""
+
+    job: int
+    name: str
+    rx_bps: float | None  # into each of its receivers, mean over the window's whole samples
+    ops: int  # its collective ops that started and ended inside the window
+    busbw_bps: float | None  # their mean busbw (nccl-tests); None when no op fits inside
+
+
+@dataclass(frozen=True)
+class Wave(Result):
+    """One wave of a drain plan (run.json's `scenario.maintenance.waves`) as the run had it."""
+
+    wave: int
+    switches: tuple[str, ...]
+    domain: int  # its maintenance domain
+    drain_ns: int
+    restore_ns: int
+    reached: bool  # the engine applied its drain
+    samples: int  # whole port-series intervals inside the window (those rx_bps averages)
+    capacity_kept: tuple[CapacityKept, ...]  # per tier with links out while it was
+    jobs: tuple[WaveJob, ...]
+
+
 # --- a run -----------------------------------------------------------------------------------
 
 
@@ -504,6 +575,8 @@ class RunMetrics(Result):
     throughput: Throughput
     series: PortSeries | None = optional()  # with series
     captures: tuple[CaptureMetrics, ...] = ()
+    faults: tuple[Fault, ...] | None = optional()  # those applied; a run without faults: None
+    waves: tuple[Wave, ...] | None = optional()  # its drain plan's waves; without one: None
 
     def job(self, name: str | int) -> Job:
         """The job named `name` (or numbered)."""

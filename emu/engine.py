@@ -124,6 +124,10 @@ def features(scenario, *, switch: str, ecn: str, delay: str, pfc: bool) -> dict[
         "faults.mid_run": implemented(
             "applied when the replay's clock reaches them; run.json records when routes settled"
         ),
+        "faults.restore": implemented(
+            "interfaces brought back up and routes (or groups) given back when the replay's "
+            "clock reaches them"
+        ),
         "faults.drain": approximated(
             "a drained link or switch gets new routes for every flow, flows in flight too"
         ),

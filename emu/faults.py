@@ -1,10 +1,11 @@
-"""Faults during an emulated run: at its fabric time, a link or switch goes down (or is drained).
+"""Faults during an emulated run: at its fabric time, a link or switch goes down, is drained
+or comes back up.
 
 Faults at time 0 are part of the plan (the fabric is built without them).
 The rest are applied by a thread beside the replay: when the replay's clock
 reaches a fault's time (scaled like every other time), the network's
 `fault_actions` (worked out before the replay starts) take the interfaces
-down and give the switches their new routes or OpenFlow groups. The
+down (or up) and give the switches their new routes or OpenFlow groups. The
 recorded time is when the change started; `settled_ns` is when the last
 switch had its new routes, the emulator's counterpart of the simulator's
 instant re-route.
@@ -18,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from aifabric.emu.worker import Worker
 from aifabric.fabric.errors import AifabricError
-from aifabric.fabric.faults import applied, during_run
+from aifabric.fabric.faults import applied, at_start, during_run
 
 
 class FaultInjector(Worker):
@@ -31,10 +32,12 @@ class FaultInjector(Worker):
         self.on_routing = on_routing  # told each routing as it takes effect (PFC's feeds)
         self.applied: list[dict] = []
         routing = network.plan.routing
+        earlier = at_start(faults)
         self.steps = []  # (fault, routing after it, [(node, apply)], switches re-routed)
         for fault in self.faults:
-            routing, actions, rerouted = network.fault_actions(fault, routing)
+            routing, actions, rerouted = network.fault_actions(fault, routing, earlier)
             self.steps.append((fault, routing, actions, rerouted))
+            earlier.append(fault)
 
     def work(self) -> None:
         if not self.faults:

@@ -170,13 +170,14 @@ class Network:
         """What the switches are, for run.json."""
         return {"kind": "router", "forwarding": "Linux IP forwarding, multipath routes"}
 
-    def fault_actions(self, fault, before):
-        """(routing after `fault`, [(node, apply)], switches re-routed) for a fault mid-run.
+    def fault_actions(self, fault, before, earlier=()):
+        """(routing after `fault`, [(node, apply)], switches re-routed) for a fault mid-run
+        after the faults `earlier`.
 
         Worked out ahead of time; each `apply()` makes one node's change and
         returns an error sentence or None.
         """
-        after, lines = fault_lines(self.plan, self.fabric, fault, before)
+        after, lines = fault_lines(self.plan, self.fabric, fault, before, earlier)
         rerouted = sum(1 for b in lines.values() if any(x.startswith("route") for x in b))
         return after, [(n, partial(self.ip_batch, n, b)) for n, b in lines.items()], rerouted
 

@@ -51,7 +51,7 @@ from pathlib import Path
 
 from aifabric.emu import linux
 from aifabric.emu.net import Network
-from aifabric.emu.plan import MTU_BYTES, PREFIX, NodeConfig, Plan, down_lines
+from aifabric.emu.plan import MTU_BYTES, PREFIX, NodeConfig, Plan, link_lines
 from aifabric.fabric.addressing import ROCE_UDP_PORT, format_ipv4
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.faults import routing_after, routing_at_start
@@ -130,10 +130,13 @@ def group_changes(
     """`mod-group` specs for the groups of `switch` that a fault changes.
 
     A NIC no longer reachable from here keeps its flow and gets an empty
-    group, which drops, as a router's `unreachable` route does.
+    group, which drops, as a router's `unreachable` route does. A switch brought
+    back gets every group: those it kept while it was down are stale.
     """
-    old = {g.split(",", 1)[0]: g for g in bridge_rules(plan, fabric, before, switch)[0]}
     new = {g.split(",", 1)[0]: g for g in bridge_rules(plan, fabric, after, switch)[0]}
+    if switch in before.failed_nodes:
+        return list(new.values())
+    old = {g.split(",", 1)[0]: g for g in bridge_rules(plan, fabric, before, switch)[0]}
     out = []
     for key, spec in old.items():
         if new.get(key) != spec:
@@ -362,11 +365,12 @@ class OvsNetwork(Network):
     def for_scenario(cls, scenario, plan: Plan) -> OvsNetwork:
         return cls(scenario.fabric, plan, initial_routing(scenario))
 
-    def fault_actions(self, fault, before):
+    def fault_actions(self, fault, before, earlier=()):
         """As the routers', with `mod-group` for every select group the fault changes."""
         f, p = self.fabric, self.plan
         after = routing_after(fault, before)
-        actions = [(n, partial(self.ip_batch, n, b)) for n, b in down_lines(p, f, fault).items()]
+        lines = link_lines(p, f, fault, earlier)
+        actions = [(n, partial(self.ip_batch, n, b)) for n, b in lines.items()]
         rerouted = 0
         for s in (int(x) for x in f.switch_ids):
             if s in after.failed_nodes:

@@ -32,7 +32,7 @@ import numpy as np
 
 from aifabric.fabric.addressing import ROCE_UDP_PORT, format_ipv4, nic_ipv4
 from aifabric.fabric.errors import AifabricError
-from aifabric.fabric.faults import fault_ports, routing_after, routing_at_start
+from aifabric.fabric.faults import fault_ports, restored_ports, routing_after, routing_at_start
 from aifabric.fabric.frames import DSCP_CNP
 from aifabric.fabric.model import Fabric, Role
 from aifabric.fabric.routing import Routing, switch_seeds
@@ -498,35 +498,49 @@ def switch_routes(fabric: Fabric, routing: Routing, switch: int, ips, iface) -> 
     return out
 
 
-def down_lines(pl: Plan, fabric: Fabric, fault) -> dict[int, list[str]]:
-    """node -> `ip -batch` lines that take a `down` fault's interfaces down on both ends.
+def link_lines(pl: Plan, fabric: Fabric, fault, earlier=()) -> dict[int, list[str]]:
+    """node -> `ip -batch` lines that take a `down` fault's interfaces down on both ends, or
+    bring back up those an `up` fault restores after the faults `earlier` (not the ones
+    another fault still holds down).
 
-    What is queued or on the wire there is lost, as in the simulator; a
-    `drain` takes nothing down.
+    What is queued or on the wire is lost when they go down, as in the simulator; a
+    `drain` (and its restore) changes no interface.
     """
+    if fault.action == "down":
+        ports, state = fault_ports(fabric, fault), "down"
+    elif fault.action == "up":
+        ports, state = restored_ports(fabric, fault, earlier), "up"
+    else:
+        return {}
     out: dict[int, list[str]] = {}
-    if fault.action != "down":
-        return out
-    for p in fault_ports(fabric, fault):
-        out.setdefault(int(fabric.port_node[p]), []).append(f"link set dev {pl.port_iface[p]} down")
+    for p in ports:
+        out.setdefault(int(fabric.port_node[p]), []).append(
+            f"link set dev {pl.port_iface[p]} {state}"
+        )
     return out
 
 
-def fault_lines(pl: Plan, fabric: Fabric, fault, before: Routing) -> tuple[Routing, dict]:
+def fault_lines(
+    pl: Plan, fabric: Fabric, fault, before: Routing, earlier=()
+) -> tuple[Routing, dict]:
     """What a fault during the run changes on routers: (routing after it, node -> ip lines).
 
-    The interfaces go down first (`down_lines`); then every switch whose
-    routes change gets them replaced by the routing over what is left.
+    The interfaces go down (or come back up) first (`link_lines`); then every switch
+    whose routes change gets them replaced by the routing over what is there. A switch
+    brought back gets all its routes: those it kept from before it went down are stale.
     """
     after = routing_after(fault, before)
-    out = down_lines(pl, fabric, fault)
+    out = link_lines(pl, fabric, fault, earlier)
     for v in fabric.switch_ids:
         v = int(v)
         if v in after.failed_nodes:
             continue
-        old = switch_routes(fabric, before, v, pl.nic_ip, pl.port_iface)
         new = switch_routes(fabric, after, v, pl.nic_ip, pl.port_iface)
-        changed = [f"route replace {r}" for r, o in zip(new, old, strict=True) if r != o]
+        if v in before.failed_nodes:
+            changed = [f"route replace {r}" for r in new]
+        else:
+            old = switch_routes(fabric, before, v, pl.nic_ip, pl.port_iface)
+            changed = [f"route replace {r}" for r, o in zip(new, old, strict=True) if r != o]
         if changed:
             out.setdefault(v, []).extend(changed)
     return after, out

@@ -147,6 +147,8 @@ def scenario_features(sc: Scenario) -> dict[str, str]:
         out["faults.mid_run"] = "links or switches going down during the run"
     if any(x.action == "drain" for x in sc.faults):
         out["faults.drain"] = "drained: no new flows, flows in flight finish"
+    if any(x.action == "up" for x in sc.faults):
+        out["faults.restore"] = "links or switches brought back up during the run"
     if sc.captures:
         out["captures"] = ", ".join(sc.captures)
     return out
@@ -426,13 +428,13 @@ def _phases(eng, sc, session, writer, stop: Stop, progress) -> dict:
 
 def _faults_not_reached(sc: Scenario, summary: dict) -> list[dict]:
     """The scenario's faults an engine did not apply (the run ended before their time)."""
-    from aifabric.fabric.faults import describe
+    from aifabric.fabric.faults import describe, record_key
 
-    done = {(f["kind"], f["target"], f["at_ns"]) for f in summary.get("faults", [])}
+    done = {record_key(f) for f in summary.get("faults", [])}
     out = []
     for fault in sc.faults:
         d = {**describe(sc.fabric, fault), "at_ns": int(fault.at_ns)}
-        if (d["kind"], d["target"], d["at_ns"]) not in done:
+        if record_key(d) not in done:
             out.append(d)
     return out
 

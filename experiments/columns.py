@@ -3,7 +3,8 @@
 Column names carry their unit (`_ns`, `_gbps`, `_bytes`); per-job figures
 end in `@JOB` (`busbw_gbps@allreduce`), per collective of a job with several
 kinds in `@JOB/KIND-ALGORITHM`; ECMP figures per switch tier end in `.TIER`
-(`ecmp_max_mean.rtsw>ctsw`). Everything is read from the run directory
+(`ecmp_max_mean.rtsw>ctsw`); a drain plan's waves are numbered in the metric's name
+(`wave0_busbw_gbps@JOB`, `wave0_capacity_kept.rtsw>ctsw`). Everything is read from the run directory
 through the analysis library (per job: its time, ideal time and efficiency, busbw; a
 training job with compute also its iteration, compute and exposed time).
 """
@@ -23,7 +24,10 @@ UNITS = {
     "time_ns": "ns", "ideal_ns": "ns", "efficiency": "ratio", "senders_paused_ns": "ns",
     "busbw_gbps": "Gbit/s", "algbw_gbps": "Gbit/s",
 }  # fmt: skip
-SUFFIX_UNITS = {"_ns": "ns", "_bytes": "bytes", "_gbps": "Gbit/s", "_bps": "bit/s", "_s": "s"}
+SUFFIX_UNITS = {
+    "_ns": "ns", "_bytes": "bytes", "_gbps": "Gbit/s", "_bps": "bit/s", "_s": "s",
+    "_capacity_kept": "ratio",
+}  # fmt: skip
 
 
 def unit_of(metric: str) -> str:
@@ -69,6 +73,8 @@ def point_metrics(path, scenario, groups) -> dict[str, Any]:
             row[f"ecmp_collisions_expected.{t.tier}"] = t.collisions_expected
 
     names = job_names(scenario.workload)
+    if "maintenance" in groups:
+        row.update(_wave_columns(m.waves or (), names))
     jobs = {job.job: job for job in m.jobs}  # the analyzer's per-job figures
     for j, name in enumerate(names):
         job = jobs.get(j)
@@ -95,4 +101,22 @@ def point_metrics(path, scenario, groups) -> dict[str, Any]:
                 mine = [o for o in done if f"{o.kind}-{o.algorithm}" == label]
                 busbw = float(np.mean([o.busbw_bps for o in mine]))
                 row[f"busbw_gbps@{name}/{label}"] = busbw / 1e9
+    return row
+
+
+def _wave_columns(waves, names: list[str]) -> dict[str, Any]:
+    """Per wave the run reached: each job's busbw of the ops inside its window and receive
+    rate per receiver, and per tier the share of its capacity kept."""
+    row: dict[str, Any] = {}
+    for w in waves:
+        if not w.reached:
+            continue
+        for c in w.capacity_kept:
+            row[f"wave{w.wave}_capacity_kept.{c.tier}"] = c.fraction
+        for j in w.jobs:
+            name = names[j.job] if j.job < len(names) else j.name
+            if j.busbw_bps is not None:
+                row[f"wave{w.wave}_busbw_gbps@{name}"] = j.busbw_bps / 1e9
+            if j.rx_bps is not None:
+                row[f"wave{w.wave}_rx_gbps@{name}"] = j.rx_bps / 1e9
     return row

@@ -70,7 +70,9 @@ REPORT_KEYS = (
 )  # fmt: skip
 CONTRAST_KEYS = ("baseline", "headline", "label", "published", "published_band")
 FULL_KEYS = ("seeds", "set", "grid", "zip")
-METRIC_GROUPS = ("busbw", "completion", "ecmp", "ecn", "pfc", "drops", "fct", "queue")
+METRIC_GROUPS = (
+    "busbw", "completion", "ecmp", "ecn", "pfc", "drops", "fct", "queue", "maintenance",
+)  # fmt: skip
 ENGINES = ("sim",)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 from aifabric.fabric.errors import AifabricError
 
 HEADLINE = ("busbw_gbps", "time_ns", "efficiency", "completion_ns")
+# and per wave of a drain plan, what it cost and what it kept (experiments/columns.py)
+WAVE_HEADLINE = re.compile(r"wave\d+_(busbw_gbps@.*|capacity_kept\..*)")
 
 
 @dataclass
@@ -29,12 +32,13 @@ class SweepResults:
     def columns(self, wanted: list[str] | None = None) -> list[str]:
         """Metric columns: those named (or every job's or tier's column of a metric named
         without @JOB or .TIER), else the report's metric and the headline ones (busbw, job
-        time, efficiency, completion)."""
+        time, efficiency, completion; each wave's busbw and capacity kept)."""
         from aifabric.experiments.stats import metric_columns, split_metric
 
         have = metric_columns(self.frame, self.keys)
         if not wanted:
             wanted = [m for m in (self.report.get("metric"),) if m in have] + list(HEADLINE)
+            wanted += [c for c in have if WAVE_HEADLINE.fullmatch(c)]
         out = []
         for name in wanted:
             if name in have:

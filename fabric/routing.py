@@ -462,13 +462,20 @@ class Routing:
 
     def without(self, links: Iterable[int] = (), nodes: Iterable[int] = ()) -> Routing:
         """The same routing with more links or switches down (or drained)."""
+        return self._failing(self.failed_links | set(links), self.failed_nodes | set(nodes))
+
+    def restored(self, links: Iterable[int] = (), nodes: Iterable[int] = ()) -> Routing:
+        """The same routing with links or switches back (restored after a fault)."""
+        return self._failing(self.failed_links - set(links), self.failed_nodes - set(nodes))
+
+    def _failing(self, links: Iterable[int], nodes: Iterable[int]) -> Routing:
         return Routing(
             self.fabric,
             self.policy,
             self.seed,
             same_seed=self.same_seed,
-            failed_links=self.failed_links | set(links),
-            failed_nodes=self.failed_nodes | set(nodes),
+            failed_links=links,
+            failed_nodes=nodes,
             _intact=self.dist0,
         )
 

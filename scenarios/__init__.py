@@ -30,6 +30,10 @@ checked (an unknown key is an error, not silence):
                           (see aifabric.fabric.cc.PARAMETERS)
     [[faults]]        link = "nodeA--nodeB" (or "nodeA--nodeB#2", or a link id)
                       | node = "z0-ctsw1"; at = "50us"; action = "down" | "drain"
+                      | "up" (brings back one taken down or drained earlier)
+    [maintenance]     a drain plan in waves (aifabric.scenarios.maintenance): tier = "ctsw"
+                      (zones = [0]) | switches = [...]; wave_size, order, start, hold, gap,
+                      domains; expanded into drain and up faults, one domain out at a time
     [nccl]            NCCL's latencies, bandwidth factors, buffers (aifabric.traffic.nccl
                       Table keys), any subset; a job's `nccl = {...}` overrides it
 """
@@ -47,16 +51,22 @@ from aifabric.fabric.cc import DEFAULT_KIND, cc_parameters
 from aifabric.fabric.cc import DEFAULTS as CC_DEFAULTS
 from aifabric.fabric.cc import KINDS as CONGESTION_CONTROLS
 from aifabric.fabric.errors import AifabricError, SpecError, UnitError, shown
+from aifabric.fabric.faults import ACTIONS as FAULT_ACTIONS
+from aifabric.fabric.faults import check_faults
 from aifabric.fabric.model import Fabric, Role
 from aifabric.fabric.routing import POLICIES
 from aifabric.fabric.scenario import Fault, Scenario
 from aifabric.fabric.specfile import Presets, check_table, load_toml, relative_to
 from aifabric.fabric.units import parse_time
+from aifabric.scenarios import maintenance
 from aifabric.scenarios.overrides import ECMP_KEYS, NIC_KEYS, apply_overrides
 from aifabric.topologies.spec import QUEUE_ROLES, queue_profiles
 from aifabric.traffic import nccl
 
-TABLES = ("scenario", "workload", "nic", "ecmp", "queue", "congestion_control", "faults", "nccl")
+TABLES = (
+    "scenario", "workload", "nic", "ecmp", "queue", "congestion_control", "faults",
+    "maintenance", "nccl",
+)  # fmt: skip
 SEED_KEYS = ("placement_seed", "qpn_seed", "hash_seed")
 SCENARIO_KEYS = (
     "name", "description", "topology", "workload", "seed", *SEED_KEYS, "sample_interval",
@@ -171,18 +181,19 @@ def scenario_from_dict(
         raise SpecError(f"scenario {name}: {e}") from None
 
     faults = tuple(_fault(fabric, name, body) for body in _fault_list(raw.get("faults", []), name))
-    seen = set()
-    for fault in faults:
-        if (fault.kind, fault.target, fault.action) in seen:
-            what = fabric.node_name[fault.target] if fault.kind == "node" else fault.target
-            raise SpecError(
-                f"scenario {name}: faults: {fault.kind} {what} is {fault.action} twice "
-                "(give each fault once)"
-            )
-        seen.add((fault.kind, fault.target, fault.action))
     flows = traffic.generate(
         fabric, workload, placement_seed, qpn_seed=seeds.get("qpn_seed"), sport=sport
     )
+    plan = raw.get("maintenance", {})
+    try:
+        waves = maintenance.plan(fabric, plan, flows, workload.raw)
+    except SpecError as e:
+        raise SpecError(f"scenario {name}: {e}") from None
+    faults += maintenance.expand(waves)
+    try:
+        check_faults(fabric, faults)
+    except AifabricError as e:
+        raise SpecError(f"scenario {name}: faults: {e}") from None
     return Scenario(
         name=name,
         fabric=fabric,
@@ -204,6 +215,11 @@ def scenario_from_dict(
         extra={
             "description": head.get("description", ""),
             **({"nccl": raw["nccl"]} if "nccl" in raw else {}),
+            **(
+                {"maintenance": {**plan, "waves": [w.to_dict(fabric) for w in waves]}}
+                if waves
+                else {}
+            ),
         },
     )
 
@@ -250,8 +266,10 @@ def _fault(fabric: Fabric, name: str, body: dict) -> Fault:
     except UnitError as e:
         raise SpecError(f"scenario {name}: faults.at: {e}") from None
     action = body.get("action", "down")
-    if action not in ("down", "drain"):
-        raise SpecError(f"scenario {name}: faults.action = {action!r} must be down or drain")
+    if action not in FAULT_ACTIONS:
+        raise SpecError(
+            f"scenario {name}: faults.action = {action!r} must be one of {', '.join(FAULT_ACTIONS)}"
+        )
     if "node" in body:
         node = resolve_node(fabric, body["node"], name)
         if fabric.node_role[node] == Role.NIC:

@@ -5,6 +5,7 @@ value: `ecmp.policy`, `nic.sport`, `queue.ecn_kmin`, `queue.rtsw.pfc_xoff`,
 `congestion_control.kind`, `scenario.seed`, `workload.qps`, and for one job
 of several `workload.jobs.NAME.qps` (or its index, `workload.jobs.0.qps`);
 `faults.0.at` changes a fault and `faults` replaces the list;
+`maintenance.wave_size` sets a key of the drain plan and `maintenance` replaces it;
 `nccl.steps`, `nccl.wire.ll`, `nccl.base_latency_us.ring.simple` set an entry
 of the [nccl] table. Values are
 TOML (`4`, `true`, `[1, 2]`, `"x"`), and a bare word that is not TOML is a
@@ -56,6 +57,7 @@ def _known() -> dict[str, tuple[str, ...]]:
     """The keys each table of a scenario takes (from the modules that check them)."""
     from aifabric.fabric.cc import DEFAULTS as CC_DEFAULTS
     from aifabric.scenarios import FAULT_KEYS, SCENARIO_KEYS
+    from aifabric.scenarios.maintenance import KEYS as MAINTENANCE_KEYS
     from aifabric.topologies.spec import SCHEMA
     from aifabric.traffic.nccl import KEYS as NCCL_KEYS
     from aifabric.traffic.spec import COMMON, KINDS, WORKLOAD_KEYS
@@ -70,6 +72,7 @@ def _known() -> dict[str, tuple[str, ...]]:
         "queue": tuple(SCHEMA["queue"]),
         "congestion_control": ("kind", *CC_DEFAULTS),
         "faults": FAULT_KEYS,
+        "maintenance": MAINTENANCE_KEYS,
         "workload": tuple(dict.fromkeys((*job_keys, *WORKLOAD_KEYS, "preset"))),
         "nccl": NCCL_KEYS,
     }
@@ -94,6 +97,8 @@ def check_key(key: str) -> None:
         raise SpecError(
             f"unknown key {key}: write faults.N.KEY with KEY one of {', '.join(known['faults'])}"
         )
+    if table == "maintenance" and not parts:
+        return  # the whole plan: a sweep's grid names plans (an empty table plans none)
     if table == "queue" and len(parts) == 2 and parts[0] in QUEUE_ROLES:
         parts = parts[1:]
     if table == "workload" and len(parts) == 3 and parts[0] == "jobs":
@@ -125,6 +130,8 @@ def apply_overrides(
             _set_workload(out, rest.split("."), value, folder)
         elif table == "faults":
             _set_fault(out, rest, value, key)
+        elif not rest:
+            out[table] = copy.deepcopy(value)
         else:
             body = out.setdefault(table, {})
             *inner, last = rest.split(".")

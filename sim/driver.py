@@ -20,9 +20,10 @@ from aifabric.fabric.cc import cc_parameters, check_kind
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.faults import (
     at_start,
-    check_fault,
+    check_faults,
     during_run,
     fault_ports,
+    restored_ports,
     routing_after,
     routing_at_start,
 )
@@ -121,8 +122,7 @@ class Simulation:
         ):
             raise AifabricError(f"fabric {fabric.name} has no port {self.capture_ports.max()}")
         faults = list(faults)
-        for fault in faults:
-            check_fault(fabric, fault)
+        check_faults(fabric, faults)
         now_faults = at_start(faults)
         self.pending_faults = during_run(faults)
         self.applied_faults: list[Fault] = list(now_faults)
@@ -484,7 +484,9 @@ class Simulation:
 
     # faults ------------------------------------------------------------------------------
     def _apply(self, fault: Fault) -> None:
-        """Take a link or switch down (or drain it) now and re-route what it concerns."""
+        """Take a link or switch down (or drain it, or bring it back) now and re-route what
+        it concerns."""
+        earlier = list(self.applied_faults)
         self.routing = routing_after(fault, self.routing)
         self.applied_faults.append(fault)
         now = int(self.g[L.G_NOW_PS])
@@ -501,6 +503,14 @@ class Simulation:
             hit = np.isin(self.path_port, ports)
             uses[flow_of[hit]] = True
             which = np.flatnonzero((uses & (state != L.ST_DONE)) | (state == L.ST_WAIT))
+        elif fault.action == "up":
+            # the purge as it went down emptied its queues and cleared its PFC state
+            for p in restored_ports(self.fabric, fault, earlier):
+                self.pt[p, L.PT_ALIVE] = 1
+            # resilient hashing gives a flow its first next hop back where it is there
+            # again: the flows moved off (or never routed) take their routes back; a flow
+            # that lost every path is not revived (`lose_path`)
+            which = self._moved(np.flatnonzero((state != L.ST_DONE) & (state != L.ST_NOPATH)))
         else:
             which = np.flatnonzero(state == L.ST_WAIT)
         if self.routing.policy in EMULATOR_POLICY.values():

@@ -7,7 +7,9 @@ re-recorded when each op gained `protocol` and `predicted_ns`, the --json output
 by those two keys alone; re-recorded when collectives became streams with NCCL's latencies
 and the source ports the Linux RDMA core's: the presets' times, flows and ports changed;
 re-recorded when DCQCN's default preset began to follow the NICs' line rate, cx-400g on
-lab-medium instead of paper-40g: demo, ecmp-permutation and link-failure changed).
+lab-medium instead of paper-40g: demo, ecmp-permutation and link-failure changed;
+re-recorded for link-failure alone when `analyze` gained its faults section, which only
+that preset's outputs show).
 
     .venv/bin/python -m tests.analyze_outputs     re-record them (after a deliberate change)
 

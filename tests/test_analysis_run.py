@@ -20,6 +20,7 @@ from aifabric.cli import main
 from aifabric.fabric.addressing import roce_udp_sport
 from aifabric.fabric.imbalance import imbalance
 from aifabric.fabric.model import Role
+from aifabric.fabric.portseries import PortSamples
 from aifabric.fabric.routing import Routing
 from aifabric.fabric.rundir import Run, RunWriter
 from aifabric.topologies import load_fabric
@@ -460,10 +461,10 @@ def test_pause_chains_within_one_interval_follow_their_cause_whatever_the_order(
     paused[1:, [p, q]] = 400
     qdepth = np.zeros((3, fabric.n_ports), dtype=np.int64)
     qdepth[1, r] = 10**6
-    ports = {
-        "port": port, "t_ns": t, "paused_ns": paused, "qdepth_max_bytes": qdepth,
-        "pfc_sent": np.zeros((3, fabric.n_ports), dtype=np.int64),
-    }  # fmt: skip
+    ports = PortSamples.from_arrays({
+        "interval_ns": 1000, "port": port, "t_ns": t, "paused_ns": paused,
+        "qdepth_max_bytes": qdepth, "pfc_sent": np.zeros((3, fabric.n_ports), dtype=np.int64),
+    })  # fmt: skip
     spread = {x.port: x.to_dict() for x in pause_spread(fabric, ports)}
     assert spread[names[p]]["cause"] == "pause" and spread[names[p]]["because_of"] == names[q]
     assert spread[names[q]]["cause"] == "congestion" and spread[names[q]]["root"] == names[r]

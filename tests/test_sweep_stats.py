@@ -406,8 +406,8 @@ def test_every_shipped_experiment_loads_every_configuration():
     from aifabric.scenarios import load_scenario
 
     names = experiment_names()
-    assert names == ["busbw-vs-size", "congestion-control", "ecmp-entropy", "oversubscription",
-                     "path-pinning", "training-iteration"]  # fmt: skip
+    assert names == ["busbw-vs-size", "congestion-control", "ecmp-entropy", "maintenance-waves",
+                     "oversubscription", "path-pinning", "training-iteration"]  # fmt: skip
     for name in names:
         for full in (False, True):
             sweep = load_sweep(experiment_spec(name), full=full)
@@ -428,6 +428,9 @@ def test_every_shipped_experiment_loads_every_configuration():
                     assert sc.ecmp == value
                 if key == "congestion_control.kind":
                     assert sc.cc == value
+                if key == "maintenance":  # every spine drained and restored once, or no plan
+                    spines = int((sc.fabric.node_role == 2).sum())
+                    assert len(sc.faults) == (2 * spines if value else 0)
         assert len(seen) == len(sweep.configurations()), name
 
 
