@@ -363,6 +363,20 @@ def _workers_ignore_ctrl_c():
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def _forked_workers():
+    """Local workers forked from multiprocessing's forkserver while the sweep runs, not
+    spawned: the forkserver starts with the first workers, ignoring SIGINT as they do
+    (`_workers_ignore_ctrl_c`), and every worker forked from it inherits that, including
+    one its nanny starts again after a worker's process died. A spawned one would take the
+    client's SIGINT handling then and die with a traceback at the next Ctrl-C."""
+    import dask
+    import distributed  # noqa: F401 - its defaults first: leaving the `set` removes a new key
+
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        yield
+
+
 def run_sweep(
     sweep: Sweep,
     out: str | Path,
@@ -392,7 +406,7 @@ def run_sweep(
     except OSError as e:
         raise AifabricError(f"cannot write the sweep into {out}: {e.strerror}") from None
     try:
-        with sweep_lock(out, wait=wait, echo=echo):
+        with sweep_lock(out, wait=wait, echo=echo), _forked_workers():
             return _run_sweep(sweep, out, points, earlier, workers, scheduler, echo)
     finally:
         getattr(echo, "close", lambda: None)()  # a progress bar gives the terminal back
@@ -511,7 +525,7 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
                 try:
                     row = fut.result()
                 except Exception as e:  # the worker died under it (KilledWorker), every try
-                    row = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+                    row = {"status": "failed", "error": _lost(e)}
                     record_failure(path, sweep.engine, row["error"], owner=key)
                 runs.offer(p.name, row)
                 progress.done += 1
@@ -545,6 +559,20 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
         "results": str(table),
         "earlier": tables["earlier"],
     }
+
+
+def _lost(e: Exception) -> str:
+    """The error of a point whose task raised on the client rather than returning a row:
+    Dask's KilledWorker says the point's worker died under it on every try."""
+    from distributed import KilledWorker
+
+    if isinstance(e, KilledWorker):
+        return (
+            f"its worker process died while running it, on each of {e.allowed_failures + 1} "
+            "tries (killed, out of memory or crashed: Dask's KilledWorker, last on "
+            f"{e.last_worker.address})"
+        )
+    return f"{type(e).__name__}: {e}"
 
 
 def stderr_progress():
