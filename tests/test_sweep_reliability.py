@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -124,11 +123,11 @@ SOAK = ("--set", "workload.size=32MiB", "--vary", "ecmp.policy=5tuple,eecmp", "-
 POLL_S = 0.02
 
 
-def _sweep(tiny: Path, out: Path, log: Path, *args: str) -> subprocess.Popen:
+def _sweep(tiny: Path, out: Path, log: Path, *args: str, env=None) -> subprocess.Popen:
     """`aifabric sweep` in a process group of its own (its client, scheduler and workers),
     its output in `log`."""
     command = [sys.executable, "-m", "aifabric", "sweep", str(tiny), *args, "-o", str(out)]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     with open(log, "w") as fh:
         return subprocess.Popen(
             command, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env
@@ -167,42 +166,25 @@ def _kill_worker(parent: int, pid: int, signum: int = 9) -> bool:
     return True
 
 
-def _next_attempt(out: Path, name: str, after: set[int], until) -> int | None:
-    """The pid of the worker that runs the point `name` next (one not in `after`), or None
-    when `until()` says the sweep ended first."""
+def _next_attempt(parent: int, out: Path, name: str, after: set[int], until) -> int | None:
+    """The pid of the worker (a process of `parent`) that runs the point `name` next, one
+    not in `after`; None when `until()` says to stop looking first."""
     import time
 
     while not until():
-        pid = _running(os.getpid(), out).get(name)
+        pid = _running(parent, out).get(name)
         if pid is not None and pid not in after:
             return pid
         time.sleep(POLL_S)
     return None
 
 
-def _in_thread(target) -> tuple[threading.Thread, list, threading.Event]:
-    """`target(ended)` in a thread: what it returns (or raises) in the list, `ended` set
-    once the sweep in the main thread has ended."""
-    result, ended = [], threading.Event()
+def _ended(proc: subprocess.Popen, within_s: float):
+    """`until` for `_next_attempt`: the sweep `proc` ended, or `within_s` went by."""
+    import time
 
-    def run():
-        try:
-            result.append(target(ended.is_set))
-        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread
-            result.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, result, ended
-
-
-def _joined(thread, result, ended):
-    ended.set()
-    thread.join(timeout=60)
-    (found,) = result
-    if isinstance(found, BaseException):
-        raise found
-    return found
+    deadline = time.monotonic() + within_s
+    return lambda: proc.poll() is not None or time.monotonic() > deadline
 
 
 def _ignores_sigint(pid: int) -> bool:
@@ -213,36 +195,43 @@ def _ignores_sigint(pid: int) -> bool:
     return bool(ignored >> (signal.SIGINT - 1) & 1)
 
 
+def _end(proc: subprocess.Popen) -> None:
+    """Kill what is left of the sweep `proc` (its process group)."""
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
 def test_a_worker_started_again_after_its_process_died_ignores_ctrl_c(tiny, tmp_path):
     """A Ctrl-C at a terminal reaches every process of the sweep; the local workers ignore
     it and the client stops them. The worker a nanny starts in place of a dead one too: it
-    keeps running its point through a SIGINT (it died of it, with a traceback, when the
-    client spawned it while handling SIGINT itself)."""
+    keeps running its point through a SIGINT. (Spawned while the client handled SIGINT, it
+    closed on one, and a sweep left with no worker waited for ever.)"""
     import signal
 
-    from aifabric.experiments.runner import run_sweep
-    from aifabric.experiments.spec import sweep_from_flags
     from aifabric.fabric.rundir import Run
 
-    out = tmp_path / "sweep"
-    sweep = sweep_from_flags(str(tiny), assignments=["workload.size=32MiB"], seeds="1-2")
-
-    def replace_then_interrupt(ended):
-        first = _next_attempt(out, sweep.points()[0].name, set(), ended)
-        assert first is not None and _kill_worker(os.getpid(), first), "no point was seen running"
-        again = _next_attempt(out, sweep.points()[0].name, {first}, ended)
-        assert again is not None, "the point did not run again"
+    out, log = tmp_path / "sweep", tmp_path / "sweep.log"
+    proc = _sweep(tiny, out, log, "--set", "workload.size=32MiB", "--seeds", "1-2",
+                  "--workers", "1")  # fmt: skip
+    try:
+        until = _ended(proc, 120)
+        first = _next_attempt(proc.pid, out, "seed=1", set(), until)
+        assert first is not None and _kill_worker(proc.pid, first), log.read_text()
+        again = _next_attempt(proc.pid, out, "seed=1", {first}, until)
+        assert again is not None, log.read_text()
         ignores = _ignores_sigint(again)
-        _kill_worker(os.getpid(), again, signal.SIGINT)
-        return again, ignores
-
-    watch = _in_thread(replace_then_interrupt)
-    outcome = run_sweep(sweep, out, workers=1)
-    again, ignores = _joined(*watch)
+        _kill_worker(proc.pid, again, signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        _end(proc)
+    said = log.read_text()
     assert ignores, "the worker started in place of the dead one does not ignore SIGINT"
-    run = Run(out / "runs" / sweep.points()[0].name)
-    assert (run.status, run.meta["pid"]) == ("complete", again), "the SIGINT killed its worker"
-    assert (outcome["failed"], outcome["done"]) == (0, 2), outcome
+    assert proc.returncode == 0 and "Traceback" not in said, said
+    run = Run(out / "runs" / "seed=1")
+    assert (run.status, run.meta["pid"]) == ("complete", again), "the SIGINT ended its worker"
 
 
 def test_a_point_whose_worker_is_killed_on_every_try_fails_alone_and_says_so(tiny, tmp_path):
@@ -250,32 +239,28 @@ def test_a_point_whose_worker_is_killed_on_every_try_fails_alone_and_says_so(tin
     point is a failed run with its reason in its own directory, the others complete, and
     the sweep exits 1 in one sentence. The worker is killed by its pid, each time a new
     attempt of the point starts."""
-    import dask
     import pandas as pd
 
     from aifabric.fabric.rundir import Run
 
-    out = tmp_path / "sweep"
+    out, log = tmp_path / "sweep", tmp_path / "sweep.log"
     doomed = "workload.size=256MiB,seed=1"  # long: each try is seen running
-
-    def kill_every_try(ended):
-        killed: set[int] = set()
-        while (pid := _next_attempt(out, doomed, killed, ended)) is not None:
-            if _kill_worker(os.getpid(), pid):
-                killed.add(pid)
-        return killed
-
-    args = ["sweep", str(tiny), "--vary", "workload.size=256KiB,1MiB,256MiB", "--workers", "2",
-            "-o", str(out)]  # fmt: skip
-    watch = _in_thread(kill_every_try)
     # two tries (Dask's default is four): the same path, in half the time
-    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
-        result = CliRunner().invoke(main, args)
-    killed = _joined(*watch)
-    assert len(killed) == 2, (killed, result.output)
-    assert result.exit_code == 1, result.output
-    assert "1 of 3 points failed" in result.output, result.output
-    assert "Traceback" not in result.output, result.output
+    proc = _sweep(tiny, out, log, "--vary", "workload.size=256KiB,1MiB,256MiB", "--workers", "2",
+                  env={"DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "1"})  # fmt: skip
+    killed: set[int] = set()
+    try:
+        until = _ended(proc, 120)
+        while (pid := _next_attempt(proc.pid, out, doomed, killed, until)) is not None:
+            if _kill_worker(proc.pid, pid):
+                killed.add(pid)
+        proc.wait(timeout=60)
+    finally:
+        _end(proc)
+    said = log.read_text()
+    assert len(killed) == 2, (killed, said)
+    assert proc.returncode == 1 and "1 of 3 points failed" in said, said
+    assert "Traceback" not in said, said
     run = Run(out / "runs" / doomed)
     assert run.status == "failed", run.meta
     assert "died" in run.meta["message"] and "2 tries" in run.meta["message"], run.meta
@@ -304,8 +289,8 @@ def _soak_round(rng, ending: str, tiny: Path, out: Path, log: Path) -> int:
     kills = rng.randint(1, 2)
     proc = _sweep(tiny, out, log, *SOAK, "--workers", "2")
     try:
-        killed = 0
-        while killed < kills and proc.poll() is None:
+        killed, until = 0, _ended(proc, 120)
+        while killed < kills and not until():
             running = _running(proc.pid, out)
             if running:
                 time.sleep(rng.uniform(0, 0.3))  # somewhere inside the point
@@ -313,11 +298,11 @@ def _soak_round(rng, ending: str, tiny: Path, out: Path, log: Path) -> int:
             time.sleep(POLL_S)
         if ending != "finish" and proc.poll() is None:
             time.sleep(rng.uniform(0, 3))
-            os.killpg(proc.pid, signal.SIGINT if ending == "ctrl-c" else signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # it may have just ended
+                os.killpg(proc.pid, signal.SIGINT if ending == "ctrl-c" else signal.SIGKILL)
         proc.wait(timeout=300)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever the round left running
+        _end(proc)  # whatever the round left running
     said = log.read_text()
     if ending != "kill" or proc.returncode != -signal.SIGKILL:
         assert "Traceback" not in said, said
@@ -339,7 +324,11 @@ def _soak(tiny: Path, tmp_path: Path, seed: int, endings=None, rounds: int = 0) 
     killed = [_soak_round(rng, ending, tiny, out, log) for ending in endings]
     assert all(killed), f"a round saw no point running (seed {seed}: {endings}, {killed})"
     again = _sweep(tiny, out, log, *SOAK, "--workers", "2")
-    assert again.wait(timeout=300) == 0, (seed, endings, log.read_text())
+    try:
+        again.wait(timeout=300)
+    finally:
+        _end(again)
+    assert again.returncode == 0, (seed, endings, log.read_text())
     table = pd.read_csv(out / "results.csv")
     assert list(table["status"]) == ["complete"] * 4, (seed, endings, table)
     assert not disagreements(out), (seed, endings)
