@@ -485,30 +485,33 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
     from aifabric.experiments.results_table import rebuild_tables
     from aifabric.fabric.rundir import record_failure, remove_run_dir, write_json
 
-    (out / "runs").mkdir(exist_ok=True)
-    write_json(out / "sweep.json", {**sweep.to_dict(), "earlier": earlier})
     table = out / "results.csv"
     runs = RunRows(out, sweep.metrics)
-    todo = [p for p in points if not _is_done(sweep, p, runs.row(p.name))]
-    for p in todo:  # what an earlier attempt left is run again, not shown as this one's
-        remove_run_dir(out / "runs" / p.name)
-    tables = rebuild_tables(out, runs=runs)
-    progress = Progress(len(points), len(points) - len(todo), started=time.monotonic())
+    progress = Progress(len(points), 0, started=time.monotonic())
     show = echo or (lambda text, keep=False: None)
-    show(
-        f"{sweep.name}: {len(points)} points, {progress.reused} already done, {len(todo)} to run",
-        keep=True,
-    )
     interrupted = False
     said_failed: set[int] = set()  # points whose run said failed (should no row say so)
-    if todo:
-        if scheduler is None:  # no more workers than points, and as many as memory holds
-            workers = min(workers or default_workers(), len(todo))
-            check_workers(workers)
-        client, cluster = connect(workers, scheduler)
-        show(dashboard(client), keep=True)
-        futures = {}
-        try:
+    client = cluster = None
+    futures = {}
+    try:  # a Ctrl-C anywhere, the cluster's start too, leaves the tables rebuilt
+        (out / "runs").mkdir(exist_ok=True)
+        write_json(out / "sweep.json", {**sweep.to_dict(), "earlier": earlier})
+        todo = [p for p in points if not _is_done(sweep, p, runs.row(p.name))]
+        progress.reused = len(points) - len(todo)
+        for p in todo:  # what an earlier attempt left is run again, not shown as this one's
+            remove_run_dir(out / "runs" / p.name)
+        rebuild_tables(out, runs=runs)
+        show(
+            f"{sweep.name}: {len(points)} points, {progress.reused} already done, "
+            f"{len(todo)} to run",
+            keep=True,
+        )
+        if todo:
+            if scheduler is None:  # no more workers than points, and as many as memory holds
+                workers = min(workers or default_workers(), len(todo))
+                check_workers(workers)
+            client, cluster = connect(workers, scheduler)
+            show(dashboard(client), keep=True)
             from dask.distributed import as_completed
 
             for p in todo:
@@ -532,17 +535,20 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
                 if row.get("status") == "failed":
                     progress.failed += 1
                     said_failed.add(p.index)
-                tables = rebuild_tables(out, runs=runs)
+                rebuild_tables(out, runs=runs)
                 show(progress)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            with _shielded(echo):
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        with _shielded(echo):
+            if client is not None:
                 if interrupted:
                     client.cancel(list(futures))
                 client.close()
-                if cluster is not None:
-                    cluster.close()
+            if cluster is not None:
+                cluster.close()
+            tables = {"rows": {}, "earlier": 0}  # interrupted before sweep.json was written
+            if (out / "sweep.json").is_file():
                 tables = rebuild_tables(out, runs=runs)  # what the directories say now
     rows = tables["rows"]
     failed = sum(

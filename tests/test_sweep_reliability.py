@@ -87,6 +87,33 @@ def test_a_baseline_or_a_size_that_names_no_grid_point_is_refused(tiny, tmp_path
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("where", ["earlier_points", "_is_done", "dashboard"])
+def test_a_ctrl_c_before_the_points_run_is_an_interrupted_sweep(tiny, tmp_path, monkeypatch, where):
+    """A Ctrl-C before the sweep began (reading the folder), while it reads which points are
+    done, or once its cluster started: exit 130 in one sentence, the tables (where the sweep
+    began) what the run directories say, and the same command again runs every point; not
+    click's "Aborted!" and exit 1."""
+    import aifabric.experiments.results_table
+    import aifabric.experiments.runner
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    module = aifabric.experiments.results_table if where == "earlier_points" else None
+    monkeypatch.setattr(module or aifabric.experiments.runner, where, ctrl_c)
+    out = tmp_path / "sweep"
+    args = ["sweep", str(tiny), "--seeds", "1-2", "--workers", "1", "-o", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 130 and "interrupted" in result.output, result.output
+    assert "Aborted" not in result.output, result.output
+    if where != "earlier_points":
+        assert not disagreements(out)
+    monkeypatch.undo()
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "2 of 2 points done (0 from before" in result.output, result.output
+
+
 _KILLED_MID_POINT = """
 import os, sys
 import aifabric.sim.engine as engine
