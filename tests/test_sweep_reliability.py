@@ -1,6 +1,8 @@
-"""Sweeps: one writer per folder, specs that say what they run, a retried point that
-replaces its own half-written directory, and a soak that kills workers and the client
-(issue 26).
+"""Sweeps: one writer per folder, specs that say what they run, a Ctrl-C before the points
+run, a retried point that replaces its own half-written directory, a point whose worker
+dies on every try, a worker started again that ignores Ctrl-C, and a soak that kills
+workers and the client, then resumes (issue 26). Workers are killed by pid, and only
+processes the test's own sweep started.
 """
 
 from __future__ import annotations
@@ -8,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -185,7 +189,7 @@ def _running(parent: int, out: Path) -> dict[str, int]:
     return found
 
 
-def _kill_worker(parent: int, pid: int, signum: int = 9) -> bool:
+def _kill_worker(parent: int, pid: int, signum: int = signal.SIGKILL) -> bool:
     """Send the worker `pid` (a process of `parent`) `signum`, SIGKILL by default."""
     if pid not in _ours(parent):
         return False
@@ -196,8 +200,6 @@ def _kill_worker(parent: int, pid: int, signum: int = 9) -> bool:
 def _next_attempt(parent: int, out: Path, name: str, after: set[int], until) -> int | None:
     """The pid of the worker (a process of `parent`) that runs the point `name` next, one
     not in `after`; None when `until()` says to stop looking first."""
-    import time
-
     while not until():
         pid = _running(parent, out).get(name)
         if pid is not None and pid not in after:
@@ -208,15 +210,11 @@ def _next_attempt(parent: int, out: Path, name: str, after: set[int], until) -> 
 
 def _ended(proc: subprocess.Popen, within_s: float):
     """`until` for `_next_attempt`: the sweep `proc` ended, or `within_s` went by."""
-    import time
-
     deadline = time.monotonic() + within_s
     return lambda: proc.poll() is not None or time.monotonic() > deadline
 
 
 def _ignores_sigint(pid: int) -> bool:
-    import signal
-
     with open(f"/proc/{pid}/status") as fh:
         ignored = next(int(line.split()[1], 16) for line in fh if line.startswith("SigIgn:"))
     return bool(ignored >> (signal.SIGINT - 1) & 1)
@@ -224,8 +222,6 @@ def _ignores_sigint(pid: int) -> bool:
 
 def _end(proc: subprocess.Popen) -> None:
     """Kill what is left of the sweep `proc` (its process group)."""
-    import signal
-
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=60)
@@ -236,8 +232,6 @@ def test_a_worker_started_again_after_its_process_died_ignores_ctrl_c(tiny, tmp_
     it and the client stops them. The worker a nanny starts in place of a dead one too: it
     keeps running its point through a SIGINT. (Spawned while the client handled SIGINT, it
     closed on one, and a sweep left with no worker waited for ever.)"""
-    import signal
-
     from aifabric.fabric.rundir import Run
 
     out, log = tmp_path / "sweep", tmp_path / "sweep.log"
@@ -307,8 +301,6 @@ def _soak_round(rng, ending: str, tiny: Path, out: Path, log: Path) -> int:
     then the sweep left to finish (`ending`), stopped by Ctrl-C or killed outright (its
     client, scheduler and workers) at a random moment. Returns how many workers it killed."""
     import shutil
-    import signal
-    import time
 
     done = sorted(p.parent for p in out.glob("runs/*/run.json"))
     for run_dir in rng.sample(done, k=rng.randint(min(len(done), 2), len(done))):
