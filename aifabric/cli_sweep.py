@@ -153,9 +153,14 @@ def _run(spec, output, workers, scheduler, as_json, wait=False) -> dict:
             except KeyboardInterrupt:
                 click.echo("interrupted while compiling, before any point ran", err=True)
                 raise SystemExit(130) from None
-        outcome = run_sweep(
-            spec, output, workers=workers, scheduler=scheduler, echo=stderr_progress(), wait=wait
-        )
+        try:
+            outcome = run_sweep(
+                spec, output, workers=workers, scheduler=scheduler, echo=stderr_progress(),
+                wait=wait,
+            )  # fmt: skip
+        except KeyboardInterrupt:  # one after the sweep began writing is an interrupted outcome
+            click.echo("interrupted before the sweep began: run the same command again", err=True)
+            raise SystemExit(130) from None
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

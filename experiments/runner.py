@@ -363,6 +363,20 @@ def _workers_ignore_ctrl_c():
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def _forked_workers():
+    """Local workers forked from multiprocessing's forkserver while the sweep runs, not
+    spawned: the forkserver starts with the first workers, ignoring SIGINT as they do
+    (`_workers_ignore_ctrl_c`), and every worker forked from it inherits that, including
+    one its nanny starts again after a worker's process died. A spawned one would take the
+    client's SIGINT handling then and die with a traceback at the next Ctrl-C."""
+    import dask
+    import distributed  # noqa: F401 - its defaults first: leaving the `set` removes a new key
+
+    with dask.config.set({"distributed.worker.multiprocessing-method": "forkserver"}):
+        yield
+
+
 def run_sweep(
     sweep: Sweep,
     out: str | Path,
@@ -392,7 +406,7 @@ def run_sweep(
     except OSError as e:
         raise AifabricError(f"cannot write the sweep into {out}: {e.strerror}") from None
     try:
-        with sweep_lock(out, wait=wait, echo=echo):
+        with sweep_lock(out, wait=wait, echo=echo), _forked_workers():
             return _run_sweep(sweep, out, points, earlier, workers, scheduler, echo)
     finally:
         getattr(echo, "close", lambda: None)()  # a progress bar gives the terminal back
@@ -471,30 +485,33 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
     from aifabric.experiments.results_table import rebuild_tables
     from aifabric.fabric.rundir import record_failure, remove_run_dir, write_json
 
-    (out / "runs").mkdir(exist_ok=True)
-    write_json(out / "sweep.json", {**sweep.to_dict(), "earlier": earlier})
     table = out / "results.csv"
     runs = RunRows(out, sweep.metrics)
-    todo = [p for p in points if not _is_done(sweep, p, runs.row(p.name))]
-    for p in todo:  # what an earlier attempt left is run again, not shown as this one's
-        remove_run_dir(out / "runs" / p.name)
-    tables = rebuild_tables(out, runs=runs)
-    progress = Progress(len(points), len(points) - len(todo), started=time.monotonic())
+    progress = Progress(len(points), 0, started=time.monotonic())
     show = echo or (lambda text, keep=False: None)
-    show(
-        f"{sweep.name}: {len(points)} points, {progress.reused} already done, {len(todo)} to run",
-        keep=True,
-    )
     interrupted = False
     said_failed: set[int] = set()  # points whose run said failed (should no row say so)
-    if todo:
-        if scheduler is None:  # no more workers than points, and as many as memory holds
-            workers = min(workers or default_workers(), len(todo))
-            check_workers(workers)
-        client, cluster = connect(workers, scheduler)
-        show(dashboard(client), keep=True)
-        futures = {}
-        try:
+    client = cluster = None
+    futures = {}
+    try:  # a Ctrl-C anywhere, the cluster's start too, leaves the tables rebuilt
+        (out / "runs").mkdir(exist_ok=True)
+        write_json(out / "sweep.json", {**sweep.to_dict(), "earlier": earlier})
+        todo = [p for p in points if not _is_done(sweep, p, runs.row(p.name))]
+        progress.reused = len(points) - len(todo)
+        for p in todo:  # what an earlier attempt left is run again, not shown as this one's
+            remove_run_dir(out / "runs" / p.name)
+        rebuild_tables(out, runs=runs)
+        show(
+            f"{sweep.name}: {len(points)} points, {progress.reused} already done, "
+            f"{len(todo)} to run",
+            keep=True,
+        )
+        if todo:
+            if scheduler is None:  # no more workers than points, and as many as memory holds
+                workers = min(workers or default_workers(), len(todo))
+                check_workers(workers)
+            client, cluster = connect(workers, scheduler)
+            show(dashboard(client), keep=True)
             from dask.distributed import as_completed
 
             for p in todo:
@@ -511,24 +528,27 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
                 try:
                     row = fut.result()
                 except Exception as e:  # the worker died under it (KilledWorker), every try
-                    row = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+                    row = {"status": "failed", "error": _lost(e)}
                     record_failure(path, sweep.engine, row["error"], owner=key)
                 runs.offer(p.name, row)
                 progress.done += 1
                 if row.get("status") == "failed":
                     progress.failed += 1
                     said_failed.add(p.index)
-                tables = rebuild_tables(out, runs=runs)
+                rebuild_tables(out, runs=runs)
                 show(progress)
-        except KeyboardInterrupt:
-            interrupted = True
-        finally:
-            with _shielded(echo):
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        with _shielded(echo):
+            if client is not None:
                 if interrupted:
                     client.cancel(list(futures))
                 client.close()
-                if cluster is not None:
-                    cluster.close()
+            if cluster is not None:
+                cluster.close()
+            tables = {"rows": {}, "earlier": 0}  # interrupted before sweep.json was written
+            if (out / "sweep.json").is_file():
                 tables = rebuild_tables(out, runs=runs)  # what the directories say now
     rows = tables["rows"]
     failed = sum(
@@ -545,6 +565,20 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
         "results": str(table),
         "earlier": tables["earlier"],
     }
+
+
+def _lost(e: Exception) -> str:
+    """The error of a point whose task raised on the client rather than returning a row:
+    Dask's KilledWorker says the point's worker died under it on every try."""
+    from distributed import KilledWorker
+
+    if isinstance(e, KilledWorker):
+        return (
+            f"its worker process died while running it, on each of {e.allowed_failures + 1} "
+            "tries (killed, out of memory or crashed: Dask's KilledWorker, last on "
+            f"{e.last_worker.address})"
+        )
+    return f"{type(e).__name__}: {e}"
 
 
 def stderr_progress():

@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from aifabric.experiments.results_table import FILES, rebuild_tables
@@ -25,7 +26,7 @@ def _table(out: Path) -> pd.DataFrame:
     return pd.read_csv(out / "results.csv")
 
 
-def _disagreements(out: Path) -> list[str]:
+def disagreements(out: Path) -> list[str]:
     """What in results.csv differs from the run directories: a row whose status, error or
     wall_s is not its run's, a finished run without a row, and the table not what
     `rebuild_tables` makes of the directories now."""
@@ -46,10 +47,17 @@ def _disagreements(out: Path) -> list[str]:
     again = out.parent / f"{out.name}-rebuilt"
     shutil.rmtree(again, ignore_errors=True)
     rebuild_tables(out, into=again)
-    for name in FILES[:1]:
-        if (out / name).read_text() != (again / name).read_text():
+    for name in FILES:
+        if _contents(out / name) != _contents(again / name):
             said.append(f"{name} is not what rebuild_tables makes of the run directories")
     return said
+
+
+def _contents(path: Path):
+    """A table's text, or a Parquet table's rows (its bytes hold when it was written)."""
+    if path.suffix == ".parquet":
+        return pq.read_table(path).to_pylist()
+    return path.read_text()
 
 
 def _edit(run_dir: Path, **changes) -> None:
@@ -107,7 +115,7 @@ def test_the_table_follows_the_run_directories_from_point_to_point(tiny, tmp_pat
     assert table.loc[partial, "time_ns@allreduce"] > 0  # what the partial run measured
     (last,) = set(table.index) - {edited, partial}
     assert table.loc[last, "wall_s"] == Run(out / last).meta["wall_time_s"]
-    assert not _disagreements(out)
+    assert not disagreements(out)
     # the parquet tables are rebuilt with it
     parquet = pd.read_parquet(out / "results.parquet").set_index("run_dir")
     assert parquet.loc[partial, "status"] == "partial" and parquet.loc[edited, "wall_s"] == 4321.5
@@ -116,7 +124,7 @@ def test_the_table_follows_the_run_directories_from_point_to_point(tiny, tmp_pat
     assert (again["reused"], again["ran"], again["failed"]) == (2, 2, 0), again
     table = _table(out).set_index("run_dir")
     assert list(table["status"]) == ["complete"] * 4 and table.loc[edited, "wall_s"] == 4321.5
-    assert not _disagreements(out)
+    assert not disagreements(out)
 
 
 def test_rows_are_read_from_the_run_directories_and_kept_until_run_json_changes(
@@ -155,7 +163,7 @@ def test_rows_are_read_from_the_run_directories_and_kept_until_run_json_changes(
     assert rebuild_tables(out, runs=runs)["rows"][0]["wall_s"] == 99.0 and len(measured) == 2
     table = _table(out)
     assert list(table["status"]) == ["complete", "failed"] and table["wall_s"][0] == 99.0
-    assert not _disagreements(out)
+    assert not disagreements(out)
     # a damaged run.json is a row that says so, in one sentence; a deleted one no row
     (out / "runs" / ok.name / "run.json").write_text("{not json")
     row = rebuild_tables(out, runs=runs)["rows"][0]
@@ -192,7 +200,7 @@ def test_the_points_of_an_earlier_grid_are_read_from_their_directories(tiny, tmp
     assert list(table["ecmp.policy"]) == ["eecmp", "5tuple"]
     assert list(table["status"]) == ["complete", "partial"] and table["wall_s"][1] == 7.25
     assert table["error"][1] == "edited by hand"
-    assert not _disagreements(out)
+    assert not disagreements(out)
     shutil.rmtree(kept)  # an earlier point whose directory is gone has no row
     assert run_sweep(second, out)["earlier"] == 0
     assert list(_table(out)["ecmp.policy"]) == ["eecmp"]
