@@ -239,6 +239,7 @@ def _per_s(rate: float) -> str:
 
 def _print_summary(sc, s: dict) -> None:
     from aifabric.fabric.rundir import SIZE_IN_ALL
+    from aifabric.fabric.scenario import job_names
     from aifabric.fabric.units import format_rate, format_size, format_time
 
     status = s.get("status", "complete")
@@ -262,6 +263,14 @@ def _print_summary(sc, s: dict) -> None:
             f"{label:<17} {size}"
             f"  {format_time(op['time_ns'])}  busbw {format_rate(int(op['busbw_bps']))}bps"
         )
+    names = job_names(sc.workload) if s.get("iterations") else []
+    for it in s.get("iterations", []):
+        if it["iteration_ns"] is not None:
+            click.echo(
+                f"iteration         {names[it['job']]}: {format_time(it['iteration_ns'])} = "
+                f"{format_time(it['compute_ns'])} compute + "
+                f"{format_time(it['exposed_ns'])} exposed communication"
+            )
     if "max_queue_bytes" in s:
         where = f" at {s['max_queue_port']}" if s.get("max_queue_port") else ""
         click.echo(f"max queue         {format_size(s['max_queue_bytes'])}{where}")

@@ -157,6 +157,12 @@ def _show_text(s: dict) -> str:
     lines += ["", render(head, rows), "", f"ideal time, ops one after another: "
               f"{format_time(s['ideal_ns'])} at line rate, "
               f"{format_time(s['predicted_ns'])} by NCCL's cost model (collectives)"]  # fmt: skip
+    compute = {op["job"]: op["compute_ns"] for op in s["ops"] if op.get("compute_ns")}
+    for job, ns in compute.items():
+        lines.append(
+            f"job {job}: compute {format_time(ns)} per iteration, its lower bound; each op "
+            "waits for its compute (aifabric analyze shows what was exposed)"
+        )
     return "\n".join(lines)
 
 

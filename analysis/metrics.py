@@ -758,6 +758,8 @@ def run_metrics(
     names = job_names(run, jobs_seen)
     collectives = _collectives(col, flows if has_flows else None, fabric, names, scale)
     jobs = _jobs(collectives.ops, flows if has_flows else None, names)
+    if col is not None:
+        jobs = _iterations(col, jobs)
     if has_ports and has_flows:
         jobs = senders_paused(fabric, ports, flows, jobs)
         throughput = _throughput(fabric, ports, flows, jobs, top, series)
@@ -1047,6 +1049,27 @@ def _jobs(ops, flows: dict | None, names: dict[int, str]) -> list[R.Job]:
             )
         )
     return out
+
+
+def _iterations(col: dict, jobs: list[R.Job]) -> list[R.Job]:
+    """The jobs with compute given their iteration time, compute-only lower bound and
+    exposed communication (`aifabric.fabric.completion.iterations`)."""
+    from dataclasses import replace
+
+    from aifabric.fabric.completion import iterations
+
+    per_job = {it["job"]: it for it in iterations(col)}
+    return [
+        replace(
+            j,
+            compute_ns=per_job[j.job]["compute_ns"],
+            iteration_ns=per_job[j.job]["iteration_ns"],
+            exposed_ns=per_job[j.job]["exposed_ns"],
+        )
+        if j.job in per_job
+        else j
+        for j in jobs
+    ]
 
 
 LOW_UTILIZATION = 0.5  # a job's receivers below half their line rate: a worst interval

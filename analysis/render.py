@@ -202,6 +202,26 @@ def _jobs_table(m: R.RunMetrics, scale: float) -> str:
     )
 
 
+def _iterations_table(m: R.RunMetrics) -> str:
+    return render(
+        ["job", "iteration", "compute", "exposed", "exposed share"],
+        [
+            [
+                j.name,
+                fmt(j.iteration_ns, "time"),
+                fmt(j.compute_ns, "time"),
+                fmt(j.exposed_ns, "time"),
+                fmt(j.exposed_ns / j.iteration_ns if j.iteration_ns else None, "pct"),
+            ]
+            for j in m.jobs
+            if j.compute_ns is not None
+        ],
+        title="training iterations (compute: the compute-only iteration, the lower bound; "
+        "iteration: to the later of the compute's end and the last op's end; exposed: the "
+        "communication the compute did not hide, iteration - compute)",
+    )
+
+
 def _ops_table(m: R.RunMetrics, scale: float) -> str:
     emulated = scale > 1
     head = ["op", "job", "kind", "algorithm", "ranks", "bytes", "time", "NCCL model", "ideal",
@@ -412,6 +432,8 @@ def run_text(m: R.RunMetrics, top: int = 10) -> str:
         )
     if m.jobs:
         out += ["", _jobs_table(m, scale)]
+    if any(j.compute_ns is not None for j in m.jobs):
+        out += ["", _iterations_table(m)]
     if m.collectives.count > len(m.jobs):
         out += ["", _ops_table(m, scale)]
     if m.faults:

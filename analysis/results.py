@@ -288,6 +288,11 @@ class Job(Result):
     receivers: int | None = optional()
     # PFC pause time on the ports of the NICs it sends from (a run with flows and ports)
     senders_paused_ns: int | None = optional()
+    # a training job with compute (aifabric.fabric.completion.iterations): its compute-only
+    # iteration (the lower bound), its iteration time, and the communication left exposed
+    compute_ns: int | None = optional()
+    iteration_ns: int | None = optional()
+    exposed_ns: int | None = optional()
 
 
 @dataclass(frozen=True)

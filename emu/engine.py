@@ -26,7 +26,12 @@ from aifabric.emu.packets import WIRE_OVERHEAD_BYTES
 from aifabric.emu.plan import Estimate, choose_scale, estimate, plan
 from aifabric.emu.replay import PAYLOAD_MTU, Replay, capacity_pps
 from aifabric.engines import Support, approximated, implemented, refused, scenario_features
-from aifabric.fabric.completion import collective_records, collective_rows, completion_ns
+from aifabric.fabric.completion import (
+    collective_records,
+    collective_rows,
+    completion_ns,
+    iterations,
+)
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.faults import applied, at_start
 from aifabric.fabric.live import LiveStream
@@ -611,6 +616,7 @@ def _write(
         "flows_done": done,
         "completion_ns": completion_ns(start, end),
         "collectives": collective_rows(coll),
+        "iterations": iterations(coll),
         "bytes_received": int(result.received.sum()) if result is not None else 0,
         "packets_sent": int(result.packets_sent) if result is not None else 0,
         "packets_resent": int(result.retx_packets.sum()) if result is not None else 0,

@@ -5,7 +5,8 @@ end in `@JOB` (`busbw_gbps@allreduce`), per collective of a job with several
 kinds in `@JOB/KIND-ALGORITHM`; ECMP figures per switch tier end in `.TIER`
 (`ecmp_max_mean.rtsw>ctsw`); a drain plan's waves are numbered in the metric's name
 (`wave0_busbw_gbps@JOB`, `wave0_capacity_kept.rtsw>ctsw`). Everything is read from the run directory
-through the analysis library (per job: its time, ideal time and efficiency, busbw).
+through the analysis library (per job: its time, ideal time and efficiency, busbw; a
+training job with compute also its iteration, compute and exposed time).
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ def point_metrics(path, scenario, groups) -> dict[str, Any]:
             row[f"time_ns@{name}"] = job.time_ns
             row[f"ideal_ns@{name}"] = job.ideal_ns or None
             row[f"efficiency@{name}"] = job.efficiency
+            if job.compute_ns is not None:  # a training job with compute
+                row[f"iteration_ns@{name}"] = job.iteration_ns
+                row[f"compute_ns@{name}"] = job.compute_ns
+                row[f"exposed_ns@{name}"] = job.exposed_ns
         if "pfc" in groups:
             row[f"senders_paused_ns@{name}"] = job.senders_paused_ns
         if "busbw" in groups:

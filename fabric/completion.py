@@ -6,8 +6,13 @@
   flows to start), its end (the last of its flows to end, -1 unless all did),
   algbw = bytes / time and busbw = algbw x the operation's busbw factor
   (nccl-tests; recorded too, so the analyzer needs no table of its own), and
-  the NCCL protocol and cost-model time the flow table gives it, as
-  collectives.npz holds them;
+  the NCCL protocol and cost-model time the flow table gives it, and the
+  compute it waited for (`ready_ns`, when that compute was done;
+  `iteration_start_ns`, its job's start; `compute_ns`, its job's compute-only
+  iteration time, 0 for a job with no compute), as collectives.npz holds them;
+- `iterations`: per job with compute, its iteration time (the later of its
+  compute's end and its last op's end, from its start), the compute-only lower
+  bound, and the exposed communication, their difference (never negative);
 - `collective_rows`: the same as the run's summary lists them.
 """
 
@@ -42,10 +47,12 @@ def collective_records(flows, start_ns, end_ns) -> dict[str, np.ndarray]:
     m = len(t.op_id)
     start = np.full(m, -1, dtype=np.int64)
     end = np.full(m, -1, dtype=np.int64)
+    origin = np.zeros(m, dtype=np.int64)  # the job's start: its flows' earliest less the wait
     for j, op in enumerate(t.op_id):
         sel = t.op == op
         if not sel.any():
             continue
+        origin[j] = max(int(t.start_ns[sel].min()) - int(t.op_ready_ns[j]), 0)
         s = start_ns[sel]
         e = end_ns[sel]
         if (s >= 0).any():
@@ -61,7 +68,32 @@ def collective_records(flows, start_ns, end_ns) -> dict[str, np.ndarray]:
         "bytes": t.op_bytes, "ranks": t.op_ranks, "start_ns": start, "end_ns": end,
         "algbw_bps": algbw, "busbw_bps": busbw, "busbw_factor": t.op_busbw_factor,
         "protocol": t.op_protocol, "predicted_ns": t.op_predicted_ns,
+        "ready_ns": origin + t.op_ready_ns, "iteration_start_ns": origin,
+        "compute_ns": t.op_compute_ns,
     }  # fmt: skip
+
+
+def iterations(coll: dict) -> list[dict]:
+    """Per job whose ops carry compute (collectives.npz's `compute_ns` above 0): `job`,
+    `start_ns`, `compute_ns` (the compute-only iteration: the lower bound), `iteration_ns`
+    (from the start to the later of the compute's end and the last op's end; None unless
+    every op of the job ended) and `exposed_ns` = iteration - compute, the communication
+    the compute did not hide."""
+    if "compute_ns" not in coll:
+        return []
+    out = []
+    jobs, compute = np.asarray(coll["job"]), np.asarray(coll["compute_ns"])
+    for job in np.unique(jobs[compute > 0]):
+        sel = jobs == job
+        start = int(np.asarray(coll["iteration_start_ns"])[sel].min())
+        work = int(compute[sel].max())
+        ends = np.asarray(coll["end_ns"])[sel]
+        iteration = max(work, int(ends.max()) - start) if (ends >= 0).all() else None
+        out.append({
+            "job": int(job), "start_ns": start, "compute_ns": work, "iteration_ns": iteration,
+            "exposed_ns": None if iteration is None else iteration - work,
+        })  # fmt: skip
+    return out
 
 
 def collective_rows(coll: dict) -> list[dict]:

@@ -34,7 +34,11 @@ temporary file renamed into place, so a reader never sees half of one):
                      (busbw / algbw, recorded also for ops that did not finish; runs
                      written before it was recorded lack it); protocol and
                      predicted_ns (the NCCL protocol and cost-model time of the op,
-                     aifabric.traffic.nccl; "" and 0 for patterns; older runs lack them)
+                     aifabric.traffic.nccl; "" and 0 for patterns; older runs lack them);
+                     ready_ns, iteration_start_ns, compute_ns (when the compute the op
+                     waited for was done, its job's start and compute-only iteration
+                     time; 0 compute for a job with none; older runs lack them:
+                     aifabric.fabric.completion.iterations)
     captures/*.pcap  packet captures where taken
     live.json        while the engine runs, its figures so far, rewritten at most once a
                      second (aifabric.fabric.live: simulated time, events, flows done,
@@ -870,8 +874,12 @@ def _check_collectives(path: Path, z: dict) -> None:
         _within(
             path, "predicted_ns", z["predicted_ns"], 0, np.iinfo(np.int64).max, "a negative value"
         )
-    for key in ("op", "job", "ranks", "bytes"):
-        _within(path, key, z[key], 0, np.iinfo(np.int64).max, "a negative value")
+    for key in ("ready_ns", "iteration_start_ns", "compute_ns"):
+        if key in z:
+            _column(path, z, key, kind="i", length=n)
+    for key in ("op", "job", "ranks", "bytes", "ready_ns", "iteration_start_ns", "compute_ns"):
+        if key in z:
+            _within(path, key, z[key], 0, np.iinfo(np.int64).max, "a negative value")
 
 
 def recorded_owner(path: str | Path) -> str | None:

@@ -309,9 +309,11 @@ class Simulation:
 
         from aifabric.sim.heap import schedule
 
+        # an op starts its base latency after the later of its start time (the compute it
+        # waits for) and the end of the op before it: a transfer's earliest start holds it
+        fl[:, L.FL_EARLIEST_PS] += fl[:, L.FL_BASE_PS]
         for i in np.flatnonzero(fl[:, L.FL_DEPS] == 0):
-            t0 = int(fl[i, L.FL_EARLIEST_PS] + fl[i, L.FL_BASE_PS])
-            schedule(ev, g, t0, L.EV_FLOW_START, int(i), 0)
+            schedule(ev, g, int(fl[i, L.FL_EARLIEST_PS]), L.EV_FLOW_START, int(i), 0)
         schedule(ev, g, int(prm[L.P_SAMPLE_PS]), L.EV_SAMPLE, 0, 0)
 
     def _streams(self, fl: np.ndarray) -> None:

@@ -13,7 +13,12 @@ from collections.abc import Callable
 import numpy as np
 
 from aifabric.engines import Support, approximated, implemented, refused, scenario_features
-from aifabric.fabric.completion import collective_records, collective_rows, completion_ns
+from aifabric.fabric.completion import (
+    collective_records,
+    collective_rows,
+    completion_ns,
+    iterations,
+)
 from aifabric.fabric.faults import applied
 from aifabric.fabric.files import replace_atomic
 from aifabric.fabric.live import TOTALS, LiveStream
@@ -326,6 +331,7 @@ def run_summary(sim: Simulation, flows: dict, series: dict, coll: dict) -> dict:
         "completion_ns": completion_ns(flows["start_ns"], flows["end_ns"]),
         "simulated_ns": c["simulated_ns"],
         "collectives": collective_rows(coll),
+        "iterations": iterations(coll),
         "max_queue_bytes": max_queue,
         "max_queue_port": where,
         "ecn_marked": c["ecn_marked"],

@@ -407,7 +407,7 @@ def test_every_shipped_experiment_loads_every_configuration():
 
     names = experiment_names()
     assert names == ["busbw-vs-size", "congestion-control", "ecmp-entropy", "maintenance-waves",
-                     "oversubscription", "path-pinning"]  # fmt: skip
+                     "oversubscription", "path-pinning", "training-iteration"]  # fmt: skip
     for name in names:
         for full in (False, True):
             sweep = load_sweep(experiment_spec(name), full=full)

@@ -36,6 +36,9 @@ tables, with `name` and `description` beside them). Jobs never share a NIC.
     bucket, fsdp   t      25MiB, no   gradient AllReduce bucket; FSDP AllGather/ReduceScatter
     micro_batches  t      2 x pp      pipeline micro-batches; activation = 16MiB per send
     moe_layers     t      0           MoE layers, moe_alltoall = 32MiB per GPU per AllToAll
+    forward        t      0           compute per layer and micro-batch; backward = 2 x forward
+    gpu_tflops     t      0           or compute from 6 x params x tokens (tokens per iteration)
+                                      FLOPs at gpu_tflops x efficiency (0.4)
     gpus           all    "all"       GPUs of the job
     placement      all    packed      packed | fragmented | rail-aligned (traffic.placement)
     channels, qps  all    1, 1        parallel rings/trees; QPs per connection

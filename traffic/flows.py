@@ -32,6 +32,10 @@ Added within schema 1 (absent from older files, then filled with defaults):
     op_predicted_ns  NCCL's cost-model time of the op (0 where there is none)
     op_rate_factor   each QP's rate cap over its NIC's line rate (the protocol's bandwidth
                      beyond its wire format, NCCL's model; 1: none)
+    op_ready_ns      the compute the op waits for, from its job's start (its flows' start_ns
+                     include it; aifabric.traffic.training); 0: none
+    op_compute_ns    its job's compute-only iteration time, the lower bound of the job's
+                     iteration time; 0: the job models no compute
     group            per flow: the stream it is a QP of, -1 for a flow that is a whole
                      transfer; a stream's flows are consecutive rows, QP 0 first
     group_steps      per stream: its steps (equal shares of group_bytes, within a byte)
@@ -104,6 +108,8 @@ EXTRA_OP_COLUMNS = {
     "op_base_latency_ns": np.int64,
     "op_predicted_ns": np.int64,
     "op_rate_factor": np.float64,
+    "op_ready_ns": np.int64,
+    "op_compute_ns": np.int64,
 }
 GROUP_COLUMNS = {
     "group_steps": np.int32,
@@ -161,6 +167,8 @@ class FlowTable:
     op_base_latency_ns: np.ndarray | None = None
     op_predicted_ns: np.ndarray | None = None
     op_rate_factor: np.ndarray | None = None
+    op_ready_ns: np.ndarray | None = None
+    op_compute_ns: np.ndarray | None = None
     group: np.ndarray | None = None
     group_steps: np.ndarray | None = None
     group_bytes: np.ndarray | None = None

@@ -72,6 +72,8 @@ class Op:
     step_latency_ns: int = 0  # from an arrival to the release of the step it feeds
     base_latency_ns: int = 0  # before the op's first step
     rate_factor: float = 1.0  # each QP's rate cap, as a fraction of its NIC's line rate
+    ready_ns: int = 0  # the compute it waits for, from the job's start (traffic.training)
+    compute_ns: int = 0  # its job's compute-only iteration time; 0: no compute modelled
 
 
 def map_groups(tr: coll.Transfers, nic_groups: np.ndarray) -> coll.Transfers:
@@ -299,7 +301,7 @@ class _Builder:
             tb.add("bytes", nbytes)
             tb.add("msg_bytes", msg)
             tb.add("priority", np.full(nf, job["priority"], dtype=np.int8))
-            start = job["start"] + (op.start_ns[t] if op.start_ns is not None else 0)
+            start = job["start"] + op.ready_ns + (op.start_ns[t] if op.start_ns is not None else 0)
             tb.add("start_ns", np.broadcast_to(np.asarray(start, dtype=_I64), (nf,)))
             tb.add("group", np.full(nf, -1, dtype=_I64) if group is None else group)
             if group is not None:
@@ -335,6 +337,8 @@ class _Builder:
                 op_base_latency_ns=op.base_latency_ns,
                 op_predicted_ns=op.predicted_ns,
                 op_rate_factor=op.rate_factor,
+                op_ready_ns=op.ready_ns,
+                op_compute_ns=op.compute_ns,
             )
             self.n_ops += 1
 

@@ -49,6 +49,8 @@ MAX_REPEATS = 10_000  # iterations, layers, micro-batches, MoE layers
 MAX_UNIFORM_FLOWS = 10_000_000  # a uniform pattern's flows
 MAX_TRAINING_OPS = 100_000  # operations of one training iteration
 MAX_START_NS = 10**15  # a job's start: about 11.6 days of simulated time
+MAX_COMPUTE_NS = 10**12  # a layer's forward or backward time: 1000 s
+MAX_TFLOPS = 10**6  # a GPU's throughput
 FLOW_BYTES = 96  # memory per flow while the table is built (columns, dependencies)
 
 
@@ -170,6 +172,20 @@ TRAINING = {
     "moe_alltoall": Key(
         parse_size, 32 * 2**20, 0, "AllToAll size per GPU per MoE layer", MAX_BYTES
     ),
+    # compute (aifabric.traffic.training): given per layer, or from the model's FLOPs
+    "forward": Key(
+        parse_time, 0, 0, "forward time of one layer for one micro-batch", MAX_COMPUTE_NS
+    ),
+    "backward": Key(
+        parse_time,
+        0,
+        0,
+        "backward of one layer for one micro-batch; 0 = 2 x forward",
+        MAX_COMPUTE_NS,
+    ),
+    "gpu_tflops": Key(as_number, 0.0, 0, "a GPU's peak TFLOP/s; 0 = no compute", MAX_TFLOPS),
+    "efficiency": Key(as_number, 0.4, 0.001, "share of gpu_tflops the model reaches (MFU)", 1),
+    "tokens": Key(_count, 0, 0, "tokens per iteration (global batch x sequence)", MAX_PARAMS),
 }
 MATRIX = {
     "matrix": Key(as_str, doc="a traffic-matrix file: .npz flow table, .csv or htsim (see "
@@ -366,6 +382,9 @@ def _job(name: str, where: str, body: dict, folder: Path | None = None) -> Job:
             )
         if not values["params"] and not values["layer_sizes"]:
             raise SpecError(f"workload {name}: {where}params or layer_sizes must be given")
+        why = compute_refusal(values)
+        if why:
+            raise SpecError(f"workload {name}: {where}{why}")
         ops = training_op_bound(values)
         if ops > MAX_TRAINING_OPS:
             raise SpecError(
@@ -392,6 +411,22 @@ def _job(name: str, where: str, body: dict, folder: Path | None = None) -> Job:
             f"workload {name}: {where}load = {values['load']:g} must be at most 1 (of the NIC rate)"
         )
     return Job(kind=kind, values=values)
+
+
+def compute_refusal(values: dict) -> str | None:
+    """Why a training job's compute keys do not fit together (None when they do): compute
+    is given (`forward`, with `backward`) or derived (`gpu_tflops` with `tokens`), not both."""
+    given = values["forward"] or values["backward"]
+    if given and values["gpu_tflops"]:
+        return (
+            "forward/backward and gpu_tflops both set the compute time; give the times "
+            "or the GPU's throughput, not both"
+        )
+    if values["backward"] and not values["forward"]:
+        return "backward needs forward, the forward time of the same layer"
+    if bool(values["gpu_tflops"]) != bool(values["tokens"]):
+        return "gpu_tflops and tokens go together: compute = 6 x params x tokens FLOPs"
+    return None
 
 
 def training_op_bound(values: dict) -> int:

@@ -12,7 +12,9 @@ def op_stats(fabric: Fabric, table: FlowTable) -> list[dict]:
     """One dict per op. `ideal_ns` is the busiest NIC's bytes (sent or received) at its
     line rate: the time the op takes if the fabric never congests and steps overlap.
     `predicted_ns` is NCCL's cost-model time for the op's algorithm and `protocol` on an
-    idle fabric (`aifabric.traffic.nccl`; 0 for patterns and traffic matrices)."""
+    idle fabric (`aifabric.traffic.nccl`; 0 for patterns and traffic matrices). `ready_ns`
+    is the compute the op waits for from its job's start, `compute_ns` its job's
+    compute-only iteration (`aifabric.traffic.training`; 0 without compute)."""
     rate = np.zeros(fabric.n_nodes, dtype=np.float64)
     nics = fabric.nic_ids
     rate[nics] = fabric.port_rate_bps[fabric.nic_port[nics]]
@@ -44,6 +46,8 @@ def op_stats(fabric: Fabric, table: FlowTable) -> list[dict]:
                 "mean_rank_bytes": int(round(sent.sum() / senders)) if senders else 0,
                 "ideal_ns": int(np.ceil(seconds.max() * 1e9)) if hi > lo else 0,
                 "predicted_ns": int(table.op_predicted_ns[i]),
+                "ready_ns": int(table.op_ready_ns[i]),
+                "compute_ns": int(table.op_compute_ns[i]),
                 "busbw_factor": float(table.op_busbw_factor[i]),
                 "channels": int(table.op_channels[i]),
                 "qps": int(table.op_qps[i]),
