@@ -58,7 +58,7 @@ def fabric_from_topology(topo: dict) -> Fabric:
         for key, low in (("rate_bps", 1), ("delay_ns", 0), ("mtu_bytes", 1)):
             if any(not isinstance(r[key], int) or r[key] < low for r in links):
                 raise ValueError(f"a link's {key} is not a whole number of at least {low}")
-        return Fabric(
+        fabric = Fabric(
             name=topo.get("name", "fabric"),
             kind=topo.get("kind", ""),
             node_name=tuple(n["name"] for n in nodes),
@@ -75,8 +75,26 @@ def fabric_from_topology(topo: dict) -> Fabric:
             link_delay_ns=col("delay_ns", links, np.int64),
             link_mtu_bytes=col("mtu_bytes", links, np.int32),
         )
+        _check_nics(fabric)
+        return fabric
     except (KeyError, TypeError, ValueError, OverflowError, AttributeError, IndexError) as e:
         raise AifabricError(f"the run's topology.json cannot be read as a fabric: {e}") from None
+
+
+def _check_nics(fabric: Fabric) -> None:
+    """Every NIC has exactly one link, to a switch: the engines and the analyzer take a NIC's
+    one port as where its flows start and end (`Fabric.nic_port`)."""
+    ends = np.concatenate([fabric.link_a, fabric.link_b])
+    if len(ends) and (ends.min() < 0 or ends.max() >= len(fabric.node_name)):
+        raise ValueError("a link names a node that is not there")
+    degree = np.bincount(ends, minlength=len(fabric.node_name))
+    nic = fabric.node_role == Role.NIC
+    bad = np.flatnonzero(nic & (degree != 1))
+    if len(bad):
+        name = fabric.node_name[int(bad[0])]
+        raise ValueError(f"NIC {name} has {int(degree[bad[0]])} links, not one")
+    if np.any(nic[fabric.link_a] & nic[fabric.link_b]):
+        raise ValueError("a link joins two NICs")
 
 
 def to_graphml(fabric: Fabric) -> str:

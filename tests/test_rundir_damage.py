@@ -119,3 +119,21 @@ def test_a_flow_to_its_own_nic_is_one_sentence(pristine, tmp_path):
     assert result.exit_code == 1, result.output
     assert "flow 1 runs from a NIC to itself" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_switch_recorded_as_a_nic_is_one_sentence(pristine, tmp_path):
+    """Found by the 10,000-mutation fuzzer: a topology.json whose spine says it is a NIC read
+    as a fabric, and the ECMP analysis then asked for the tier of a 'NIC' with several links:
+    `ValueError: -1 is not a valid Role` from deep inside."""
+    import json
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(pristine, run_dir)
+    topo = json.loads((run_dir / "topology.json").read_text())
+    spine = next(n for n in topo["nodes"] if n["role"] not in ("nic", "rtsw"))
+    spine["role"] = "nic"
+    (run_dir / "topology.json").write_text(json.dumps(topo))
+    result = CliRunner().invoke(main, ["analyze", str(run_dir)])
+    assert result.exit_code == 1, result.output
+    assert f"NIC {spine['name']} has" in result.output and "links, not one" in result.output
+    assert "Traceback" not in result.output
