@@ -34,6 +34,7 @@ from aifabric.sim import layout as L
 from aifabric.sim.ecn import rng_state
 from aifabric.sim.heap import BUCKETS, CHUNK, HEAPS
 from aifabric.traffic.flows import FlowTable
+from aifabric.traffic.steps import first_latency_ns
 
 PS = L.PS_PER_NS
 CACHE_LINE = 64
@@ -340,7 +341,7 @@ class Simulation:
             gr[:, L.GR_FLOW0] = first
             gr[:, L.GR_NQP] = nqp
             gr[:, L.GR_LAT_PS] = lat[f0]
-            gr[:, L.GR_FIRST_PS] = lat[f0] + base[f0]
+            gr[:, L.GR_FIRST_PS] = first_latency_ns(t)[f0] * PS  # as the emulator waits
             gr[:, L.GR_OFFSET] = t.group_offset
             gr[:, L.GR_LOOP] = t.group_loop
             mode = self.flows.op_column("op_qp_mode", "split")
