@@ -61,13 +61,12 @@ CASES = [
 
 # How far the simulator may be from the model. Rings: 10% (measured within 10% at 16 and
 # 128 ranks, every size and protocol). Trees (NCCL's double binary tree, the op's flows
-# from a NIC sharing its protocol's rate): 17 of the 21 cases within 10%; outside it LL at
-# 16 ranks and 16 or 256 MiB (+20%, +19%: the leaves' streams run ahead, the inner NICs then
-# wait for their input), Simple at 128 ranks and 64 KiB (+15%: 14 levels of a piece's
+# from a NIC sharing its protocol's rate, each connection NCCL's buffer): 19 of the 21
+# cases within 10%; outside it Simple at 128 ranks and 64 KiB (+15%: 14 levels of a piece's
 # serialization and the path's propagation, which the model's latency does not charge) and
 # LL128 at 16 ranks and 1 MiB (-16%: the pipeline overlaps latency and transfer, which the
 # model adds).
-TOLERANCE = {"ring": (0.10, 0.10), "tree": (0.20, 0.25)}  # (faster, slower)
+TOLERANCE = {"ring": (0.10, 0.10), "tree": (0.20, 0.20)}  # (faster, slower)
 
 
 def check_time(algorithm, got, want):
@@ -91,6 +90,17 @@ def test_uncongested_ops_take_nccls_model_time(medium, kind, algorithm, protocol
 def test_uncongested_ops_take_nccls_model_time_large(medium, kind, algorithm, protocol, n, size):
     got, _ = simulate(medium, kind, algorithm, protocol, n, size)
     check_time(algorithm, got, nccl_model_us(kind, algorithm, protocol, n, size, line_bps(medium)))
+
+
+@pytest.mark.parametrize("size", [16 * MiB, pytest.param(256 * MiB, marks=pytest.mark.slow)])
+def test_a_trees_senders_wait_for_room_in_their_receivers_buffer(medium, size):
+    """A leaf's input is always there: were it not held to its connection's buffer (NCCL's, LL:
+    256 KiB of data), it would take its NIC's rate from the other tree, where the same NIC is
+    inner and its children wait for it, and that tree would end late (1.20x the model at
+    16 MiB, 1.19x at 256 MiB)."""
+    got, _ = simulate(medium, "allreduce", "tree", "ll", 16, size)
+    want = nccl_model_us("allreduce", "tree", "ll", 16, size, line_bps(medium))
+    assert want * 0.9 <= got <= want * 1.1, (got, want)
 
 
 def test_auto_runs_what_nccls_model_picks(medium):

@@ -32,6 +32,9 @@ Added within schema 1 (absent from older files, then filled with defaults):
     op_predicted_ns  NCCL's cost-model time of the op (0 where there is none)
     op_rate_factor   each QP's rate cap over its NIC's line rate (the protocol's bandwidth
                      beyond its wire format, NCCL's model; 1: none)
+    op_buffer_bytes  each connection's buffer (data bytes): a stream's sender holds back
+                     what would put more than this in its receiver's buffer before the
+                     receiver has passed it on; 0 = unbounded
     group            per flow: the stream it is a QP of, -1 for a flow that is a whole
                      transfer; a stream's flows are consecutive rows, QP 0 first
     group_steps      per stream: its steps (equal shares of group_bytes, within a byte)
@@ -104,6 +107,7 @@ EXTRA_OP_COLUMNS = {
     "op_base_latency_ns": np.int64,
     "op_predicted_ns": np.int64,
     "op_rate_factor": np.float64,
+    "op_buffer_bytes": np.int64,
 }
 GROUP_COLUMNS = {
     "group_steps": np.int32,
@@ -161,6 +165,7 @@ class FlowTable:
     op_base_latency_ns: np.ndarray | None = None
     op_predicted_ns: np.ndarray | None = None
     op_rate_factor: np.ndarray | None = None
+    op_buffer_bytes: np.ndarray | None = None
     group: np.ndarray | None = None
     group_steps: np.ndarray | None = None
     group_bytes: np.ndarray | None = None

@@ -72,6 +72,7 @@ class Op:
     step_latency_ns: int = 0  # from an arrival to the release of the step it feeds
     base_latency_ns: int = 0  # before the op's first step
     rate_factor: float = 1.0  # each QP's rate cap, as a fraction of its NIC's line rate
+    buffer_bytes: int = 0  # each connection's buffer (data bytes), 0: unbounded
 
 
 def map_groups(tr: coll.Transfers, nic_groups: np.ndarray) -> coll.Transfers:
@@ -335,6 +336,7 @@ class _Builder:
                 op_base_latency_ns=op.base_latency_ns,
                 op_predicted_ns=op.predicted_ns,
                 op_rate_factor=op.rate_factor,
+                op_buffer_bytes=op.buffer_bytes,
             )
             self.n_ops += 1
 
@@ -586,7 +588,7 @@ def _collective_ops(
         kind, algorithm, size, len(nics), 1, tr.steps, tr, hierarchical=job["hierarchical"],
         protocol=choice.protocol, predicted_ns=choice.predicted_ns,
         step_latency_ns=terms.step_latency_ns, base_latency_ns=terms.base_latency_ns,
-        rate_factor=terms.rate_factor,
+        rate_factor=terms.rate_factor, buffer_bytes=terms.buffer_bytes,
     )  # fmt: skip
     return [op] * job["iterations"]
 

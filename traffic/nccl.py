@@ -410,12 +410,14 @@ class Terms:
     most one step of a stream moves (NCCL's chunk), the latency from the arrival of a step's
     input to the release of the step, the latency before the op's first step, and each QP's
     rate cap over its NIC's line rate (the protocol's bandwidth factor: LL's and LL128's
-    flags are in it, the wire carries the data bytes)."""
+    flags are in it, the wire carries the data bytes), and each connection's buffer in data
+    bytes, which a tree's sender may not run ahead of its receiver by (0: unbounded)."""
 
     step_bytes: int
     step_latency_ns: int
     base_latency_ns: int
     rate_factor: float
+    buffer_bytes: int = 0
 
 
 def tree_step_bytes(size: int, channels: int, depth: int, step: int) -> int:
@@ -481,4 +483,7 @@ def terms(
         step_latency_ns=int(round(step_us * 1000)),
         base_latency_ns=int(round(base * 1000)),
         rate_factor=min(1.0, factor),
+        # a tree's connections hold NCCL's buffer: a sender whose input is always there (a
+        # leaf) would otherwise take its NIC's rate from the tree its receiver waits in
+        buffer_bytes=int(table.buffer_bytes[p] * table.wire[p]) if algorithm == "tree" else 0,
     )
