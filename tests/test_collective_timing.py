@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from aifabric import topologies, traffic
 from aifabric.sim import Simulation
 from aifabric.traffic import nccl
-from tests.test_nccl import reference_us
+from tests.test_nccl import hierarchical_us, reference_us
 
 KiB, MiB = 2**10, 2**20
 
@@ -100,6 +100,18 @@ def test_a_trees_senders_wait_for_room_in_their_receivers_buffer(medium, size):
     16 MiB, 1.19x at 256 MiB)."""
     got, _ = simulate(medium, "allreduce", "tree", "ll", 16, size)
     want = nccl_model_us("allreduce", "tree", "ll", 16, size, line_bps(medium))
+    assert want * 0.9 <= got <= want * 1.1, (got, want)
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "reducescatter"])
+@pytest.mark.parametrize("protocol", ["simple", "ll", "ll128"])
+@pytest.mark.parametrize("size", [64 * KiB, MiB, 16 * MiB])
+def test_hierarchical_rings_take_their_rails_time(medium, kind, protocol, size):
+    """16 GPUs in 2 servers of one rack: a ring per rail over the servers, 1/8 of the data each,
+    and the NVLink steps' latency inside them (tests/test_nccl.py `hierarchical_us`). Over more
+    racks the rails' flows meet on the uplinks ECMP gives them: congestion, not the model."""
+    got, _ = simulate(medium, kind, "ring", protocol, 16, size, hierarchical=True)
+    want = hierarchical_us(kind, "ring", protocol, 2, 8, size, line_bps(medium))
     assert want * 0.9 <= got <= want * 1.1, (got, want)
 
 

@@ -580,9 +580,12 @@ def _collective_ops(
         tr = collective.transfers(algorithm, len(ranks), part, shape)
         blocks.append(map_groups(tr, ranks[None, :]))
     tr = coll.concat(blocks)
+    ranks = max(len(r) for r, _, _ in instances)
+    per_server = len(nics) // ranks if job["hierarchical"] else 1
     terms = nccl.terms(
-        table.merged(job["nccl"]), kind, algorithm, choice.protocol,
-        max(len(r) for r, _, _ in instances), size, job["channels"],
+        table.merged(job["nccl"]), kind, algorithm, choice.protocol, ranks,
+        max(part for _, part, _ in instances), job["channels"],
+        nccl.nvlink_steps(kind, per_server),
     )  # fmt: skip
     op = Op(
         kind, algorithm, size, len(nics), 1, tr.steps, tr, hierarchical=job["hierarchical"],

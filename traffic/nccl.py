@@ -295,6 +295,47 @@ def predict_ns(
     return (lat + size / (1000 * bw)) * 1000
 
 
+def rail_bytes(kind: str, size: int, per_server: int) -> int:
+    """The bytes of the largest rail's op of a hierarchical op of `size` bytes over servers of
+    `per_server` GPUs (`generate.collective_instances`: 1/g of the data each, or all of it)."""
+    return -(-size // per_server) if KINDS[kind].rails_split else size
+
+
+def nvlink_steps(kind: str, per_server: int) -> int:
+    """The steps a hierarchical op takes inside each server, on NVLink, beside its rails' op:
+    an AllReduce reduce-scatters before and all-gathers after (2(g-1), NCCL's ring over g
+    GPUs in one server), AllGather and ReduceScatter one of those passes (g-1), Broadcast
+    and AllToAll (PXN's hop to the GPU on the destination's rail) one step, send/recv none."""
+    g = per_server
+    if g < 2 or kind == "sendrecv":
+        return 0
+    if kind in ("broadcast", "alltoall"):
+        return 1
+    return (2 if kind == "allreduce" else 1) * (g - 1)
+
+
+def hierarchical_ns(
+    table: Table,
+    kind: str,
+    algorithm: str,
+    protocol: str,
+    servers: int,
+    per_server: int,
+    size: int,
+    bw_bps: float,
+    channels: int = 1,
+) -> float:
+    """A hierarchical op's time, in ns, as it runs: NCCL's model of a rail's op (one rank per
+    server, every step over the network, `rail_bytes`; the rails run at once, each on its own
+    NICs) plus its `nvlink_steps`' latency inside the servers. Not NCCL's flat ring over every
+    GPU, which NCCL has instead (2(n-1) steps, the servers' NICs together): that is another
+    algorithm. NVLink's bandwidth, far above a NIC's and not in the fabric, is left out."""
+    part = rail_bytes(kind, size, per_server)
+    t = predict_ns(table, kind, algorithm, protocol, servers, servers, part, bw_bps, channels)
+    lat_us = table.nvlink_latency_us[ROW.get(algorithm, "ring")][protocol]
+    return t + nvlink_steps(kind, per_server) * lat_us * 1000
+
+
 def p2p_protocol(kind: str, ranks: int, size: int, channels: int = 1) -> str:
     """NCCL's point-to-point protocol: LL when a peer's bytes fit in channels x 16 KiB."""
     peer = -(-size // ranks) if kind == "alltoall" else size
@@ -311,25 +352,33 @@ def choose(
     channels: int = 1,
     algorithms: tuple[str, ...] | None = None,
     protocols: tuple[str, ...] | None = None,
+    per_server: int = 1,
 ) -> tuple[str, str, float]:
     """(algorithm, protocol, predicted ns) as NCCL's tuner picks them: the least
-    `predict_ns` over the algorithms the kind can run that NCCL tunes (tree only for
+    `predict_ns` (with `per_server` GPUs of a hierarchical op in each of `ranks` servers,
+    `hierarchical_ns`) over the algorithms the kind can run that NCCL tunes (tree only for
     AllReduce) and the three protocols, ties to NCCL's order (tree before ring; LL, LL128,
     Simple); for a kind NCCL does not tune, over its algorithms. `algorithms` /
     `protocols` restrict the search (NCCL_ALGO, NCCL_PROTO).
     Point-to-point kinds take their one algorithm and NCCL's point-to-point protocol rule."""
+
+    def predict(a: str, p: str) -> float:
+        if per_server > 1:
+            return hierarchical_ns(table, kind, a, p, ranks, per_server, size, bw_bps, channels)
+        return predict_ns(table, kind, a, p, ranks, nodes, size, bw_bps, channels)
+
     options = KINDS[kind].algorithms
     if kind in P2P_KINDS:
         algorithm = (algorithms or options)[0]
-        protocol = protocols[0] if protocols else p2p_protocol(kind, ranks, size, channels)
-        t = predict_ns(table, kind, algorithm, protocol, ranks, nodes, size, bw_bps, channels)
-        return algorithm, protocol, t
+        part = rail_bytes(kind, size, per_server)
+        protocol = protocols[0] if protocols else p2p_protocol(kind, ranks, part, channels)
+        return algorithm, protocol, predict(algorithm, protocol)
     # NCCL_ALGO_TREE = 0, RING = 1; a kind NCCL does not tune: any of its algorithms
     tuned = [a for a in ("tree", "ring") if a in options] if kind in TUNED else list(options)
     best = None
     for a in sorted(algorithms or tuned, key=lambda a: tuned.index(a) if a in tuned else 99):
         for p in protocols or PROTOCOLS:
-            t = predict_ns(table, kind, a, p, ranks, nodes, size, bw_bps, channels)
+            t = predict(a, p)
             if best is None or t < best[2]:
                 best = (a, p, t)
     return best
@@ -361,30 +410,35 @@ def resolve(
     size: int,
     channels: int = 1,
     nics=None,
+    per_server: int = 1,
 ) -> Choice:
     """A job's (kind, algorithm, protocol), either of them "auto", as the concrete choice for
-    one op of `ranks` ranks in `nodes` servers over the NICs `nics` of `fabric`."""
+    one op of `ranks` ranks in `nodes` servers over the NICs `nics` of `fabric` (a
+    hierarchical op: `ranks` servers of `per_server` GPUs, `choose`)."""
     bw = nic_rate_bps(fabric, nics)
     a, p, t = choose(
         table, kind, ranks, nodes, size, bw, channels,
         algorithms=None if algorithm == "auto" else (algorithm,),
-        protocols=None if protocol == "auto" else (protocol,),
+        protocols=None if protocol == "auto" else (protocol,), per_server=per_server,
     )  # fmt: skip
     return Choice(a, p, int(round(t)))
 
 
 def job_choice(table: Table, fabric, job, nics, servers: int) -> Choice:
-    """A collective job's `resolve`d choice, its communicator as NCCL sees it: with
-    `hierarchical`, every GPU in its `servers`; flat, every rank its own NIC (each step
-    crosses the network, nodes = ranks); a send/recv chain, its `stages`."""
+    """A collective job's `resolve`d choice: flat, every rank its own NIC (each step crosses
+    the network, nodes = ranks); with `hierarchical`, the rails' op over its `servers` and
+    the steps inside them (`hierarchical_ns`); a send/recv chain, its `stages`."""
     kind = job["collective"]
-    ranks = len(nics)
-    nodes = servers if job["hierarchical"] else ranks
+    ranks = nodes = len(nics)
+    per_server = 1
     if kind == "sendrecv":
         ranks = nodes = job["stages"]
+    elif job["hierarchical"]:
+        ranks = nodes = servers
+        per_server = len(nics) // servers
     return resolve(
         table.merged(job["nccl"]), fabric, kind, job["algorithm"], job["protocol"], ranks, nodes,
-        job["size"], job["channels"], nics,
+        job["size"], job["channels"], nics, per_server,
     )  # fmt: skip
 
 
@@ -437,6 +491,7 @@ def terms(
     ranks: int,
     size: int,
     channels: int = 1,
+    nvlink_steps: int = 0,
 ) -> Terms:
     """`Terms` of an op over `ranks` ranks, each its own NIC (every step crosses the network),
     read off `predict_ns`'s terms: its per-step network latency (with the ring Simple
@@ -447,7 +502,9 @@ def terms(
     of latency is its base). A ring runs in one loop of steps of size / (n x channels):
     NCCL runs loops of at most its chunk on each channel, one after the other, and its
     several channels hide one loop's latency behind the others' transfers, which is what
-    its model's single latency term assumes. No protocol (""): no latency, no cap."""
+    its model's single latency term assumes. A hierarchical op's rail (`hierarchical_ns`)
+    adds its `nvlink_steps`' latency to the base: they move nothing over the fabric.
+    No protocol (""): no latency, no cap."""
     if protocol not in PROTOCOLS or ranks < 2:
         return Terms(2 * 2**20, 0, 0, 1.0)
     row, p = ROW.get(algorithm, "ring"), protocol
@@ -469,6 +526,7 @@ def terms(
     if kind == "broadcast" and algorithm == "ring":
         base += step_us  # NCCL charges a Broadcast one step, not one per hop
         step_us = 0.0
+    base += nvlink_steps * table.nvlink_latency_us[row][p]
     step = chunk_bytes(table, kind, algorithm, p)
     if algorithm == "tree" and p == "simple":
         step = tree_step_bytes(size, channels, log2i(ranks) + 1, step)
