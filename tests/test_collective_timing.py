@@ -115,6 +115,16 @@ def test_hierarchical_rings_take_their_rails_time(medium, kind, protocol, size):
     assert want * 0.9 <= got <= want * 1.1, (got, want)
 
 
+@pytest.mark.parametrize("protocol", ["ll", "ll128"])
+def test_a_tree_over_ranks_not_a_power_of_two_takes_the_models_latency(medium, protocol):
+    """24 ranks: NCCL's trees are 5 levels deep and its model charges log2i(24) = 4 network
+    latencies each way; the levels share them (1.17x and 1.25x the model when every level
+    paid a whole latency)."""
+    got, _ = simulate(medium, "allreduce", "tree", protocol, 24, 64 * KiB)
+    want = nccl_model_us("allreduce", "tree", protocol, 24, 64 * KiB, line_bps(medium))
+    assert want * 0.9 <= got <= want * 1.1, (got, want)
+
+
 def test_auto_runs_what_nccls_model_picks(medium):
     """`auto` runs the argmin of the model (written out in tests/test_nccl.py) and takes
     its time."""

@@ -79,7 +79,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aifabric.fabric.errors import SpecError, cut, shown
-from aifabric.traffic.collectives import KINDS, busbw_factor
+from aifabric.traffic.collectives import KINDS, busbw_factor, tree_height
 
 ALGORITHMS = ("ring", "tree")  # the rows of the table (NCCL's)
 PROTOCOLS = ("ll", "ll128", "simple")
@@ -497,8 +497,8 @@ def terms(
     read off `predict_ns`'s terms: its per-step network latency (with the ring Simple
     AllReduce plateau), its base latency, its bandwidth factor (with the tree's size
     correction; the simulator shares it among the op's flows from one NIC). A chain of
-    dependent steps then costs what the model charges: 2(n-1) ring steps, 2 log2(n) tree
-    levels, n - 1 pairwise exchanges, one step per hop of a chain (a Broadcast's one step
+    dependent steps then costs what the model charges: 2(n-1) ring steps, 2 log2i(n) tree
+    latencies, n - 1 pairwise exchanges, one step per hop of a chain (a Broadcast's one step
     of latency is its base). A ring runs in one loop of steps of size / (n x channels):
     NCCL runs loops of at most its chunk on each channel, one after the other, and its
     several channels hide one loop's latency behind the others' transfers, which is what
@@ -515,6 +515,9 @@ def terms(
         i = log2i(size >> 6)
         if 0 <= i < 23:
             factor *= TREE_CORRECTION[p][i]
+        # the model's 2 log2i(n) network latencies over the tree's 2 x height levels (one
+        # more each way when n is not a power of two)
+        step_us *= log2i(ranks) / tree_height(ranks)
     elif (
         algorithm == "ring"
         and kind == "allreduce"
