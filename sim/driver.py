@@ -36,6 +36,7 @@ from aifabric.sim import layout as L
 from aifabric.sim.ecn import rng_state
 from aifabric.sim.heap import BUCKETS, CHUNK, HEAPS
 from aifabric.traffic.flows import FlowTable
+from aifabric.traffic.steps import first_latency_ns
 
 PS = L.PS_PER_NS
 CACHE_LINE = 64
@@ -302,7 +303,8 @@ class Simulation:
         self.fl, self.fr, self.nd, self.act, self.pk, self.pc = fl, fr, nd, act, pk, pc
         self.ev, self.dep_ptr, self.dep, self.smp, self.cap = ev, rdep_ptr, rdep, smp, cap
         prm[L.P_EVENT_RESERVE], prm[L.P_PACKET_RESERVE] = self._reserves()
-        prm[L.P_EVENT_RESERVE] += int(self.gr[:, L.GR_OUT_N].max()) if len(self.gr) else 0
+        if len(self.gr):  # a step's arrival releases its outputs, a release its inputs
+            prm[L.P_EVENT_RESERVE] += int((self.gr[:, L.GR_OUT_N] + self.gr[:, L.GR_IN_N]).max())
         prm[L.P_STALL_PS] = self._stall_ns() * PS
         self._load = np.zeros(f.n_ports, dtype=np.float64)
         self._rnd = np.zeros(L.MAX_HOPS, dtype=np.uint32)
@@ -344,9 +346,12 @@ class Simulation:
             gr[:, L.GR_FLOW0] = first
             gr[:, L.GR_NQP] = nqp
             gr[:, L.GR_LAT_PS] = lat[f0]
-            gr[:, L.GR_FIRST_PS] = lat[f0] + base[f0]
+            gr[:, L.GR_FIRST_PS] = first_latency_ns(t)[f0] * PS  # as the emulator waits
             gr[:, L.GR_OFFSET] = t.group_offset
             gr[:, L.GR_LOOP] = t.group_loop
+            buffer = self.flows.op_column("op_buffer_bytes", 0)[f0].astype(np.int64)
+            step = np.maximum(-(-gr[:, L.GR_BYTES] // gr[:, L.GR_STEPS]), 1)
+            gr[:, L.GR_WINDOW] = np.where(buffer > 0, np.maximum(buffer // step, 1), 0)
             mode = self.flows.op_column("op_qp_mode", "split")
             gr[:, L.GR_RR] = mode[f0] == "round-robin"
             gr[:, L.GR_CHUNK] = np.maximum(self.flows.op_column("op_chunk_bytes", 1)[f0], 1)

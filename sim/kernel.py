@@ -131,6 +131,7 @@ from aifabric.sim.layout import (
     GR_SCHED,
     GR_STARTED,
     GR_STEPS,
+    GR_WINDOW,
     K_ACK,
     K_CNP,
     K_CTS,
@@ -1015,14 +1016,40 @@ def step_arrived(S, f, now):
     gio = S.gio
     for j in range(gr[s, GR_OUT_OFF], gr[s, GR_OUT_OFF] + gr[s, GR_OUT_N]):
         o = gio[j]
-        t = NEVER
-        for i in range(gr[o, GR_IN_OFF], gr[o, GR_IN_OFF] + gr[o, GR_IN_N]):
-            if gr[gio[i], GR_DONE] < t:
-                t = gr[gio[i], GR_DONE]
-        t = releasable(gr, o, t)
+        t = release_target(S, o)
         if t > gr[o, GR_SCHED]:
             gr[o, GR_SCHED] = t
             schedule(S.ev, S.g, now + gr[o, GR_LAT_PS], EV_RELEASE, o, t)
+
+
+@njit(cache=True, inline="always")
+def release_target(S, s):
+    """Steps of stream s that may be released now: those its inputs have delivered
+    (`releasable`; all of them if it has none), within its window (`in_window`)."""
+    gr, gio = S.gr, S.gio
+    if gr[s, GR_IN_N] == 0:
+        return in_window(S, s, gr[s, GR_STEPS])
+    t = NEVER
+    for i in range(gr[s, GR_IN_OFF], gr[s, GR_IN_OFF] + gr[s, GR_IN_N]):
+        if gr[gio[i], GR_DONE] < t:
+            t = gr[gio[i], GR_DONE]
+    return in_window(S, s, releasable(gr, s, t))
+
+
+@njit(cache=True, inline="always")
+def in_window(S, s, t):
+    """At most t steps of stream s, and at most GR_WINDOW beyond the steps each of its outputs
+    has released: its receiver's buffer holds a step until the receiver sends on what it
+    carries (NCCL's connection buffer; the output's release frees it, `release`)."""
+    gr, gio = S.gr, S.gio
+    w = gr[s, GR_WINDOW]
+    if w == 0:
+        return t
+    for j in range(gr[s, GR_OUT_OFF], gr[s, GR_OUT_OFF] + gr[s, GR_OUT_N]):
+        c = gr[gio[j], GR_RELEASED] + w
+        if c < t:
+            t = c
+    return t
 
 
 @njit(cache=True, inline="always")
@@ -1046,6 +1073,14 @@ def release(S, s, t, now):
     if t <= old:
         return
     gr[s, GR_RELEASED] = t
+    gio = S.gio
+    for j in range(gr[s, GR_IN_OFF], gr[s, GR_IN_OFF] + gr[s, GR_IN_N]):
+        i = gio[j]  # its release frees buffer its started inputs may be waiting for
+        if gr[i, GR_WINDOW] > 0 and gr[i, GR_STARTED]:
+            ti = release_target(S, i)
+            if ti > gr[i, GR_SCHED]:
+                gr[i, GR_SCHED] = ti
+                schedule(S.ev, S.g, now, EV_RELEASE, i, ti)
     f0 = gr[s, GR_FLOW0]
     woke = False
     for j in range(gr[s, GR_NQP]):
@@ -1079,7 +1114,7 @@ def start_stream(S, f, now):
     s = fl[f, FL_GROUP]
     if gr[s, GR_STARTED] == 0:
         gr[s, GR_STARTED] = 1
-        t = gr[s, GR_STEPS] if gr[s, GR_IN_N] == 0 else releasable(gr, s, 0)
+        t = in_window(S, s, gr[s, GR_STEPS] if gr[s, GR_IN_N] == 0 else releasable(gr, s, 0))
         if t > gr[s, GR_SCHED]:
             gr[s, GR_SCHED] = t
             schedule(S.ev, S.g, now + gr[s, GR_FIRST_PS], EV_RELEASE, s, t)

@@ -247,8 +247,9 @@ FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_PACE_BPS, FR_N = range(6)
     GR_OUT_N,
     GR_STARTED,  # 1 once one of its flows started
     GR_LOOP,  # steps per loop (a ring's 2(n-1)): a loop's first step waits for no input; 0 none
+    GR_WINDOW,  # steps released beyond those its outputs have released (its buffer); 0 none
     GR_N,
-) = range(19)
+) = range(20)
 ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
 
 # nodes (nd[v, ...]): a NIC's list of flows that have data to send; a shared-buffer

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from aifabric import topologies, traffic
 from aifabric.sim import Simulation
 from aifabric.traffic import nccl
-from tests.test_nccl import reference_us
+from tests.test_nccl import hierarchical_us, reference_us
 
 KiB, MiB = 2**10, 2**20
 
@@ -61,13 +61,12 @@ CASES = [
 
 # How far the simulator may be from the model. Rings: 10% (measured within 10% at 16 and
 # 128 ranks, every size and protocol). Trees (NCCL's double binary tree, the op's flows
-# from a NIC sharing its protocol's rate): 17 of the 21 cases within 10%; outside it LL at
-# 16 ranks and 16 or 256 MiB (+20%, +19%: the leaves' streams run ahead, the inner NICs then
-# wait for their input), Simple at 128 ranks and 64 KiB (+15%: 14 levels of a piece's
+# from a NIC sharing its protocol's rate, each connection NCCL's buffer): 19 of the 21
+# cases within 10%; outside it Simple at 128 ranks and 64 KiB (+15%: 14 levels of a piece's
 # serialization and the path's propagation, which the model's latency does not charge) and
 # LL128 at 16 ranks and 1 MiB (-16%: the pipeline overlaps latency and transfer, which the
 # model adds).
-TOLERANCE = {"ring": (0.10, 0.10), "tree": (0.20, 0.25)}  # (faster, slower)
+TOLERANCE = {"ring": (0.10, 0.10), "tree": (0.20, 0.20)}  # (faster, slower)
 
 
 def check_time(algorithm, got, want):
@@ -91,6 +90,61 @@ def test_uncongested_ops_take_nccls_model_time(medium, kind, algorithm, protocol
 def test_uncongested_ops_take_nccls_model_time_large(medium, kind, algorithm, protocol, n, size):
     got, _ = simulate(medium, kind, algorithm, protocol, n, size)
     check_time(algorithm, got, nccl_model_us(kind, algorithm, protocol, n, size, line_bps(medium)))
+
+
+@pytest.mark.parametrize("size", [16 * MiB, pytest.param(256 * MiB, marks=pytest.mark.slow)])
+def test_a_trees_senders_wait_for_room_in_their_receivers_buffer(medium, size):
+    """A leaf's input is always there: were it not held to its connection's buffer (NCCL's, LL:
+    256 KiB of data), it would take its NIC's rate from the other tree, where the same NIC is
+    inner and its children wait for it, and that tree would end late (1.20x the model at
+    16 MiB, 1.19x at 256 MiB)."""
+    got, _ = simulate(medium, "allreduce", "tree", "ll", 16, size)
+    want = nccl_model_us("allreduce", "tree", "ll", 16, size, line_bps(medium))
+    assert want * 0.9 <= got <= want * 1.1, (got, want)
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "reducescatter"])
+@pytest.mark.parametrize("protocol", ["simple", "ll", "ll128"])
+@pytest.mark.parametrize("size", [64 * KiB, MiB, 16 * MiB])
+def test_hierarchical_rings_take_their_rails_time(medium, kind, protocol, size):
+    """16 GPUs in 2 servers of one rack: a ring per rail over the servers, 1/8 of the data each,
+    and the NVLink steps' latency inside them (tests/test_nccl.py `hierarchical_us`). Over more
+    racks the rails' flows meet on the uplinks ECMP gives them: congestion, not the model."""
+    got, _ = simulate(medium, kind, "ring", protocol, 16, size, hierarchical=True)
+    want = hierarchical_us(kind, "ring", protocol, 2, 8, size, line_bps(medium))
+    assert want * 0.9 <= got <= want * 1.1, (got, want)
+
+
+@pytest.mark.parametrize("protocol", ["ll", "ll128"])
+def test_a_tree_over_ranks_not_a_power_of_two_takes_the_models_latency(medium, protocol):
+    """24 ranks: NCCL's trees are 5 levels deep and its model charges log2i(24) = 4 network
+    latencies each way; the levels share them (1.17x and 1.25x the model when every level
+    paid a whole latency)."""
+    got, _ = simulate(medium, "allreduce", "tree", protocol, 24, 64 * KiB)
+    want = nccl_model_us("allreduce", "tree", protocol, 24, 64 * KiB, line_bps(medium))
+    assert want * 0.9 <= got <= want * 1.1, (got, want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["allreduce", "allgather", "reducescatter"])
+@pytest.mark.parametrize("protocol", ["simple", "ll", "ll128"])
+def test_rings_over_an_ai_zone_take_nccls_model_time(kind, protocol):
+    """3,072 ranks, one per NIC of ai-zone, 64 KiB: 6,142 (or 3,071) dependent steps, each
+    at NCCL's latency (measured 1.006x-1.017x the model; 20-60 CPU s each here)."""
+    zone = topologies.load_fabric("ai-zone")
+    got, _ = simulate(zone, kind, "ring", protocol, 3072, 64 * KiB)
+    check_time("ring", got, nccl_model_us(kind, "ring", protocol, 3072, 64 * KiB, line_bps(zone)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["ll", "ll128"])
+def test_trees_over_an_ai_zone_take_nccls_model_time(protocol):
+    """3,072 ranks, 1 MiB: trees 12 levels deep against the model's log2i(3072) = 11
+    (1.07x and 1.06x the model when every level paid a whole latency, 1.01x now)."""
+    zone = topologies.load_fabric("ai-zone")
+    got, _ = simulate(zone, "allreduce", "tree", protocol, 3072, MiB)
+    want = nccl_model_us("allreduce", "tree", protocol, 3072, MiB, line_bps(zone))
+    assert want * 0.95 <= got <= want * 1.05, (got, want)
 
 
 def test_auto_runs_what_nccls_model_picks(medium):

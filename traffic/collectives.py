@@ -292,6 +292,12 @@ def double_tree(n: int) -> list[np.ndarray]:
     return [first, second]
 
 
+def tree_height(n: int) -> int:
+    """Levels from a leaf of NCCL's two trees over n ranks to their root, the deeper tree's:
+    log2(n) for a power of two, one more otherwise (NCCL's model charges log2i(n))."""
+    return max(int(tree_depth(parent).max()) for parent in double_tree(n)) if n > 1 else 0
+
+
 def tree(n: int, size: int, channels: int, step_bytes: int) -> Transfers:
     """Double binary tree AllReduce on NCCL's two trees (`double_tree`): each reduces half the
     data up and broadcasts it down. Each edge is a stream per direction, in pieces of at
@@ -609,7 +615,7 @@ class AllReduce(_RingKind):
 
     def steps(self, algorithm, n, size, shape):
         if algorithm == "tree":
-            height = max(int(tree_depth(parent).max()) for parent in double_tree(n))
+            height = tree_height(n)
             g = max(shape.pieces(int(h)) for s in shape.per_channel(size) for h in parts(s, 2))
             return 2 * height + g - 1
         if algorithm == "halving-doubling":

@@ -36,6 +36,9 @@ Added within schema 1 (absent from older files, then filled with defaults):
                      include it; aifabric.traffic.training); 0: none
     op_compute_ns    its job's compute-only iteration time, the lower bound of the job's
                      iteration time; 0: the job models no compute
+    op_buffer_bytes  each connection's buffer (data bytes): a stream's sender holds back
+                     what would put more than this in its receiver's buffer before the
+                     receiver has passed it on; 0 = unbounded
     group            per flow: the stream it is a QP of, -1 for a flow that is a whole
                      transfer; a stream's flows are consecutive rows, QP 0 first
     group_steps      per stream: its steps (equal shares of group_bytes, within a byte)
@@ -110,6 +113,7 @@ EXTRA_OP_COLUMNS = {
     "op_rate_factor": np.float64,
     "op_ready_ns": np.int64,
     "op_compute_ns": np.int64,
+    "op_buffer_bytes": np.int64,
 }
 GROUP_COLUMNS = {
     "group_steps": np.int32,
@@ -169,6 +173,7 @@ class FlowTable:
     op_rate_factor: np.ndarray | None = None
     op_ready_ns: np.ndarray | None = None
     op_compute_ns: np.ndarray | None = None
+    op_buffer_bytes: np.ndarray | None = None
     group: np.ndarray | None = None
     group_steps: np.ndarray | None = None
     group_bytes: np.ndarray | None = None

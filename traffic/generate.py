@@ -74,6 +74,7 @@ class Op:
     rate_factor: float = 1.0  # each QP's rate cap, as a fraction of its NIC's line rate
     ready_ns: int = 0  # the compute it waits for, from the job's start (traffic.training)
     compute_ns: int = 0  # its job's compute-only iteration time; 0: no compute modelled
+    buffer_bytes: int = 0  # each connection's buffer (data bytes), 0: unbounded
 
 
 def map_groups(tr: coll.Transfers, nic_groups: np.ndarray) -> coll.Transfers:
@@ -339,6 +340,7 @@ class _Builder:
                 op_rate_factor=op.rate_factor,
                 op_ready_ns=op.ready_ns,
                 op_compute_ns=op.compute_ns,
+                op_buffer_bytes=op.buffer_bytes,
             )
             self.n_ops += 1
 
@@ -582,15 +584,18 @@ def _collective_ops(
         tr = collective.transfers(algorithm, len(ranks), part, shape)
         blocks.append(map_groups(tr, ranks[None, :]))
     tr = coll.concat(blocks)
+    ranks = max(len(r) for r, _, _ in instances)
+    per_server = len(nics) // ranks if job["hierarchical"] else 1
     terms = nccl.terms(
-        table.merged(job["nccl"]), kind, algorithm, choice.protocol,
-        max(len(r) for r, _, _ in instances), size, job["channels"],
+        table.merged(job["nccl"]), kind, algorithm, choice.protocol, ranks,
+        max(part for _, part, _ in instances), job["channels"],
+        nccl.nvlink_steps(kind, per_server),
     )  # fmt: skip
     op = Op(
         kind, algorithm, size, len(nics), 1, tr.steps, tr, hierarchical=job["hierarchical"],
         protocol=choice.protocol, predicted_ns=choice.predicted_ns,
         step_latency_ns=terms.step_latency_ns, base_latency_ns=terms.base_latency_ns,
-        rate_factor=terms.rate_factor,
+        rate_factor=terms.rate_factor, buffer_bytes=terms.buffer_bytes,
     )  # fmt: skip
     return [op] * job["iterations"]
 

@@ -79,7 +79,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aifabric.fabric.errors import SpecError, cut, shown
-from aifabric.traffic.collectives import KINDS, busbw_factor
+from aifabric.traffic.collectives import KINDS, busbw_factor, tree_height
 
 ALGORITHMS = ("ring", "tree")  # the rows of the table (NCCL's)
 PROTOCOLS = ("ll", "ll128", "simple")
@@ -295,6 +295,47 @@ def predict_ns(
     return (lat + size / (1000 * bw)) * 1000
 
 
+def rail_bytes(kind: str, size: int, per_server: int) -> int:
+    """The bytes of the largest rail's op of a hierarchical op of `size` bytes over servers of
+    `per_server` GPUs (`generate.collective_instances`: 1/g of the data each, or all of it)."""
+    return -(-size // per_server) if KINDS[kind].rails_split else size
+
+
+def nvlink_steps(kind: str, per_server: int) -> int:
+    """The steps a hierarchical op takes inside each server, on NVLink, beside its rails' op:
+    an AllReduce reduce-scatters before and all-gathers after (2(g-1), NCCL's ring over g
+    GPUs in one server), AllGather and ReduceScatter one of those passes (g-1), Broadcast
+    and AllToAll (PXN's hop to the GPU on the destination's rail) one step, send/recv none."""
+    g = per_server
+    if g < 2 or kind == "sendrecv":
+        return 0
+    if kind in ("broadcast", "alltoall"):
+        return 1
+    return (2 if kind == "allreduce" else 1) * (g - 1)
+
+
+def hierarchical_ns(
+    table: Table,
+    kind: str,
+    algorithm: str,
+    protocol: str,
+    servers: int,
+    per_server: int,
+    size: int,
+    bw_bps: float,
+    channels: int = 1,
+) -> float:
+    """A hierarchical op's time, in ns, as it runs: NCCL's model of a rail's op (one rank per
+    server, every step over the network, `rail_bytes`; the rails run at once, each on its own
+    NICs) plus its `nvlink_steps`' latency inside the servers. Not NCCL's flat ring over every
+    GPU, which NCCL has instead (2(n-1) steps, the servers' NICs together): that is another
+    algorithm. NVLink's bandwidth, far above a NIC's and not in the fabric, is left out."""
+    part = rail_bytes(kind, size, per_server)
+    t = predict_ns(table, kind, algorithm, protocol, servers, servers, part, bw_bps, channels)
+    lat_us = table.nvlink_latency_us[ROW.get(algorithm, "ring")][protocol]
+    return t + nvlink_steps(kind, per_server) * lat_us * 1000
+
+
 def p2p_protocol(kind: str, ranks: int, size: int, channels: int = 1) -> str:
     """NCCL's point-to-point protocol: LL when a peer's bytes fit in channels x 16 KiB."""
     peer = -(-size // ranks) if kind == "alltoall" else size
@@ -311,25 +352,33 @@ def choose(
     channels: int = 1,
     algorithms: tuple[str, ...] | None = None,
     protocols: tuple[str, ...] | None = None,
+    per_server: int = 1,
 ) -> tuple[str, str, float]:
     """(algorithm, protocol, predicted ns) as NCCL's tuner picks them: the least
-    `predict_ns` over the algorithms the kind can run that NCCL tunes (tree only for
+    `predict_ns` (with `per_server` GPUs of a hierarchical op in each of `ranks` servers,
+    `hierarchical_ns`) over the algorithms the kind can run that NCCL tunes (tree only for
     AllReduce) and the three protocols, ties to NCCL's order (tree before ring; LL, LL128,
     Simple); for a kind NCCL does not tune, over its algorithms. `algorithms` /
     `protocols` restrict the search (NCCL_ALGO, NCCL_PROTO).
     Point-to-point kinds take their one algorithm and NCCL's point-to-point protocol rule."""
+
+    def predict(a: str, p: str) -> float:
+        if per_server > 1:
+            return hierarchical_ns(table, kind, a, p, ranks, per_server, size, bw_bps, channels)
+        return predict_ns(table, kind, a, p, ranks, nodes, size, bw_bps, channels)
+
     options = KINDS[kind].algorithms
     if kind in P2P_KINDS:
         algorithm = (algorithms or options)[0]
-        protocol = protocols[0] if protocols else p2p_protocol(kind, ranks, size, channels)
-        t = predict_ns(table, kind, algorithm, protocol, ranks, nodes, size, bw_bps, channels)
-        return algorithm, protocol, t
+        part = rail_bytes(kind, size, per_server)
+        protocol = protocols[0] if protocols else p2p_protocol(kind, ranks, part, channels)
+        return algorithm, protocol, predict(algorithm, protocol)
     # NCCL_ALGO_TREE = 0, RING = 1; a kind NCCL does not tune: any of its algorithms
     tuned = [a for a in ("tree", "ring") if a in options] if kind in TUNED else list(options)
     best = None
     for a in sorted(algorithms or tuned, key=lambda a: tuned.index(a) if a in tuned else 99):
         for p in protocols or PROTOCOLS:
-            t = predict_ns(table, kind, a, p, ranks, nodes, size, bw_bps, channels)
+            t = predict(a, p)
             if best is None or t < best[2]:
                 best = (a, p, t)
     return best
@@ -361,30 +410,35 @@ def resolve(
     size: int,
     channels: int = 1,
     nics=None,
+    per_server: int = 1,
 ) -> Choice:
     """A job's (kind, algorithm, protocol), either of them "auto", as the concrete choice for
-    one op of `ranks` ranks in `nodes` servers over the NICs `nics` of `fabric`."""
+    one op of `ranks` ranks in `nodes` servers over the NICs `nics` of `fabric` (a
+    hierarchical op: `ranks` servers of `per_server` GPUs, `choose`)."""
     bw = nic_rate_bps(fabric, nics)
     a, p, t = choose(
         table, kind, ranks, nodes, size, bw, channels,
         algorithms=None if algorithm == "auto" else (algorithm,),
-        protocols=None if protocol == "auto" else (protocol,),
+        protocols=None if protocol == "auto" else (protocol,), per_server=per_server,
     )  # fmt: skip
     return Choice(a, p, int(round(t)))
 
 
 def job_choice(table: Table, fabric, job, nics, servers: int) -> Choice:
-    """A collective job's `resolve`d choice, its communicator as NCCL sees it: with
-    `hierarchical`, every GPU in its `servers`; flat, every rank its own NIC (each step
-    crosses the network, nodes = ranks); a send/recv chain, its `stages`."""
+    """A collective job's `resolve`d choice: flat, every rank its own NIC (each step crosses
+    the network, nodes = ranks); with `hierarchical`, the rails' op over its `servers` and
+    the steps inside them (`hierarchical_ns`); a send/recv chain, its `stages`."""
     kind = job["collective"]
-    ranks = len(nics)
-    nodes = servers if job["hierarchical"] else ranks
+    ranks = nodes = len(nics)
+    per_server = 1
     if kind == "sendrecv":
         ranks = nodes = job["stages"]
+    elif job["hierarchical"]:
+        ranks = nodes = servers
+        per_server = len(nics) // servers
     return resolve(
         table.merged(job["nccl"]), fabric, kind, job["algorithm"], job["protocol"], ranks, nodes,
-        job["size"], job["channels"], nics,
+        job["size"], job["channels"], nics, per_server,
     )  # fmt: skip
 
 
@@ -410,12 +464,14 @@ class Terms:
     most one step of a stream moves (NCCL's chunk), the latency from the arrival of a step's
     input to the release of the step, the latency before the op's first step, and each QP's
     rate cap over its NIC's line rate (the protocol's bandwidth factor: LL's and LL128's
-    flags are in it, the wire carries the data bytes)."""
+    flags are in it, the wire carries the data bytes), and each connection's buffer in data
+    bytes, which a tree's sender may not run ahead of its receiver by (0: unbounded)."""
 
     step_bytes: int
     step_latency_ns: int
     base_latency_ns: int
     rate_factor: float
+    buffer_bytes: int = 0
 
 
 def tree_step_bytes(size: int, channels: int, depth: int, step: int) -> int:
@@ -435,17 +491,20 @@ def terms(
     ranks: int,
     size: int,
     channels: int = 1,
+    nvlink_steps: int = 0,
 ) -> Terms:
     """`Terms` of an op over `ranks` ranks, each its own NIC (every step crosses the network),
     read off `predict_ns`'s terms: its per-step network latency (with the ring Simple
     AllReduce plateau), its base latency, its bandwidth factor (with the tree's size
     correction; the simulator shares it among the op's flows from one NIC). A chain of
-    dependent steps then costs what the model charges: 2(n-1) ring steps, 2 log2(n) tree
-    levels, n - 1 pairwise exchanges, one step per hop of a chain (a Broadcast's one step
+    dependent steps then costs what the model charges: 2(n-1) ring steps, 2 log2i(n) tree
+    latencies, n - 1 pairwise exchanges, one step per hop of a chain (a Broadcast's one step
     of latency is its base). A ring runs in one loop of steps of size / (n x channels):
     NCCL runs loops of at most its chunk on each channel, one after the other, and its
     several channels hide one loop's latency behind the others' transfers, which is what
-    its model's single latency term assumes. No protocol (""): no latency, no cap."""
+    its model's single latency term assumes. A hierarchical op's rail (`hierarchical_ns`)
+    adds its `nvlink_steps`' latency to the base: they move nothing over the fabric.
+    No protocol (""): no latency, no cap."""
     if protocol not in PROTOCOLS or ranks < 2:
         return Terms(2 * 2**20, 0, 0, 1.0)
     row, p = ROW.get(algorithm, "ring"), protocol
@@ -456,6 +515,9 @@ def terms(
         i = log2i(size >> 6)
         if 0 <= i < 23:
             factor *= TREE_CORRECTION[p][i]
+        # the model's 2 log2i(n) network latencies over the tree's 2 x height levels (one
+        # more each way when n is not a power of two)
+        step_us *= log2i(ranks) / tree_height(ranks)
     elif (
         algorithm == "ring"
         and kind == "allreduce"
@@ -467,6 +529,7 @@ def terms(
     if kind == "broadcast" and algorithm == "ring":
         base += step_us  # NCCL charges a Broadcast one step, not one per hop
         step_us = 0.0
+    base += nvlink_steps * table.nvlink_latency_us[row][p]
     step = chunk_bytes(table, kind, algorithm, p)
     if algorithm == "tree" and p == "simple":
         step = tree_step_bytes(size, channels, log2i(ranks) + 1, step)
@@ -481,4 +544,7 @@ def terms(
         step_latency_ns=int(round(step_us * 1000)),
         base_latency_ns=int(round(base * 1000)),
         rate_factor=min(1.0, factor),
+        # a tree's connections hold NCCL's buffer: a sender whose input is always there (a
+        # leaf) would otherwise take its NIC's rate from the tree its receiver waits in
+        buffer_bytes=int(table.buffer_bytes[p] * table.wire[p]) if algorithm == "tree" else 0,
     )

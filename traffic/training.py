@@ -128,6 +128,7 @@ def training_ops(
                 step_latency_ns=t.step_latency_ns,
                 base_latency_ns=t.base_latency_ns,
                 rate_factor=t.rate_factor,
+                buffer_bytes=t.buffer_bytes,
             )
         return made[kind, size, key]
 
