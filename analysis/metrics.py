@@ -515,9 +515,12 @@ def _scenario_faults(run) -> tuple[list, dict]:
 
     scenario = run.meta.get("scenario", {})
     ecmp = scenario.get("ecmp") if isinstance(scenario.get("ecmp"), dict) else {}
+    seed = scenario.get("hash_seed", scenario.get("seed", 0))
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise AifabricError(f"{run.path / 'run.json'}: its scenario's seed is not a whole number")
     how = {
         "policy": ecmp.get("policy", "5tuple"),
-        "seed": int(scenario.get("hash_seed", scenario.get("seed", 0))),
+        "seed": seed,
         "same_seed": bool(ecmp.get("same_seed", False)),
     }
     try:

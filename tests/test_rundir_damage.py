@@ -137,3 +137,19 @@ def test_a_switch_recorded_as_a_nic_is_one_sentence(pristine, tmp_path):
     assert result.exit_code == 1, result.output
     assert f"NIC {spine['name']} has" in result.output and "links, not one" in result.output
     assert "Traceback" not in result.output
+
+
+def test_a_seed_that_is_not_a_number_is_one_sentence(pristine, tmp_path):
+    """Found by the 10,000-mutation fuzzer: run.json's scenario seed edited into a list
+    reached the ECMP analysis's routing as a TypeError."""
+    import json
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(pristine, run_dir)
+    meta = json.loads((run_dir / "run.json").read_text())
+    meta["scenario"]["seed"] = [-1.85e196]
+    (run_dir / "run.json").write_text(json.dumps(meta))
+    result = CliRunner().invoke(main, ["analyze", str(run_dir)])
+    assert result.exit_code == 1, result.output
+    assert "its scenario's seed is not a whole number" in result.output
+    assert "Traceback" not in result.output
