@@ -76,6 +76,7 @@ def fabric_from_topology(topo: dict) -> Fabric:
             link_mtu_bytes=col("mtu_bytes", links, np.int32),
         )
         _check_nics(fabric)
+        nic_ipv4(fabric)  # aifabric writes only fabrics whose NICs have 10.zone.rack.slot addresses
         return fabric
     except (KeyError, TypeError, ValueError, OverflowError, AttributeError, IndexError) as e:
         raise AifabricError(f"the run's topology.json cannot be read as a fabric: {e}") from None

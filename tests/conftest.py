@@ -12,13 +12,20 @@ def fabric(name: str):
 
 
 def pytest_collection_modifyitems(config, items):
-    """`vmlab` tests (a QEMU guest, 5-20 minutes) run only when -m names them."""
-    if "vmlab" in (config.getoption("markexpr") or ""):
-        return
-    skip = pytest.mark.skip(reason="boots the VM lab for 5-20 minutes: run it with -m vmlab")
-    for item in items:
-        if item.get_closest_marker("vmlab"):
-            item.add_marker(skip)
+    """`vmlab` tests (a QEMU guest, 5-20 minutes) and `slow` tests (the default suite stays
+    near ten minutes; CI runs them after it) run only when -m names them."""
+    markexpr = config.getoption("markexpr") or ""
+    why = {
+        "vmlab": "boots the VM lab for 5-20 minutes: run it with -m vmlab",
+        "slow": "slow: run it with -m slow (CI does)",
+    }
+    for marker, reason in why.items():
+        if marker in markexpr:
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if item.get_closest_marker(marker):
+                item.add_marker(skip)
 
 
 @pytest.fixture

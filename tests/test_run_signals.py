@@ -262,6 +262,7 @@ def test_ctrl_c_inside_an_import_before_the_command_is_ready_ends_quietly(tmp_pa
     assert "went on" not in proc.stdout
 
 
+@pytest.mark.slow  # a cold compile of the kernels: about three CPU minutes
 def test_sigterm_while_numba_compiles_ends_partial_without_a_traceback(small, tmp_path):
     """A cold compile of the simulator's kernel (an empty cache, the run phase): one SIGTERM
     lets the compile finish and stops after the first slice of events, with results; a
@@ -295,6 +296,7 @@ def test_sigterm_while_numba_compiles_ends_partial_without_a_traceback(small, tm
             assert "flows.npz" in names and "ports.npz" in names
 
 
+@pytest.mark.slow  # a cold compile of the kernels: about three CPU minutes
 def test_signals_during_the_warm_up_of_an_empty_cache_end_quietly(small, tmp_path):
     """`aifabric run` on an empty kernel cache compiles everything first: one signal stops
     after the current compile step, a second at once; nothing is written, no traceback."""
