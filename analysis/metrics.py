@@ -37,6 +37,7 @@ from aifabric.fabric._numba_cache import lean_loads
 from aifabric.fabric.completion import algbw_bps
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.portseries import PortSamples
+from aifabric.fabric.rundir import SIZE_IN_ALL
 
 lean_loads()  # cached kernels load without numba's typing and lowering tables
 
@@ -1014,23 +1015,28 @@ def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) 
 
 
 def _jobs(ops, flows: dict | None, names: dict[int, str]) -> list[R.Job]:
-    """Per job: its ops one after another (time, ideal, efficiency, busbw of its ops) and
-    its flows' completion times. Jobs are never averaged together."""
+    """Per job: its ops one after another (time, ideal, efficiency, busbw of its collective
+    ops), a pattern's goodput (the bytes of its flows that finished over its time) and its
+    flows' completion times. Jobs are never averaged together."""
     jobs = sorted(set(names) | {o.job for o in ops})
     out = []
     for j in jobs:
         mine = [o for o in ops if o.job == j]
         done = [o for o in mine if o.time_ns is not None]
+        collective = [o for o in done if o.kind not in SIZE_IN_ALL]
+        pattern = bool(mine) and all(o.kind in SIZE_IN_ALL for o in mine)
         fin = len(done) == len(mine) and mine
         start = min((o.start_ns for o in mine if o.start_ns >= 0), default=None)
         end = max((o.end_ns for o in mine), default=None) if fin else None
         ideal = sum(o.ideal_ns or 0 for o in mine) if mine else None
         time = end - start if end is not None and start is not None else None
         fct = receivers = None
+        delivered = sum(o.bytes for o in done)
         if flows is not None:
             sel = (flows["job"] == j) & (flows["end_ns"] >= 0)
             fct = distribution((flows["end_ns"] - flows["start_ns"])[sel])
             receivers = int(len(np.unique(flows["dst"][flows["job"] == j])))
+            delivered = int(flows["bytes"][sel].sum())
         out.append(
             R.Job(
                 job=j,
@@ -1045,8 +1051,9 @@ def _jobs(ops, flows: dict | None, names: dict[int, str]) -> list[R.Job]:
                 ideal_ns=ideal,
                 efficiency=ideal / time if time and ideal else None,
                 algbw_bps=distribution([o.algbw_bps for o in done]),
-                busbw_bps=distribution([o.busbw_bps for o in done]),
-                busbw_emulated_bps=distribution([o.busbw_emulated_bps for o in done]),
+                busbw_bps=distribution([o.busbw_bps for o in collective]),
+                busbw_emulated_bps=distribution([o.busbw_emulated_bps for o in collective]),
+                goodput_bps=delivered * 8e9 / time if pattern and time else None,
                 fct_ns=fct,
                 receivers=receivers,
             )
@@ -1195,6 +1202,7 @@ def summary(m: R.RunMetrics | R.CaptureMetrics) -> R.Summary:
                 name=j.name,
                 kind="+".join(j.kinds) or "-",
                 busbw_bps=j.busbw_bps.mean,
+                goodput_bps=j.goodput_bps,
                 time_ns=j.time_ns,
                 ideal_ns=j.ideal_ns,
                 efficiency=j.efficiency,
