@@ -149,6 +149,14 @@ def test_every_job_has_a_throughput_figure_busbw_or_goodput(demo, tmp_path):
     assert "job incast (incast):goodput" in labels and "job incast (incast):busbw" not in labels
     assert "job allreduce (allreduce):busbw" in labels
     assert "job allreduce (allreduce):goodput" not in labels
+    # a sweep's results table: the incast's goodput, the AllReduce's busbw
+    from aifabric.experiments.columns import point_metrics
+    from aifabric.scenarios import load_scenario
+
+    row = point_metrics(demo.path, load_scenario("demo"), ("busbw",))
+    assert row["goodput_gbps@incast"] == pytest.approx(goodput / 1e9, rel=1e-12)
+    assert row["busbw_gbps@allreduce"] == pytest.approx(busbw / 1e9)
+    assert "busbw_gbps@incast" not in row and "goodput_gbps@allreduce" not in row
 
 
 def _lower_end(nodes: list[dict], a: int, b: int) -> dict:
