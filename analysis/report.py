@@ -482,6 +482,10 @@ def _rack_zone_figures(fabric, ports, m: R.RunMetrics) -> list:
         z[i][k] = util(r)
         data[i][k] = [r["bytes"], r["ports"]]
     labels = [f"z{zone} {tier}" for zone, tier in lanes]
+    # the colour scale reaches the busiest cell (a nice number at least 1%), so that racks
+    # apart from each other stand out in a run that loads the fabric lightly on average
+    busiest = max((util(r) for r in racks), default=0.0)
+    top = next(m * 10**k for k in range(3) for m in (1, 2, 5) if busiest <= m * 10**k)
     figs = []
     fig = go.Figure(
         go.Heatmap(
@@ -491,7 +495,7 @@ def _rack_zone_figures(fabric, ports, m: R.RunMetrics) -> list:
             customdata=data,
             colorscale="Viridis",
             zmin=0,
-            zmax=100,
+            zmax=min(top, 100),
             colorbar={"title": {"text": "% of capacity"}},
             hovertemplate="%{y}, rack %{x}: %{z:.1f}% of its %{customdata[1]} links' "
             "capacity, %{customdata[0]:,} bytes<extra></extra>",
@@ -618,6 +622,8 @@ def _uplink_figures(ecmp: R.Ecmp) -> list:
                 )
             )
         fig.update_layout(showlegend=False, yaxis_title="bytes")
+        # a link's name is on hover; past 64 bars the names would overlap
+        fig.update_xaxes(showticklabels=sum(len(r.ports) for r in rows) <= 64)
         figs.append(_layout(fig, f"{_tier_title(tier)}{shown}", 460))
     return figs
 
