@@ -10,7 +10,7 @@ from typing import Any
 
 from aifabric.fabric.errors import AifabricError
 
-HEADLINE = ("busbw_gbps", "time_ns", "efficiency", "completion_ns")
+HEADLINE = ("busbw_gbps", "goodput_gbps", "time_ns", "efficiency", "completion_ns")
 # and per wave of a drain plan, what it cost and what it kept (experiments/columns.py)
 WAVE_HEADLINE = re.compile(r"wave\d+_(busbw_gbps@.*|capacity_kept\..*)")
 
