@@ -164,7 +164,7 @@ def bytes_are(op: R.Collective) -> str:
     return "in all" if op.kind in SIZE_IN_ALL else "per rank"
 
 
-def _predicted_by_job(m: R.RunMetrics) -> dict[str, int | None]:
+def predicted_by_job(m: R.RunMetrics) -> dict[str, int | None]:
     """NCCL's cost-model time of each job's ops, summed (None when an op has none)."""
     out: dict[str, int | None] = {}
     for o in m.collectives.ops:
@@ -175,7 +175,7 @@ def _predicted_by_job(m: R.RunMetrics) -> dict[str, int | None]:
 
 def _jobs_table(m: R.RunMetrics, scale: float) -> str:
     emulated = scale > 1
-    predicted = _predicted_by_job(m)
+    predicted = predicted_by_job(m)
     return render(
         ["job", "kind", "ops", "time", "NCCL model", "ideal", "efficiency", "algbw", "busbw"]
         + (["busbw emulated"] if emulated else [])

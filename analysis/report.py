@@ -32,7 +32,7 @@ import numpy as np
 
 from aifabric.analysis import results as R
 from aifabric.analysis.metrics import run_metrics, summary
-from aifabric.analysis.render import SUMMARY_ROWS, bytes_are, fmt
+from aifabric.analysis.render import SUMMARY_ROWS, bytes_are, fmt, predicted_by_job
 from aifabric.fabric.model import Role
 from aifabric.fabric.spread import tier_name
 from aifabric.fabric.units import format_rate, format_size, format_time
@@ -64,6 +64,9 @@ window.addEventListener("load", function () {
       id: p.id,
       title: title && title.text !== undefined ? title.text : title,
       yaxis_type: p.layout && p.layout.yaxis ? p.layout.yaxis.type : null,
+      annotations: ((p.layout && p.layout.annotations) || []).map(function (a) {
+        return a.text;
+      }),
       xaxis_type: p.layout && p.layout.xaxis ? p.layout.xaxis.type : null,
       shapes: ((p.layout && p.layout.shapes) || []).map(function (s) {
         return {x0: s.x0, x1: s.x1, y0: s.y0, y1: s.y1, yref: s.yref, name: s.name,
@@ -212,6 +215,17 @@ def job_colour(m: R.RunMetrics, job: int) -> str:
     return PALETTE[place % len(PALETTE)]
 
 
+def _span_label(j: R.Job, predicted_ns: int | None) -> str:
+    """A job's name on its shaded run, with its time beside what it would take on an idle
+    fabric (NCCL's cost model for collectives, else its ops at line rate): a collective
+    slow by its own nature reads as such, not as a victim of the fabric."""
+    if j.time_ns is None:
+        return f"{j.name}: did not finish"
+    if predicted_ns:
+        return f"{j.name}: {fmt(j.time_ns, 'time')} (NCCL model {fmt(predicted_ns, 'time')})"
+    return f"{j.name}: {fmt(j.time_ns, 'time')} (line rate {fmt(j.ideal_ns, 'time')})"
+
+
 def _job_spans(fig, m: R.RunMetrics, series: R.PortSeries) -> None:
     """Per job, in its colour: its run (first op's start to last op's end, or to the end of
     the samples for a job that did not finish, as the analyzer judges it) shaded lightly and
@@ -220,6 +234,7 @@ def _job_spans(fig, m: R.RunMetrics, series: R.PortSeries) -> None:
     t0_ns = _start_ns(series)
     last_ns = int(series.t_ns[-1]) + series.interval_ns if series.t_ns else t0_ns
     low = m.throughput.low_utilization
+    predicted = predicted_by_job(m)
     for place, j in enumerate(m.jobs):
         if j.start_ns is None:
             continue
@@ -234,7 +249,7 @@ def _job_spans(fig, m: R.RunMetrics, series: R.PortSeries) -> None:
             name=f"{j.name}: runs",
             # one line per job, so that jobs starting together keep their names apart
             annotation={
-                "text": j.name,
+                "text": _span_label(j, predicted.get(j.name)),
                 "font_size": 10,
                 "font_color": job_colour(m, j.job),
                 "yshift": -13 * place,

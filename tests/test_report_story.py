@@ -99,6 +99,21 @@ def test_each_job_is_shaded_over_its_own_run_in_its_own_colour(demo, tmp_path):
             x0, x1 = (t - t0) / 1e3, (t + step - t0) / 1e3
             covered = any(s["x0"] <= x0 + 1e-9 and x1 <= s["x1"] + 1e-9 for s in low)
             assert covered == (u < 0.5 and start <= t and t + step <= end), (name, t, u)
+    # each job named on its run with its time beside its time on an idle fabric: NCCL's
+    # cost model for the AllReduce (collectives.npz's predicted_ns), line rate for the incast
+    col = demo.collectives()
+    start, end = _job_windows(demo)[0]
+    model = int(col["predicted_ns"][col["job"] == 0].sum())
+    assert (
+        f"allreduce: {fmt(end - start, 'time')} (NCCL model {fmt(model, 'time')})"
+        in (thr["annotations"])
+    )
+    start, end = _job_windows(demo)[1]
+    ideal = 8 * 4_000_000 * 8 // 400  # 8 senders x 4 MB into one 400G NIC, in ns
+    assert (
+        f"incast: {fmt(end - start, 'time')} (line rate {fmt(ideal, 'time')})"
+        in (thr["annotations"])
+    )
     # the incast went quiet for a stretch: its own band, not the AllReduce's
     assert any(s.get("name") == "incast: below 50%" for s in thr["shapes"])
     # one colour per job on every chart that shows jobs
