@@ -715,10 +715,13 @@ def wave_metrics(
 
 
 def run_metrics(
-    run, *, top: int = 10, series: bool = False, rate_bps: int | None = None
-) -> R.RunMetrics:
+    run, *, top: int = 10, series: bool = False, rate_bps: int | None = None,
+    per_port: bool = True,
+) -> R.RunMetrics:  # fmt: skip
     """Metrics of a run directory (any engine); `rate_bps` times its captures' PFC quanta
-    (default: the fabric's slowest link)."""
+    (default: the fabric's slowest link); with `series`, the time series, where `per_port`
+    False leaves the [port][sample] ones empty (the report reads those from the port
+    samples' entries: at thousands of ports they are gigabytes as nested tuples)."""
     from aifabric.analysis.ecmp import ecmp_metrics
     from aifabric.fabric.export import fabric_from_topology
 
@@ -804,7 +807,7 @@ def run_metrics(
         collectives=collectives,
         jobs=tuple(jobs),
         throughput=throughput,
-        series=_port_series(fabric, ports) if series and has_ports else None,
+        series=_port_series(fabric, ports, per_port) if series and has_ports else None,
         captures=tuple(caps),
         faults=faults,
         waves=wave_metrics(
@@ -918,21 +921,21 @@ def _port_metrics(
     return congestion, ranked
 
 
-def _port_series(fabric, ports: PortSamples) -> R.PortSeries:
+def _port_series(fabric, ports: PortSamples, per_port: bool = True) -> R.PortSeries:
     port = ports["port"].astype(np.int64)
     interval = int(ports["interval_ns"])
     rate = fabric.port_rate_bps[port].astype(np.float64)
 
-    def rows(a):
-        return tuple(tuple(r) for r in a.tolist())
+    def rows(dense):  # [port][sample] from a function of the dense [sample, port] arrays
+        return tuple(tuple(r) for r in dense().T.tolist()) if per_port else ()
 
     return R.PortSeries(
         t_ns=tuple(ports["t_ns"].astype(np.int64).tolist()),
         interval_ns=interval,
         ports=tuple(fabric.port_name(p) for p in port),
         port_ids=tuple(port.tolist()),
-        utilization=rows((ports["tx_bytes"] * 8 * 1e9 / interval / rate).T),
-        qdepth_max_bytes=rows(ports["qdepth_max_bytes"].T),
+        utilization=rows(lambda: ports["tx_bytes"] * 8 * 1e9 / interval / rate),
+        qdepth_max_bytes=rows(lambda: ports["qdepth_max_bytes"]),
         ecn_marked=tuple(ports.per_sample("ecn_marked").tolist()),
         paused_ns=tuple(ports.per_sample("paused_ns").tolist()),
         paused_ports=tuple(ports.nonzero_per_sample("paused_ns").tolist()),

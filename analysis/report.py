@@ -321,11 +321,10 @@ def _throughput_figures(m: R.RunMetrics, series: R.PortSeries) -> list:
     return figs
 
 
-def _fabric_figure(fabric, m: R.RunMetrics):
+def _fabric_figure(fabric, m: R.RunMetrics, ports):
     import plotly.colors as pc
     import plotly.graph_objects as go
 
-    series = m.series
     roles = fabric.node_role.astype(int)
     x = np.zeros(fabric.n_nodes)
     y = roles.astype(float)
@@ -333,11 +332,11 @@ def _fabric_figure(fabric, m: R.RunMetrics):
         ids = np.flatnonzero(roles == r)
         x[ids] = (np.arange(len(ids)) + 0.5) / len(ids)
     util = np.zeros(fabric.n_links)
-    if series is not None:
-        u = np.asarray(series.utilization, dtype=float)
-        mean = u.mean(axis=1) if u.size else np.zeros(len(series.port_ids))
-        for p, val in zip(series.port_ids, mean, strict=True):
-            util[p // 2] = max(util[p // 2], val)
+    if ports is not None and len(ports["t_ns"]):
+        port = np.asarray(ports["port"], dtype=np.int64)
+        span_ns = int(ports["interval_ns"]) * len(ports["t_ns"])
+        mean = ports.total("tx_bytes") * 8e9 / span_ns / fabric.port_rate_bps[port]
+        np.maximum.at(util, port // 2, mean)
     fig = go.Figure()
     edges = np.linspace(0, max(1.0, float(util.max()) if util.size else 1.0), 11)
     colors = pc.sample_colorscale("Viridis", list(np.linspace(0, 1, 10)))
@@ -643,12 +642,13 @@ def _uplink_figures(ecmp: R.Ecmp) -> list:
     return figs
 
 
-def _heatmap(series: R.PortSeries, m: R.RunMetrics):
+def _heatmap(series: R.PortSeries, m: R.RunMetrics, ports):
+    """The deepest queues over time, their rows built from the port samples' entries (only
+    those ports' rows: a dense [port][sample] array is gigabytes at thousands of ports)."""
     import plotly.graph_objects as go
 
-    q = np.asarray(series.qdepth_max_bytes, dtype=float)
     names = series.ports
-    peak = q.max(axis=1) if q.size else np.zeros(len(names))
+    peak = ports.peak("qdepth_max_bytes").astype(float)
     order = np.argsort(-peak, kind="stable")
     keep = order[:HEATMAP_PORTS]
     keep = keep[peak[keep] > 0]
@@ -656,7 +656,14 @@ def _heatmap(series: R.PortSeries, m: R.RunMetrics):
     rest = rest[peak[rest] > 0]
     fig = go.Figure()
     if keep.size:
-        z = np.log10(np.maximum(q[keep], 1.0))
+        q = np.zeros((len(keep), len(ports["t_ns"])))
+        row = np.full(len(names), -1)
+        row[keep] = np.arange(len(keep))
+        mine = row[ports.port_index] >= 0
+        q[row[ports.port_index[mine]], ports.sample_index[mine]] = ports.entries[
+            "qdepth_max_bytes"
+        ][mine]
+        z = np.log10(np.maximum(q, 1.0))
         top = max(1, int(np.ceil(z.max())))
         ticks = list(range(0, top + 1))
         fig.add_trace(
@@ -664,7 +671,7 @@ def _heatmap(series: R.PortSeries, m: R.RunMetrics):
                 z=z.tolist(),
                 x=_time_axis(series),
                 y=[names[i] for i in keep],
-                customdata=q[keep].astype(np.int64).tolist(),
+                customdata=q.astype(np.int64).tolist(),
                 hovertemplate="%{y} at %{x:.0f} us: %{customdata:,} bytes<extra></extra>",
                 colorscale="Inferno",
                 zmin=0,
@@ -832,21 +839,21 @@ def build_report(run) -> str:
     """The report of a run directory as one HTML string."""
     from aifabric.fabric.export import fabric_from_topology
 
-    m = run_metrics(run, series=True)
+    m = run_metrics(run, series=True, per_port=False)
     fabric = fabric_from_topology(run.topology())
     series = m.series
+    ports = run.ports() if series is not None else None
     sections: list[tuple[str, list]] = []
     if series is not None and m.throughput.jobs:
         sections.append(("Throughput", _throughput_figures(m, series)))
-    ports = run.ports() if series is not None else None
     if ports is not None and fabric.n_nodes > MAX_DRAWN_NODES:
         sections.append(("Fabric", _rack_zone_figures(fabric, ports, m)))
     else:
-        sections.append(("Fabric", [_fabric_figure(fabric, m)]))
+        sections.append(("Fabric", [_fabric_figure(fabric, m, ports)]))
     if m.ecmp.tiers:
         sections.append(("ECMP: load per link, beside uniform hashing", _uplink_figures(m.ecmp)))
     if series is not None:
-        sections.append(("Queues", [_heatmap(series, m)]))
+        sections.append(("Queues", [_heatmap(series, m, ports)]))
         sections.append(("ECN, CNPs and PFC", [_ecn_pfc_figure(series, m.cnp_sent, m)]))
     flows = run.flows()
     if flows is not None and len(flows["src"]):

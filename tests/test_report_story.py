@@ -116,6 +116,12 @@ def test_each_job_is_shaded_over_its_own_run_in_its_own_colour(demo, tmp_path):
     )
     # the incast went quiet for a stretch: its own band, not the AllReduce's
     assert any(s.get("name") == "incast: below 50%" for s in thr["shapes"])
+    # the queue heat map's rows, built from the port samples' entries, are ports.npz's
+    fabric = fabric_from_topology(demo.topology())
+    column = {fabric.port_name(int(p)): j for j, p in enumerate(ports["port"])}
+    heat = figs["Queue depth"]["data"][0]
+    for name, row in zip(heat["y"], heat["customdata"], strict=True):
+        assert row == ports["qdepth_max_bytes"][:, column[name]].tolist(), name
     # one colour per job on every chart that shows jobs
     coll = figs["Collectives"]["data"][0]
     assert coll["marker_color"] == [colour[n] for n in coll["y"]]
