@@ -168,6 +168,26 @@ def test_keys_that_do_not_go_with_the_scheduler_are_one_sentence(change, words):
     assert words in str(e.value)
 
 
+def test_a_scheduler_beside_a_lone_job_or_a_job_with_no_time_is_one_sentence():
+    with pytest.raises(SpecError) as e:
+        workload_from_dict({"collective": "allreduce", "scheduler": "first-fit"}, "w")
+    assert str(e.value) == (
+        "workload w: scheduler = 'first-fit' places the jobs of [[jobs]]; write the job as a "
+        "[[jobs]] table"
+    )
+    jobs = [{"pattern": "permutation", "gpus": 16}, {"collective": "allreduce", "gpus": 8}]
+    table = {"scheduler": "first-fit", "jobs": jobs}
+    with pytest.raises(SpecError) as e:
+        generate_scheduled(ZONES, workload_from_dict(table, "w"), 1)
+    assert str(e.value) == (
+        "workload w: permutation has no NCCL cost-model time; give it duration, how long it "
+        "holds its GPUs"
+    )
+    jobs[0]["duration"] = "50us"
+    flows, out = generate_scheduled(ZONES, workload_from_dict(table, "w"), 1)
+    assert [p.end_ns - p.start_ns for p in out][0] == 50_000
+
+
 def test_poisson_arrivals_follow_the_seed():
     table = {**workload(), "interarrival": "20us"}
     arrivals = [

@@ -309,6 +309,12 @@ def workload_from_dict(table: dict, name: str, folder: Path | None = None) -> Wo
         description = table.get("description", "")
     else:
         body = {k: v for k, v in table.items() if k != "description"}
+        beside = [k for k in ("scheduler", "interarrival") if k in body]
+        if beside:
+            raise SpecError(
+                f"workload {name}: {beside[0]} = {shown(body[beside[0]])} places the jobs of "
+                "[[jobs]]; write the job as a [[jobs]] table"
+            )
         jobs = (_job(name, "", body, folder),)
         display = name
         description = table.get("description", "")
