@@ -145,8 +145,9 @@ def test_a_job_s_flows_start_when_it_is_placed_and_wait_at_a_reused_gpu_for_its_
     ("change", "words"),
     [
         ({"scheduler": "random"}, "scheduler = 'random' is not one of first-fit, topology-aware"),
-        ({"interarrival": "10us", "scheduler": None}, "must be a positive time beside a scheduler"),
-        ({"interarrival": "0us"}, "must be a positive time beside a scheduler"),
+        ({"interarrival": "10us", "scheduler": None}, "beside a scheduler (the mean gap"),
+        ({"interarrival": "0us"}, "must be a positive time, at most 10^6 s, beside"),
+        ({"interarrival": "2000000s"}, "must be a positive time, at most 10^6 s, beside"),
         ({"jobs.0.placement": "packed"}, "jobs[0].placement = 'packed' does not apply under"),
         ({"jobs.0.start": "1us"}, "jobs[0].start = '1us' does not apply under scheduler"),
         ({"jobs.0.arrival": "1us", "interarrival": "5us"}, "interarrival draws it"),

@@ -353,10 +353,11 @@ def _scheduling(name: str, table: dict, jobs: tuple[Job, ...]) -> tuple[str, int
             interarrival = parse_time(table["interarrival"])
         except UnitError as e:
             raise SpecError(f"workload {name}: interarrival: {e}") from None
-        if interarrival <= 0 or not scheduler:
+        if not 0 < interarrival <= MAX_START_NS or not scheduler:
             raise SpecError(
                 f"workload {name}: interarrival = {shown(table['interarrival'])} must be a "
-                "positive time beside a scheduler (the mean gap of the jobs' arrivals)"
+                "positive time, at most 10^6 s, beside a scheduler (the mean gap of the jobs' "
+                "arrivals)"
             )
     for i, (job, body) in enumerate(zip(jobs, bodies, strict=True)):
         where = f"jobs[{i}]." if "jobs" in table else ""
