@@ -214,14 +214,14 @@ def topo_show(source, as_json):
 @force_option
 def topo_export(source, fmt, output, force):
     """Export a topology as JSON (the run directory's topology.json), GraphML or DOT."""
-    from aifabric.fabric.export import to_dot, to_graphml, topology_dict
+    from aifabric.fabric.export import to_dot, to_graphml, topology_json
     from aifabric.topologies import load_fabric
 
     if output:
         output_file(output, force)
     fabric = load_fabric(source)
     if fmt == "json":
-        text = json.dumps(topology_dict(fabric), indent=1) + "\n"
+        text = topology_json(fabric)
     elif fmt == "graphml":
         text = to_graphml(fabric)
     else:

@@ -714,6 +714,67 @@ def wave_metrics(
     return tuple(out)
 
 
+def atsw_crossings(fabric, path_ptr, path_link) -> np.ndarray:
+    """Per flow: the ATSW switches its path passes through (each is two of its links)."""
+    from aifabric.fabric.model import Role
+
+    role = fabric.node_role
+    touches = (role[fabric.link_a] == Role.ATSW) | (role[fabric.link_b] == Role.ATSW)
+    hits = touches[np.asarray(path_link, dtype=np.int64)].astype(np.int64)
+    cum = np.concatenate([[0], np.cumsum(hits)])
+    ptr = np.asarray(path_ptr, dtype=np.int64)
+    return (cum[ptr[1:]] - cum[ptr[:-1]]) // 2
+
+
+def schedule_metrics(run, fabric, flows: dict | None) -> R.Schedule | None:
+    """A scheduled workload's jobs (run.json's `scenario.schedule`): each job's wait, from its
+    arrival to the moment the last of its GPUs began sending or receiving for it (the first
+    flow from or to each of its NICs; a GPU another job held is free once that job's last
+    flows there are done), and the payload bytes through the ATSW layer, per job and in all.
+    None: the workload had no scheduler."""
+    plan = run.meta.get("scenario", {}).get("schedule")
+    rows = plan.get("jobs") if isinstance(plan, dict) else None
+    if not isinstance(rows, list) or not rows:
+        return None
+    if flows is None:
+        flows = {k: np.zeros(0, np.int64) for k in ("job", "src", "dst", "start_ns", "bytes")}
+        flows["path_ptr"], flows["path_link"] = np.zeros(1, np.int64), np.zeros(0, np.int64)
+    job, nbytes = flows["job"].astype(np.int64), flows["bytes"].astype(np.int64)
+    through = nbytes * atsw_crossings(fabric, flows["path_ptr"], flows["path_link"])
+    begun = flows["start_ns"].astype(np.int64)
+    out = []
+    with contextlib.suppress(KeyError, TypeError, ValueError):  # run.json's, not ours
+        for r in rows:
+            j = int(r["job"])
+            mine = (job == j) & (begun >= 0)
+            ends = np.concatenate([flows["src"][mine], flows["dst"][mine]]).astype(np.int64)
+            first = np.full(fabric.n_nodes, np.iinfo(np.int64).max)
+            np.minimum.at(first, ends, np.tile(begun[mine], 2))
+            start = int(first[np.unique(ends)].max()) if len(ends) else None
+            arrival = int(r["arrival_ns"])
+            out.append(
+                R.ScheduledJob(
+                    job=j,
+                    name=str(r["name"]),
+                    gpus=int(r["gpus"]),
+                    zones=int(r["zones"]),
+                    racks=int(r["racks"]),
+                    arrival_ns=arrival,
+                    planned_start_ns=int(r["start_ns"]),
+                    start_ns=start,
+                    wait_ns=None if start is None else start - arrival,
+                    atsw_bytes=int(through[job == j].sum()),
+                )
+            )
+        return R.Schedule(
+            scheduler=str(plan["scheduler"]),
+            bytes=int(nbytes.sum()),
+            atsw_bytes=int(through.sum()),
+            jobs=tuple(out),
+        )
+    return None
+
+
 def run_metrics(
     run, *, top: int = 10, series: bool = False, rate_bps: int | None = None,
     per_port: bool = True,
@@ -814,6 +875,7 @@ def run_metrics(
             run, fabric, ports if has_ports else None, flows if has_flows else None, jobs,
             collectives.ops, faults,
         ),
+        schedule=schedule_metrics(run, fabric, flows if has_flows else None),
     )  # fmt: skip
 
 

@@ -423,6 +423,23 @@ def _waves_table(m: R.RunMetrics) -> str:
     )  # fmt: skip
 
 
+def _schedule_table(s: R.Schedule) -> str:
+    share = fmt(s.atsw_bytes / s.bytes, "pct") if s.bytes else "-"
+    return render(
+        ["job", "GPUs", "zones", "racks", "arrived", "planned start", "started", "waited",
+         "over ATSW"],
+        [
+            [j.name, j.gpus, j.zones, j.racks, fmt(j.arrival_ns, "time"),
+             fmt(j.planned_start_ns, "time"), fmt(j.start_ns, "time"), fmt(j.wait_ns, "time"),
+             fmt(j.atsw_bytes, "size")]
+            for j in s.jobs
+        ],
+        title=f"schedule ({s.scheduler}): {fmt(s.atsw_bytes, 'size')} of "
+        f"{fmt(s.bytes, 'size')} over the ATSW layer ({share}); per job in order of start, "
+        "started: when the last of its GPUs began",
+    )  # fmt: skip
+
+
 def run_text(m: R.RunMetrics, top: int = 10) -> str:
     out = [
         f"run {m.path}: {m.fabric}, engine {m.engine}, status {m.status}; "
@@ -444,6 +461,8 @@ def run_text(m: R.RunMetrics, top: int = 10) -> str:
         out += ["", _faults_table(m)]
     if m.waves:
         out += ["", _waves_table(m)]
+    if m.schedule:
+        out += ["", _schedule_table(m.schedule)]
     if m.throughput.worst_intervals:
         out += ["", _worst_table(m)]
     if m.ecmp.tiers:

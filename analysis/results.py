@@ -552,6 +552,32 @@ class Wave(Result):
     jobs: tuple[WaveJob, ...]
 
 
+@dataclass(frozen=True)
+class ScheduledJob(Result):
+    """One job of a scheduled workload (run.json's `scenario.schedule.jobs`) as the run had it."""
+
+    job: int
+    name: str
+    gpus: int
+    zones: int  # AI Zones its GPUs span
+    racks: int
+    arrival_ns: int
+    planned_start_ns: int  # when the scheduler gave it its GPUs (NCCL's cost model for holds)
+    start_ns: int | None  # when the last of its GPUs began sending or receiving for it
+    wait_ns: int | None  # start_ns - arrival_ns
+    atsw_bytes: int  # payload bytes of its flows through ATSW switches (one count per switch)
+
+
+@dataclass(frozen=True)
+class Schedule(Result):
+    """A scheduled workload's jobs and the bytes the run sent over the ATSW layer."""
+
+    scheduler: str
+    bytes: int  # payload bytes of every flow
+    atsw_bytes: int  # of them, through ATSW switches: a flow's bytes once per ATSW on its path
+    jobs: tuple[ScheduledJob, ...]
+
+
 # --- a run -----------------------------------------------------------------------------------
 
 
@@ -580,6 +606,7 @@ class RunMetrics(Result):
     captures: tuple[CaptureMetrics, ...] = ()
     faults: tuple[Fault, ...] | None = optional()  # those applied; a run without faults: None
     waves: tuple[Wave, ...] | None = optional()  # its drain plan's waves; without one: None
+    schedule: Schedule | None = optional()  # a workload with a scheduler; without one: None
 
     def job(self, name: str | int) -> Job:
         """The job named `name` (or numbered)."""

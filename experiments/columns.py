@@ -4,10 +4,11 @@ Column names carry their unit (`_ns`, `_gbps`, `_bytes`); per-job figures
 end in `@JOB` (`busbw_gbps@allreduce`), per collective of a job with several
 kinds in `@JOB/KIND-ALGORITHM`; ECMP figures per switch tier end in `.TIER`
 (`ecmp_max_mean.rtsw>ctsw`); a drain plan's waves are numbered in the metric's name
-(`wave0_busbw_gbps@JOB`, `wave0_capacity_kept.rtsw>ctsw`). Everything is read from the run directory
-through the analysis library (per job: its time, ideal time and efficiency, busbw of a
-collective or goodput of a pattern; a training job with compute also its iteration,
-compute and exposed time).
+(`wave0_busbw_gbps@JOB`, `wave0_capacity_kept.rtsw>ctsw`); a scheduled workload's
+figures are `atsw_bytes`, `atsw_share`, `wait_ns` and per job `wait_ns@JOB`, `zones@JOB`.
+Everything is read from the run directory through the analysis library (per job: its
+time, ideal time and efficiency, busbw of a collective or goodput of a pattern; a training
+job with compute also its iteration, compute and exposed time).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ UNITS = {
     "ecmp_jain": "ratio", "ecmp_collisions": "flows", "ecmp_collisions_expected": "flows",
     "time_ns": "ns", "ideal_ns": "ns", "efficiency": "ratio", "senders_paused_ns": "ns",
     "busbw_gbps": "Gbit/s", "algbw_gbps": "Gbit/s", "goodput_gbps": "Gbit/s",
+    "atsw_share": "ratio", "zones": "zones",
 }  # fmt: skip
 SUFFIX_UNITS = {
     "_ns": "ns", "_bytes": "bytes", "_gbps": "Gbit/s", "_bps": "bit/s", "_s": "s",
@@ -76,6 +78,8 @@ def point_metrics(path, scenario, groups) -> dict[str, Any]:
     names = job_names(scenario.workload)
     if "maintenance" in groups:
         row.update(_wave_columns(m.waves or (), names))
+    if "scheduling" in groups and m.schedule is not None:
+        row.update(_schedule_columns(m.schedule))
     jobs = {job.job: job for job in m.jobs}  # the analyzer's per-job figures
     for j, name in enumerate(names):
         job = jobs.get(j)
@@ -122,4 +126,19 @@ def _wave_columns(waves, names: list[str]) -> dict[str, Any]:
                 row[f"wave{w.wave}_busbw_gbps@{name}"] = j.busbw_bps / 1e9
             if j.rx_bps is not None:
                 row[f"wave{w.wave}_rx_gbps@{name}"] = j.rx_bps / 1e9
+    return row
+
+
+def _schedule_columns(schedule) -> dict[str, Any]:
+    """A scheduled workload's payload bytes over the ATSW layer (in all and as a share of
+    every flow's bytes), its jobs' mean wait, and per job its wait and the zones it spans."""
+    row: dict[str, Any] = {
+        "atsw_bytes": schedule.atsw_bytes,
+        "atsw_share": schedule.atsw_bytes / schedule.bytes if schedule.bytes else None,
+    }
+    waits = [j.wait_ns for j in schedule.jobs if j.wait_ns is not None]
+    row["wait_ns"] = sum(waits) / len(waits) if waits else None
+    for j in schedule.jobs:
+        row[f"wait_ns@{j.name}"] = j.wait_ns
+        row[f"zones@{j.name}"] = j.zones
     return row

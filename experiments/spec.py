@@ -75,6 +75,7 @@ CONTRAST_KEYS = ("baseline", "headline", "label", "published", "published_band")
 FULL_KEYS = ("seeds", "set", "grid", "zip")
 METRIC_GROUPS = (
     "busbw", "completion", "ecmp", "ecn", "pfc", "drops", "fct", "queue", "maintenance",
+    "scheduling",
 )  # fmt: skip
 ENGINES = ("sim",)
 

@@ -10,7 +10,11 @@ from typing import Any
 
 from aifabric.fabric.errors import AifabricError
 
-HEADLINE = ("busbw_gbps", "goodput_gbps", "time_ns", "efficiency", "completion_ns")
+# and a scheduled workload's bytes over the ATSW layer and its jobs' waits
+HEADLINE = (
+    "busbw_gbps", "goodput_gbps", "time_ns", "efficiency", "completion_ns", "atsw_bytes",
+    "wait_ns",
+)  # fmt: skip
 # and per wave of a drain plan, what it cost and what it kept (experiments/columns.py)
 WAVE_HEADLINE = re.compile(r"wave\d+_(busbw_gbps@.*|capacity_kept\..*)")
 
@@ -32,7 +36,8 @@ class SweepResults:
     def columns(self, wanted: list[str] | None = None) -> list[str]:
         """Metric columns: those named (or every job's or tier's column of a metric named
         without @JOB or .TIER), else the report's metric and the headline ones (busbw, job
-        time, efficiency, completion; each wave's busbw and capacity kept)."""
+        time, efficiency, completion; bytes over the ATSW layer and waits for GPUs; each
+        wave's busbw and capacity kept)."""
         from aifabric.experiments.stats import metric_columns, split_metric
 
         have = metric_columns(self.frame, self.keys)

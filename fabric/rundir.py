@@ -4,7 +4,7 @@ One run = one scenario on one engine. Files, each written atomically (a
 temporary file renamed into place, so a reader never sees half of one):
 
     run.json         schema, engine, status, scenario, versions, times, message
-    topology.json    aifabric.fabric.export.topology_dict(fabric)
+    topology.json    aifabric.fabric.export.topology_json(fabric)
     flows.npz        per flow (one QP's transfer): flow_id job op step channel src dst
                      sqpn dqpn sport bytes start_ns end_ns (end_ns -1: unfinished; where
                      it is measured: run.json features.finish),
@@ -294,9 +294,10 @@ class RunWriter:
         write_json(self.path / "run.json", self.meta)
 
     def topology(self, fabric) -> None:
-        from aifabric.fabric.export import topology_dict
+        from aifabric.fabric.export import topology_json
+        from aifabric.fabric.files import write_atomic
 
-        write_json(self.path / "topology.json", topology_dict(fabric))
+        write_atomic(self.path / "topology.json", topology_json(fabric))
         self._fabric = fabric
 
     def _names(self):

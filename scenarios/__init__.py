@@ -55,13 +55,14 @@ from aifabric.fabric.faults import ACTIONS as FAULT_ACTIONS
 from aifabric.fabric.faults import check_faults
 from aifabric.fabric.model import Fabric, Role
 from aifabric.fabric.routing import POLICIES
-from aifabric.fabric.scenario import Fault, Scenario
+from aifabric.fabric.scenario import Fault, Scenario, job_names
 from aifabric.fabric.specfile import Presets, check_table, load_toml, relative_to
 from aifabric.fabric.units import parse_time
 from aifabric.scenarios import maintenance
 from aifabric.scenarios.overrides import ECMP_KEYS, NIC_KEYS, apply_overrides
 from aifabric.topologies.spec import QUEUE_ROLES, queue_profiles
 from aifabric.traffic import nccl
+from aifabric.traffic.generate import generate_scheduled
 
 TABLES = (
     "scenario", "workload", "nic", "ecmp", "queue", "congestion_control", "faults",
@@ -181,7 +182,7 @@ def scenario_from_dict(
         raise SpecError(f"scenario {name}: {e}") from None
 
     faults = tuple(_fault(fabric, name, body) for body in _fault_list(raw.get("faults", []), name))
-    flows = traffic.generate(
+    flows, placed = generate_scheduled(
         fabric, workload, placement_seed, qpn_seed=seeds.get("qpn_seed"), sport=sport
     )
     plan = raw.get("maintenance", {})
@@ -220,8 +221,19 @@ def scenario_from_dict(
                 if waves
                 else {}
             ),
+            **({"schedule": _schedule_record(fabric, workload, placed)} if placed else {}),
         },
     )
+
+
+def _schedule_record(fabric: Fabric, workload, placed) -> dict:
+    """run.json's `scenario.schedule`: the scheduler and each job's place in the schedule
+    (arrival, planned start and end, GPUs, zones and racks spanned), in order of start."""
+    names = job_names(workload.raw)
+    return {
+        "scheduler": workload.scheduler,
+        "jobs": [p.to_dict(fabric, names[p.job]) for p in placed],
+    }
 
 
 def _seed(name: str, key: str, value) -> int:

@@ -169,6 +169,8 @@ def _inline_workload(raw: dict, folder: Path | None) -> dict:
 
 
 def _set_workload(raw: dict, parts: list[str], value: Any, folder: Path | None) -> None:
+    from aifabric.traffic.spec import WORKLOAD_KEYS
+
     table = _inline_workload(raw, folder)
     jobs = table.get("jobs")
     if parts[0] == "jobs" and len(parts) == 3:
@@ -177,7 +179,7 @@ def _set_workload(raw: dict, parts: list[str], value: Any, folder: Path | None) 
         _job(jobs, parts[1])[parts[2]] = copy.deepcopy(value)
         return
     key = parts[0]
-    if isinstance(jobs, list) and key not in ("name", "description", "jobs"):
+    if isinstance(jobs, list) and key not in WORKLOAD_KEYS:
         for job in jobs:  # a job key without a job name: every job
             if isinstance(job, dict):
                 job[key] = copy.deepcopy(value)

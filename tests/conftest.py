@@ -11,6 +11,18 @@ def fabric(name: str):
     return load_fabric(name)
 
 
+def run_scenario(folder, text: str):
+    """The run directory of the scenario `text` run by `aifabric run` in `folder`."""
+    from click.testing import CliRunner
+
+    from aifabric.cli import main
+
+    (folder / "s.toml").write_text(text)
+    r = CliRunner().invoke(main, ["run", str(folder / "s.toml"), "-o", str(folder / "run")])
+    assert r.exit_code == 0, r.output
+    return folder / "run"
+
+
 def pytest_collection_modifyitems(config, items):
     """`vmlab` tests (a QEMU guest, 5-20 minutes) and `slow` tests (the default suite stays
     near ten minutes; CI runs them after it) run only when -m names them."""

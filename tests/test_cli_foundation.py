@@ -76,6 +76,35 @@ def test_topo_export(tmp_path, fmt):
         assert text.count(" -- ") == 32
 
 
+@pytest.mark.parametrize("name", ["lab-small", "rail-256", "fat-tree-k8"])
+def test_topology_json_holds_every_node_and_link_as_the_model_does(name):
+    """topology.json's rows are the model's `Node` and `Link` fields (role as its label, a
+    NIC's address beside), one per line, and read back as the same fabric."""
+    from dataclasses import asdict
+
+    import numpy as np
+
+    from aifabric.fabric.addressing import format_ipv4, nic_ipv4
+    from aifabric.fabric.export import fabric_from_topology, topology_json
+    from aifabric.topologies import load_fabric
+
+    fabric = load_fabric(name)
+    text = topology_json(fabric)
+    data = json.loads(text)
+    ips = nic_ipv4(fabric)
+    for node, row in zip(fabric.nodes, data["nodes"], strict=True):
+        want = {**asdict(node), "role": node.role.label}
+        if node.role.label == "nic":
+            want["ipv4"] = format_ipv4(ips[node.id])
+        assert row == want and list(row) == list(want)
+    assert data["links"] == [asdict(link) for link in fabric.links]
+    rows = [line for line in text.splitlines() if line.startswith('{"id": ')]
+    assert len(rows) == len(fabric.nodes) + len(fabric.links)  # one per line
+    back = fabric_from_topology(data)
+    for col in ("node_role", "node_zone", "node_rack", "link_a", "link_b", "link_rate_bps"):
+        assert np.array_equal(getattr(back, col), getattr(fabric, col)), col
+
+
 def test_ecmp_shows_tiers_and_the_uniform_reference():
     r = run("ecmp", "lab-medium", "--flows", "300", "--seed", "1")
     assert r.exit_code == 0, r.output

@@ -15,6 +15,7 @@ from aifabric.cli import main
 from aifabric.fabric.errors import SpecError
 from aifabric.scenarios import load_scenario
 from tests.conftest import fabric as preset
+from tests.conftest import run_scenario
 
 MEDIUM = """[scenario]
 topology = "lab-medium"
@@ -137,11 +138,7 @@ gap = "200us"
 @pytest.fixture(scope="module")
 def waves_run(tmp_path_factory):
     """A ring AllReduce repeated on lab-small while its two spines are drained in turn."""
-    folder = tmp_path_factory.mktemp("waves")
-    (folder / "s.toml").write_text(SMALL)
-    r = CliRunner().invoke(main, ["run", str(folder / "s.toml"), "-o", str(folder / "run")])
-    assert r.exit_code == 0, r.output
-    return folder / "run"
+    return run_scenario(tmp_path_factory.mktemp("waves"), SMALL)
 
 
 def test_analyze_gives_each_wave_its_jobs_figures_and_the_capacity_kept(waves_run):

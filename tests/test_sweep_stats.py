@@ -407,7 +407,8 @@ def test_every_shipped_experiment_loads_every_configuration():
 
     names = experiment_names()
     assert names == ["busbw-vs-size", "congestion-control", "ecmp-entropy", "maintenance-waves",
-                     "oversubscription", "path-pinning", "training-iteration"]  # fmt: skip
+                     "oversubscription", "path-pinning", "topology-aware-scheduling",
+                     "training-iteration"]  # fmt: skip
     for name in names:
         for full in (False, True):
             sweep = load_sweep(experiment_spec(name), full=full)
@@ -431,6 +432,9 @@ def test_every_shipped_experiment_loads_every_configuration():
                 if key == "maintenance":  # every spine drained and restored once, or no plan
                     spines = int((sc.fabric.node_role == 2).sum())
                     assert len(sc.faults) == (2 * spines if value else 0)
+                if key == "workload.scheduler":  # every job placed by it, none refused
+                    assert sc.extra["schedule"]["scheduler"] == value
+                    assert len(sc.extra["schedule"]["jobs"]) == len(sc.workload["jobs"])
         assert len(seen) == len(sweep.configurations()), name
 
 

@@ -12,6 +12,9 @@ The API the engines and the CLI use:
 
 A workload is one job (its keys at the top level) or several (`[[jobs]]`
 tables, with `name` and `description` beside them). Jobs never share a NIC.
+Beside `[[jobs]]`, `scheduler = "first-fit" | "topology-aware"` places the jobs
+as they arrive instead (traffic.scheduler), each at its `arrival`, or at times
+drawn from a Poisson process with mean gap `interarrival`.
 
     key            kinds  default     meaning
     preset         -      -           start from a preset (dense, moe); the other keys override it
@@ -46,6 +49,9 @@ tables, with `name` and `description` beside them). Jobs never share a NIC.
     chunk          all    512KiB      message a channel posts at once
     window         all    0           clear-to-send: outstanding chunks per channel (0: none)
     priority       all    3           802.1p priority of the flows; start = earliest start time
+    arrival        all    0           with a scheduler: when the job arrives
+    duration       all    0           with a scheduler: how long it holds its GPUs (0: NCCL's
+                                      cost-model time of its ops, plus its compute)
 
 (c: collective, p: pattern, t: training, m: matrix.) Flow granularity: see
 `aifabric.traffic.collectives`; dependencies across ops: see `aifabric.traffic.generate`.

@@ -38,10 +38,12 @@ import numpy as np
 from aifabric.fabric.addressing import DEFAULT_SPORT, SPORT_RULES, allocate_qpns, udp_sports
 from aifabric.fabric.errors import SpecError, shown
 from aifabric.fabric.model import Fabric
+from aifabric.fabric.scenario import job_names
 from aifabric.traffic import collectives as coll
 from aifabric.traffic import nccl
 from aifabric.traffic.flows import FlowTable
 from aifabric.traffic.placement import place, server_keys
+from aifabric.traffic.scheduler import Placed, schedule
 from aifabric.traffic.spec import COMMON, Job, Workload
 
 _I32 = np.int32
@@ -227,11 +229,14 @@ class _Builder:
         self.table = _Table()
         self.taken = np.zeros(fabric.n_nodes, dtype=bool)
         self.n_ops = 0
+        # per NIC: the last op that touched it (an index into sinks); per op: its last
+        # flows at each NIC, sorted by NIC. Kept across jobs: a job the scheduler gives
+        # GPUs another held waits at each of them for the other's last flows there.
+        self.last_of = np.full(fabric.n_nodes, -1, dtype=_I64)
+        self.sinks: list[tuple[np.ndarray, np.ndarray]] = []
 
     def add_ops(self, job_index: int, job: Job, ops: list[Op]):
-        last_of = np.full(self.fabric.n_nodes, -1, dtype=_I64)
-        # per op: its last flows at each NIC, sorted by NIC
-        sinks: list[tuple[np.ndarray, np.ndarray]] = []
+        last_of, sinks = self.last_of, self.sinks
         for op in ops:
             tr = op.tr
             group = None
@@ -393,6 +398,20 @@ def generate(
     """The flows of `workload` on `fabric`: place every job (drawing from `seed`), issue its
     operations, number the QPs (drawing from `qpn_seed`; by default after placement) and
     give each its UDP source port by the rule `sport` (`aifabric.fabric.addressing`)."""
+    return generate_scheduled(fabric, workload, seed, qpn_seed=qpn_seed, sport=sport)[0]
+
+
+def generate_scheduled(
+    fabric: Fabric,
+    workload: Workload,
+    seed: int = 0,
+    *,
+    qpn_seed: int | None = None,
+    sport: str = DEFAULT_SPORT,
+) -> tuple[FlowTable, list[Placed]]:
+    """`generate`, and the schedule of a workload with a scheduler (empty without one): its
+    jobs placed as they arrive (`aifabric.traffic.scheduler`), each job's flows starting
+    when the scheduler starts it."""
     if sport not in SPORT_RULES:
         raise SpecError(f"sport = {shown(sport)} is not one of {', '.join(SPORT_RULES)}")
     if len(workload.jobs) > 127:
@@ -401,8 +420,10 @@ def generate(
         raise SpecError(f"fabric {fabric.name} has too many nodes for a flow table")
     table = _flow_table_file(fabric, workload)
     if table is not None:
-        return table
+        return table, []
     b = _Builder(fabric, seed, qpn_seed, sport)
+    if workload.scheduler:
+        return _scheduled(b, workload)
     # matrix jobs hold the NICs their files name; the other jobs are placed around them
     ops: dict[int, list[Op]] = {}
     for j, job in enumerate(workload.jobs):
@@ -417,7 +438,40 @@ def generate(
         if j not in ops:
             ops[j] = job_ops(fabric, job, placed[j], b.rng, f"{workload.name}", workload.nccl_table)
         b.add_ops(j, job, ops[j])
-    return b.finish()
+    return b.finish(), []
+
+
+def _scheduled(b: _Builder, workload: Workload) -> tuple[FlowTable, list[Placed]]:
+    """The jobs placed by the workload's scheduler as they arrive (Poisson arrivals drawn
+    from the placement generator when `interarrival` is set), each held for its `duration`
+    or, without one, its NCCL cost-model time (plus its compute)."""
+    fabric, jobs = b.fabric, workload.jobs
+    names = job_names(workload.raw)
+    if workload.interarrival_ns:
+        gaps = b.rng.exponential(workload.interarrival_ns, len(jobs))
+        arrivals = np.cumsum(gaps).astype(_I64).tolist()
+    else:
+        arrivals = [job["arrival"] for job in jobs]
+    sizes = [_gpus_wanted(job) or len(fabric.nic_ids) for job in jobs]
+    ops: dict[int, list[Op]] = {}
+
+    def hold(j: int, nics: np.ndarray) -> int:
+        ops[j] = job_ops(fabric, jobs[j], nics, b.rng, workload.name, workload.nccl_table)
+        planned = jobs[j]["duration"] or (
+            sum(op.predicted_ns for op in ops[j]) + max((op.compute_ns for op in ops[j]), default=0)
+        )
+        if not planned:
+            raise SpecError(
+                f"workload {workload.name}: {names[j]} has no NCCL cost-model time; give it "
+                "duration, how long it holds its GPUs"
+            )
+        return planned
+
+    placed = schedule(fabric, sizes, arrivals, workload.scheduler, hold, names)
+    for p in placed:
+        started = Job(jobs[p.job].kind, {**jobs[p.job].values, "start": p.start_ns})
+        b.add_ops(p.job, started, ops[p.job])
+    return b.finish(), placed
 
 
 def _flow_table_file(fabric: Fabric, workload: Workload) -> FlowTable | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aifabric.fabric.errors import SpecError, cut, shown
+from aifabric.fabric.errors import SpecError, UnitError, cut, shown
 from aifabric.fabric.specfile import (
     Key,
     Presets,
@@ -33,6 +33,7 @@ from aifabric.fabric.specfile import (
 from aifabric.fabric.units import parse_size, parse_time
 from aifabric.traffic import nccl
 from aifabric.traffic.collectives import KINDS
+from aifabric.traffic.scheduler import POLICIES as SCHEDULERS
 
 COLLECTIVES = {name: c.algorithms for name, c in KINDS.items()}  # name -> its algorithms
 PATTERNS = ("permutation", "incast", "uniform")
@@ -113,6 +114,15 @@ COMMON = {
     "placement": Key(_choice(PLACEMENTS), "packed", doc=", ".join(PLACEMENTS)),
     "priority": Key(as_int, 3, 0, "802.1p priority of the flows (the lossless class)"),
     "start": Key(parse_time, 0, 0, "earliest start of the job's first flows", MAX_START_NS),
+    # with a scheduler (aifabric.traffic.scheduler): when the job arrives, how long it runs
+    "arrival": Key(parse_time, 0, 0, "scheduler: when the job arrives", MAX_START_NS),
+    "duration": Key(
+        parse_time,
+        0,
+        0,
+        "scheduler: how long it holds its GPUs; 0 = NCCL's cost model",
+        MAX_START_NS,
+    ),
     "channels": Key(as_int, 1, 1, "parallel rings or trees per connection"),
     "qps": Key(as_int, 1, 1, "QPs per connection (QP scaling)"),
     "qp_mode": Key(_choice(QP_MODES), "split", doc="split each message, or round-robin them"),
@@ -194,7 +204,8 @@ MATRIX = {
 # Common keys a matrix job does not take: its file names the NICs and the flows.
 MATRIX_FIXED = ("gpus", "placement", "channels")
 KINDS = {"collective": COLLECTIVE, "pattern": PATTERN, "model": TRAINING, "matrix": MATRIX}
-WORKLOAD_KEYS = ("name", "description", "jobs")
+# beside [[jobs]]: the scheduler (aifabric.traffic.scheduler) and its arrival process
+WORKLOAD_KEYS = ("name", "description", "jobs", "scheduler", "interarrival")
 
 
 @dataclass(frozen=True)
@@ -217,6 +228,8 @@ class Workload:
     jobs: tuple[Job, ...]
     raw: dict[str, Any]
     nccl_table: nccl.Table = nccl.DEFAULT  # a scenario's [nccl] table; each job's nccl over it
+    scheduler: str = ""  # "": every job placed at once by its placement key
+    interarrival_ns: int = 0  # mean gap of the jobs' Poisson arrivals; 0: each job's arrival
 
 
 PRESETS = Presets("aifabric.traffic", "presets", "workload")
@@ -296,6 +309,12 @@ def workload_from_dict(table: dict, name: str, folder: Path | None = None) -> Wo
         description = table.get("description", "")
     else:
         body = {k: v for k, v in table.items() if k != "description"}
+        beside = [k for k in ("scheduler", "interarrival") if k in body]
+        if beside:
+            raise SpecError(
+                f"workload {name}: {beside[0]} = {shown(body[beside[0]])} places the jobs of "
+                "[[jobs]]; write the job as a [[jobs]] table"
+            )
         jobs = (_job(name, "", body, folder),)
         display = name
         description = table.get("description", "")
@@ -309,7 +328,60 @@ def workload_from_dict(table: dict, name: str, folder: Path | None = None) -> Wo
             f"workload {name}: two jobs are named {twice[0]!r}; give each job its own name "
             "(the per-job tables tell them apart by it)"
         )
-    return Workload(name=display, description=description, jobs=jobs, raw=dict(table))
+    scheduler, interarrival = _scheduling(name, table, jobs)
+    return Workload(
+        name=display,
+        description=description,
+        jobs=jobs,
+        raw=dict(table),
+        scheduler=scheduler,
+        interarrival_ns=interarrival,
+    )
+
+
+def _scheduling(name: str, table: dict, jobs: tuple[Job, ...]) -> tuple[str, int]:
+    """A workload's scheduler and mean interarrival time, checked against its jobs' keys."""
+    bodies = table.get("jobs", [table])
+    scheduler = table.get("scheduler", "") if "jobs" in table else ""
+    if scheduler and scheduler not in SCHEDULERS:
+        raise SpecError(
+            f"workload {name}: scheduler = {shown(scheduler)} is not one of {', '.join(SCHEDULERS)}"
+        )
+    interarrival = 0
+    if "interarrival" in table:
+        try:
+            interarrival = parse_time(table["interarrival"])
+        except UnitError as e:
+            raise SpecError(f"workload {name}: interarrival: {e}") from None
+        if not 0 < interarrival <= MAX_START_NS or not scheduler:
+            raise SpecError(
+                f"workload {name}: interarrival = {shown(table['interarrival'])} must be a "
+                "positive time, at most 10^6 s, beside a scheduler (the mean gap of the jobs' "
+                "arrivals)"
+            )
+    for i, (job, body) in enumerate(zip(jobs, bodies, strict=True)):
+        where = f"jobs[{i}]." if "jobs" in table else ""
+        given = [k for k in ("arrival", "duration") if k in body]
+        if given and not scheduler:
+            raise SpecError(
+                f"workload {name}: {where}{given[0]} applies to a job of a workload with a "
+                "scheduler (scheduler = first-fit or topology-aware beside [[jobs]])"
+            )
+        refused = {"placement": "the scheduler places it", "start": "the scheduler starts it"}
+        if interarrival:
+            refused["arrival"] = "interarrival draws it"
+        for key, why in refused.items():
+            if scheduler and key in body:
+                raise SpecError(
+                    f"workload {name}: {where}{key} = {shown(body[key])} does not apply "
+                    f"under scheduler = {scheduler}: {why}"
+                )
+        if scheduler and job.kind == "matrix":
+            raise SpecError(
+                f"workload {name}: {where}a matrix job names its NICs, so the scheduler "
+                "cannot place it"
+            )
+    return scheduler, interarrival
 
 
 def _from_preset(table: dict, name: str) -> dict:
