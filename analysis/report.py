@@ -42,6 +42,7 @@ BUSIEST_LINKS = 8
 MAX_UPLINK_SWITCHES = 32  # per tier: more switches are drawn one bar each, and the
 DETAIL_SWITCHES = 4  # most unbalanced of them link by link
 MAX_DRAWN_NODES = 1000  # a bigger fabric is drawn by rack and zone
+LABEL_LINES = 8  # jobs named on the throughput chart, one line each, before the lines repeat
 MAX_LINK_HOVER = 5000  # links with hover text; bigger fabrics are drawn without it
 CDF_POINTS = 200
 
@@ -247,12 +248,13 @@ def _job_spans(fig, m: R.RunMetrics, series: R.PortSeries) -> None:
             line_width=0,
             layer="below",
             name=f"{j.name}: runs",
-            # one line per job, so that jobs starting together keep their names apart
+            # a line per job (repeating after LABEL_LINES), so that jobs starting together
+            # keep their names apart
             annotation={
                 "text": _span_label(j, predicted.get(j.name)),
                 "font_size": 10,
                 "font_color": job_colour(m, j.job),
-                "yshift": -13 * place,
+                "yshift": -13 * (place % LABEL_LINES),
             },
             annotation_position="top left",
         )
