@@ -37,6 +37,7 @@ from aifabric.fabric._numba_cache import lean_loads
 from aifabric.fabric.completion import algbw_bps
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.portseries import PortSamples
+from aifabric.fabric.rundir import SIZE_IN_ALL
 
 lean_loads()  # cached kernels load without numba's typing and lowering tables
 
@@ -775,10 +776,13 @@ def schedule_metrics(run, fabric, flows: dict | None) -> R.Schedule | None:
 
 
 def run_metrics(
-    run, *, top: int = 10, series: bool = False, rate_bps: int | None = None
-) -> R.RunMetrics:
+    run, *, top: int = 10, series: bool = False, rate_bps: int | None = None,
+    per_port: bool = True,
+) -> R.RunMetrics:  # fmt: skip
     """Metrics of a run directory (any engine); `rate_bps` times its captures' PFC quanta
-    (default: the fabric's slowest link)."""
+    (default: the fabric's slowest link); with `series`, the time series, where `per_port`
+    False leaves the [port][sample] ones empty (the report reads those from the port
+    samples' entries: at thousands of ports they are gigabytes as nested tuples)."""
     from aifabric.analysis.ecmp import ecmp_metrics
     from aifabric.fabric.export import fabric_from_topology
 
@@ -864,7 +868,7 @@ def run_metrics(
         collectives=collectives,
         jobs=tuple(jobs),
         throughput=throughput,
-        series=_port_series(fabric, ports) if series and has_ports else None,
+        series=_port_series(fabric, ports, per_port) if series and has_ports else None,
         captures=tuple(caps),
         faults=faults,
         waves=wave_metrics(
@@ -979,21 +983,21 @@ def _port_metrics(
     return congestion, ranked
 
 
-def _port_series(fabric, ports: PortSamples) -> R.PortSeries:
+def _port_series(fabric, ports: PortSamples, per_port: bool = True) -> R.PortSeries:
     port = ports["port"].astype(np.int64)
     interval = int(ports["interval_ns"])
     rate = fabric.port_rate_bps[port].astype(np.float64)
 
-    def rows(a):
-        return tuple(tuple(r) for r in a.tolist())
+    def rows(dense):  # [port][sample] from a function of the dense [sample, port] arrays
+        return tuple(tuple(r) for r in dense().T.tolist()) if per_port else ()
 
     return R.PortSeries(
         t_ns=tuple(ports["t_ns"].astype(np.int64).tolist()),
         interval_ns=interval,
         ports=tuple(fabric.port_name(p) for p in port),
         port_ids=tuple(port.tolist()),
-        utilization=rows((ports["tx_bytes"] * 8 * 1e9 / interval / rate).T),
-        qdepth_max_bytes=rows(ports["qdepth_max_bytes"].T),
+        utilization=rows(lambda: ports["tx_bytes"] * 8 * 1e9 / interval / rate),
+        qdepth_max_bytes=rows(lambda: ports["qdepth_max_bytes"]),
         ecn_marked=tuple(ports.per_sample("ecn_marked").tolist()),
         paused_ns=tuple(ports.per_sample("paused_ns").tolist()),
         paused_ports=tuple(ports.nonzero_per_sample("paused_ns").tolist()),
@@ -1076,23 +1080,28 @@ def _collectives(col, flows, fabric, names: dict[int, str], scale: float = 1.0) 
 
 
 def _jobs(ops, flows: dict | None, names: dict[int, str]) -> list[R.Job]:
-    """Per job: its ops one after another (time, ideal, efficiency, busbw of its ops) and
-    its flows' completion times. Jobs are never averaged together."""
+    """Per job: its ops one after another (time, ideal, efficiency, busbw of its collective
+    ops), a pattern's goodput (the bytes of its flows that finished over its time) and its
+    flows' completion times. Jobs are never averaged together."""
     jobs = sorted(set(names) | {o.job for o in ops})
     out = []
     for j in jobs:
         mine = [o for o in ops if o.job == j]
         done = [o for o in mine if o.time_ns is not None]
+        collective = [o for o in done if o.kind not in SIZE_IN_ALL]
+        pattern = bool(mine) and all(o.kind in SIZE_IN_ALL for o in mine)
         fin = len(done) == len(mine) and mine
         start = min((o.start_ns for o in mine if o.start_ns >= 0), default=None)
         end = max((o.end_ns for o in mine), default=None) if fin else None
         ideal = sum(o.ideal_ns or 0 for o in mine) if mine else None
         time = end - start if end is not None and start is not None else None
         fct = receivers = None
+        delivered = sum(o.bytes for o in done)
         if flows is not None:
             sel = (flows["job"] == j) & (flows["end_ns"] >= 0)
             fct = distribution((flows["end_ns"] - flows["start_ns"])[sel])
             receivers = int(len(np.unique(flows["dst"][flows["job"] == j])))
+            delivered = int(flows["bytes"][sel].sum())
         out.append(
             R.Job(
                 job=j,
@@ -1107,8 +1116,9 @@ def _jobs(ops, flows: dict | None, names: dict[int, str]) -> list[R.Job]:
                 ideal_ns=ideal,
                 efficiency=ideal / time if time and ideal else None,
                 algbw_bps=distribution([o.algbw_bps for o in done]),
-                busbw_bps=distribution([o.busbw_bps for o in done]),
-                busbw_emulated_bps=distribution([o.busbw_emulated_bps for o in done]),
+                busbw_bps=distribution([o.busbw_bps for o in collective]),
+                busbw_emulated_bps=distribution([o.busbw_emulated_bps for o in collective]),
+                goodput_bps=delivered * 8e9 / time if pattern and time else None,
                 fct_ns=fct,
                 receivers=receivers,
             )
@@ -1257,6 +1267,7 @@ def summary(m: R.RunMetrics | R.CaptureMetrics) -> R.Summary:
                 name=j.name,
                 kind="+".join(j.kinds) or "-",
                 busbw_bps=j.busbw_bps.mean,
+                goodput_bps=j.goodput_bps,
                 time_ns=j.time_ns,
                 ideal_ns=j.ideal_ns,
                 efficiency=j.efficiency,

@@ -164,7 +164,7 @@ def bytes_are(op: R.Collective) -> str:
     return "in all" if op.kind in SIZE_IN_ALL else "per rank"
 
 
-def _predicted_by_job(m: R.RunMetrics) -> dict[str, int | None]:
+def predicted_by_job(m: R.RunMetrics) -> dict[str, int | None]:
     """NCCL's cost-model time of each job's ops, summed (None when an op has none)."""
     out: dict[str, int | None] = {}
     for o in m.collectives.ops:
@@ -175,11 +175,11 @@ def _predicted_by_job(m: R.RunMetrics) -> dict[str, int | None]:
 
 def _jobs_table(m: R.RunMetrics, scale: float) -> str:
     emulated = scale > 1
-    predicted = _predicted_by_job(m)
+    predicted = predicted_by_job(m)
     return render(
         ["job", "kind", "ops", "time", "NCCL model", "ideal", "efficiency", "algbw", "busbw"]
         + (["busbw emulated"] if emulated else [])
-        + ["flow p99"],
+        + ["goodput", "flow p99"],
         [
             [
                 j.name,
@@ -193,12 +193,16 @@ def _jobs_table(m: R.RunMetrics, scale: float) -> str:
                 fmt(j.busbw_bps.mean, "rate"),
             ]
             + ([fmt(j.busbw_emulated_bps.mean, "rate")] if emulated else [])
-            + [fmt(j.fct_ns.p99 if j.fct_ns is not None else None, "time")]
+            + [
+                fmt(j.goodput_bps, "rate"),
+                fmt(j.fct_ns.p99 if j.fct_ns is not None else None, "time"),
+            ]
             for j in m.jobs
         ],
         title="jobs (NCCL model: NCCL's cost-model time of the job's ops on an idle fabric; "
         "ideal: the busiest NIC's bytes at line rate; efficiency ideal / time; "
-        f"nccl-tests algbw and busbw, mean over the job's ops; {BYTES_ARE})",
+        "nccl-tests algbw, mean over the job's ops, and busbw, over its collectives; "
+        f"goodput: a pattern's bytes delivered over its time; {BYTES_ARE})",
     )
 
 
@@ -499,11 +503,14 @@ SUMMARY_ROWS = (
 )
 JOB_ROWS = (
     ("busbw_bps", "busbw", "rate"),
+    ("goodput_bps", "goodput", "rate"),
     ("time_ns", "time", "time"),
     ("ideal_ns", "ideal time", "time"),
     ("efficiency", "efficiency", "pct"),
     ("fct_p99_ns", "flow completion p99", "time"),
 )
+
+THROUGHPUT = ("busbw_bps", "goodput_bps")
 
 
 def _half(x, key: str):
@@ -522,6 +529,8 @@ def summary_rows(s: list[R.Summary]) -> list[list[str]]:
         mine = [next((j for j in x.jobs if j.name == name), None) for x in s]
         kind = next(j.kind for j in mine if j)
         for key, label, k in JOB_ROWS:
+            if key in THROUGHPUT and all(j is None or getattr(j, key) is None for j in mine):
+                continue  # a collective's busbw, a pattern's goodput: the other is not its
             rows.append(
                 [f"job {name} ({kind}): {label}"]
                 + [_cell(getattr(j, key), k, _half(j, key)) if j else "-" for j in mine]

@@ -1,11 +1,16 @@
 """The HTML report of a run: one self-contained file (plotly.js inlined) that opens offline.
 
-Sections, top to bottom: per job and run-wide figures; throughput over time of
-every job's receivers and of the busiest links; the fabric, links coloured by
-utilization, hot and paused ports marked; load per link for each ECMP tier
-beside uniform hashing; a queue-depth heat map of the ports that queued most;
-ECN, CNP and PFC on one timeline; completion-time CDFs per job; a collective
-timeline, one lane per job, with each op's ideal time. Every chart over time marks
+Sections, top to bottom: per job and run-wide figures (every job with a throughput
+figure: busbw for a collective, goodput for a pattern); throughput over time of
+every job's receivers, each job's run shaded in its colour and darker where its
+receivers took under half their line rate, and of the busiest links; the fabric,
+links coloured by utilization, hot and paused ports marked (above `MAX_DRAWN_NODES`
+nodes, by rack and zone instead: each rack's links per tier, each zone's to the
+ATSW layer); load per link for each ECMP tier beside uniform hashing (above
+`MAX_UPLINK_SWITCHES` switches, each switch's max/mean first); a queue-depth heat
+map of the ports that queued most; ECN, CNP and PFC on one timeline;
+completion-time CDFs per job; a collective timeline, one lane per job, with each
+op's ideal time. A job has one colour on every chart. Every chart over time marks
 each applied fault at its time (a dotted line named `fault: TARGET ACTION`) and shades each
 maintenance wave from its drain to its restore (named `wave N: SWITCHES`). A capture's report
 has the summary, throughput per interface, ECN / CNP / PFC timelines, load
@@ -27,13 +32,17 @@ import numpy as np
 
 from aifabric.analysis import results as R
 from aifabric.analysis.metrics import run_metrics, summary
-from aifabric.analysis.render import SUMMARY_ROWS, bytes_are, fmt
+from aifabric.analysis.render import SUMMARY_ROWS, bytes_are, fmt, predicted_by_job
 from aifabric.fabric.model import Role
+from aifabric.fabric.spread import tier_name
 from aifabric.fabric.units import format_rate, format_size, format_time
 
 HEATMAP_PORTS = 20  # the ports with the deepest queues; the rest are summed up in a note
 BUSIEST_LINKS = 8
-MAX_UPLINK_SWITCHES = 32  # per tier: the most unbalanced switches are drawn
+MAX_UPLINK_SWITCHES = 32  # per tier: more switches are drawn one bar each, and the
+DETAIL_SWITCHES = 4  # most unbalanced of them link by link
+MAX_DRAWN_NODES = 1000  # a bigger fabric is drawn by rack and zone
+LABEL_LINES = 8  # jobs named on the throughput chart, one line each, before the lines repeat
 MAX_LINK_HOVER = 5000  # links with hover text; bigger fabrics are drawn without it
 CDF_POINTS = 200
 
@@ -56,9 +65,13 @@ window.addEventListener("load", function () {
       id: p.id,
       title: title && title.text !== undefined ? title.text : title,
       yaxis_type: p.layout && p.layout.yaxis ? p.layout.yaxis.type : null,
+      annotations: ((p.layout && p.layout.annotations) || []).map(function (a) {
+        return a.text;
+      }),
       xaxis_type: p.layout && p.layout.xaxis ? p.layout.xaxis.type : null,
       shapes: ((p.layout && p.layout.shapes) || []).map(function (s) {
-        return {x0: s.x0, x1: s.x1, name: s.name};
+        return {x0: s.x0, x1: s.x1, y0: s.y0, y1: s.y1, yref: s.yref, name: s.name,
+                fillcolor: s.fillcolor};
       }),
       axes: Object.keys(p._fullLayout || {}).filter(function (k) {
         return /^[xy]axis[0-9]*$/.test(k);
@@ -70,7 +83,9 @@ window.addEventListener("load", function () {
       }),
       data: (p.data || []).map(function (t) {
         return {type: t.type, name: t.name, x: t.x, y: t.y, z: t.z, base: t.base,
-                customdata: t.customdata, text: t.text, mode: t.mode, textfont: t.textfont};
+                customdata: t.customdata, text: t.text, mode: t.mode, textfont: t.textfont,
+                line_color: t.line ? t.line.color : null,
+                marker_color: t.marker ? t.marker.color : null};
       })
     });
   });
@@ -100,7 +115,8 @@ JOB_COLUMNS = (
     ("time_ns", "time", "time"),
     ("ideal_ns", "ideal (line rate)", "time"),
     ("efficiency", "efficiency", "pct"),
-    ("busbw_bps", "busbw (nccl-tests)", "rate"),
+    ("busbw_bps", "busbw (nccl-tests, collectives)", "rate"),
+    ("goodput_bps", "goodput (patterns: bytes delivered / time)", "rate"),
     ("fct_p99_ns", "flow completion p99", "time"),
 )
 
@@ -187,6 +203,76 @@ def _fault_markers(fig, m: R.RunMetrics, t0_ns: int, **where) -> None:
         )
 
 
+PALETTE = (  # plotly's qualitative "Plotly": a job (a sweep's configuration) keeps its colour
+    "#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a",
+    "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52",
+)  # fmt: skip
+
+
+def job_colour(m: R.RunMetrics, job: int) -> str:
+    """The colour of job number `job` on every chart of the report (by its place in the run's
+    jobs, the palette repeating after ten)."""
+    place = next((i for i, j in enumerate(m.jobs) if j.job == job), job)
+    return PALETTE[place % len(PALETTE)]
+
+
+def _span_label(j: R.Job, predicted_ns: int | None) -> str:
+    """A job's name on its shaded run, with its time beside what it would take on an idle
+    fabric (NCCL's cost model for collectives, else its ops at line rate): a collective
+    slow by its own nature reads as such, not as a victim of the fabric."""
+    if j.time_ns is None:
+        return f"{j.name}: did not finish"
+    if predicted_ns:
+        return f"{j.name}: {fmt(j.time_ns, 'time')} (NCCL model {fmt(predicted_ns, 'time')})"
+    return f"{j.name}: {fmt(j.time_ns, 'time')} (line rate {fmt(j.ideal_ns, 'time')})"
+
+
+def _job_spans(fig, m: R.RunMetrics, series: R.PortSeries) -> None:
+    """Per job, in its colour: its run (first op's start to last op's end, or to the end of
+    the samples for a job that did not finish, as the analyzer judges it) shaded lightly and
+    named at the top, and its stretches below the low mark of its receivers' line rate as a
+    darker band from 0 up to that mark (the analyzer's `low_intervals`)."""
+    t0_ns = _start_ns(series)
+    last_ns = int(series.t_ns[-1]) + series.interval_ns if series.t_ns else t0_ns
+    low = m.throughput.low_utilization
+    predicted = predicted_by_job(m)
+    for place, j in enumerate(m.jobs):
+        if j.start_ns is None:
+            continue
+        end = j.end_ns if j.end_ns is not None else last_ns
+        fig.add_vrect(
+            x0=(j.start_ns - t0_ns) / 1e3,
+            x1=(end - t0_ns) / 1e3,
+            fillcolor=job_colour(m, j.job),
+            opacity=0.06,
+            line_width=0,
+            layer="below",
+            name=f"{j.name}: runs",
+            # a line per job (repeating after LABEL_LINES), so that jobs starting together
+            # keep their names apart
+            annotation={
+                "text": _span_label(j, predicted.get(j.name)),
+                "font_size": 10,
+                "font_color": job_colour(m, j.job),
+                "yshift": -13 * (place % LABEL_LINES),
+            },
+            annotation_position="top left",
+        )
+    for w in m.throughput.low_intervals or ():
+        fig.add_shape(
+            type="rect",
+            x0=(w.start_ns - t0_ns) / 1e3,
+            x1=(w.end_ns - t0_ns) / 1e3,
+            y0=0,
+            y1=100 * low,
+            fillcolor=job_colour(m, w.job),
+            opacity=0.22,
+            line_width=0,
+            layer="below",
+            name=f"{w.name}: below {100 * low:.0f}%",
+        )
+
+
 def _throughput_figures(m: R.RunMetrics, series: R.PortSeries) -> list:
     import plotly.graph_objects as go
 
@@ -200,27 +286,22 @@ def _throughput_figures(m: R.RunMetrics, series: R.PortSeries) -> list:
                 x=t,
                 y=(100 * np.asarray(j.utilization)).tolist(),
                 name=f"{j.name} ({j.receivers} receivers)",
+                line={"color": job_colour(m, j.job)},
                 customdata=j.rx_bytes_per_interval,
                 hovertemplate="%{x:.0f} us: %{y:.1f}% of line rate, %{customdata:,} bytes"
                 "<extra>%{fullData.name}</extra>",
             )
         )
-    for w in th.low_intervals:
-        fig.add_vrect(
-            x0=(w.start_ns - series.t_ns[0]) / 1e3,
-            x1=(w.end_ns - series.t_ns[0]) / 1e3,
-            fillcolor="red",
-            opacity=0.08,
-            line_width=0,
-        )
+    _job_spans(fig, m, series)
+    fig.add_hline(y=100 * th.low_utilization, line={"dash": "dash", "width": 1, "color": "#888"})
     _fault_markers(fig, m, _start_ns(series))
     fig.update_xaxes(title="time (us)")
     fig.update_yaxes(title="% of the receivers' line rate", range=[0, 105])
     figs.append(
         _layout(
             fig,
-            "Throughput into each job's receivers (shaded: below "
-            f"{100 * th.low_utilization:.0f}% while the job ran)",
+            "Throughput into each job's receivers (each job's run shaded in its colour, darker "
+            f"where its receivers took under {100 * th.low_utilization:.0f}% of their line rate)",
         )
     )
     fig = go.Figure()
@@ -242,11 +323,10 @@ def _throughput_figures(m: R.RunMetrics, series: R.PortSeries) -> list:
     return figs
 
 
-def _fabric_figure(fabric, m: R.RunMetrics):
+def _fabric_figure(fabric, m: R.RunMetrics, ports):
     import plotly.colors as pc
     import plotly.graph_objects as go
 
-    series = m.series
     roles = fabric.node_role.astype(int)
     x = np.zeros(fabric.n_nodes)
     y = roles.astype(float)
@@ -254,11 +334,11 @@ def _fabric_figure(fabric, m: R.RunMetrics):
         ids = np.flatnonzero(roles == r)
         x[ids] = (np.arange(len(ids)) + 0.5) / len(ids)
     util = np.zeros(fabric.n_links)
-    if series is not None:
-        u = np.asarray(series.utilization, dtype=float)
-        mean = u.mean(axis=1) if u.size else np.zeros(len(series.port_ids))
-        for p, val in zip(series.port_ids, mean, strict=True):
-            util[p // 2] = max(util[p // 2], val)
+    if ports is not None and len(ports["t_ns"]):
+        port = np.asarray(ports["port"], dtype=np.int64)
+        span_ns = int(ports["interval_ns"]) * len(ports["t_ns"])
+        mean = ports.total("tx_bytes") * 8e9 / span_ns / fabric.port_rate_bps[port]
+        np.maximum.at(util, port // 2, mean)
     fig = go.Figure()
     edges = np.linspace(0, max(1.0, float(util.max()) if util.size else 1.0), 11)
     colors = pc.sample_colorscale("Viridis", list(np.linspace(0, 1, 10)))
@@ -348,6 +428,193 @@ def _fabric_figure(fabric, m: R.RunMetrics):
     return _layout(fig, "Fabric: links coloured by mean utilization (busier direction)", 520)
 
 
+def rack_zone_load(fabric, ports) -> list[dict]:
+    """The sampled ports' bytes summed by tier (`nic>rtsw`: the egress of a NIC toward its
+    rack switch) and by the rack (a port between a NIC and an RTSW, or an RTSW and a CTSW)
+    or the zone (between a CTSW and an ATSW; rack -1) of its lower end, from the port
+    series' entries alone: per group its tier, zone, rack, ports, bytes and capacity (the
+    ports' rates, bit/s), in tier, zone, rack order."""
+    port = np.asarray(ports["port"], dtype=np.int64)
+    tx = ports.total("tx_bytes").astype(np.int64)
+    a, b = fabric.port_node[port], fabric.port_peer[port]
+    ra = fabric.node_role[a].astype(np.int64)
+    rb = fabric.node_role[b].astype(np.int64)
+    lower = np.where(ra <= rb, a, b)
+    in_rack = fabric.node_role[lower] <= Role.RTSW
+    key = np.stack(
+        [
+            4 * ra + rb,
+            fabric.node_zone[lower].astype(np.int64),
+            np.where(in_rack, fabric.node_rack[lower], -1).astype(np.int64),
+        ],
+        axis=1,
+    )
+    groups, which = np.unique(key, axis=0, return_inverse=True)
+    which = which.reshape(-1)
+    n = len(groups)
+    rate = fabric.port_rate_bps[port].astype(np.int64)
+    return [
+        {
+            "tier": tier_name(int(g[0])),
+            "zone": int(g[1]),
+            "rack": int(g[2]),
+            "ports": int(c),
+            "bytes": int(x),
+            "capacity_bps": int(r),
+        }
+        for g, c, x, r in zip(
+            groups,
+            np.bincount(which, minlength=n),
+            np.bincount(which, weights=tx, minlength=n),
+            np.bincount(which, weights=rate, minlength=n),
+            strict=True,
+        )
+    ]
+
+
+def _rack_zone_figures(fabric, ports, m: R.RunMetrics) -> list:
+    """A fabric too big to draw node by node, by rack and zone: a heat map of each rack's
+    links per tier (a row per zone and tier, a column per rack), coloured by their mean
+    utilization over the run, and the zones' links to the ATSW layer as bars; the racks
+    and zones holding the hot spots marked."""
+    import plotly.graph_objects as go
+
+    rows = rack_zone_load(fabric, ports)
+    span_ns = max(int(ports["interval_ns"]) * len(ports["t_ns"]), 1)
+
+    def util(r):
+        return 100 * r["bytes"] * 8e9 / span_ns / r["capacity_bps"] if r["capacity_bps"] else 0.0
+
+    racks = [r for r in rows if r["rack"] >= 0]
+    zones = [r for r in rows if r["rack"] < 0]
+    lanes = list(dict.fromkeys((r["zone"], r["tier"]) for r in racks))
+    cols = sorted({r["rack"] for r in racks})
+    where = {lane: i for i, lane in enumerate(lanes)}
+    at = {rack: i for i, rack in enumerate(cols)}
+    z = [[None] * len(cols) for _ in lanes]
+    data = [[None] * len(cols) for _ in lanes]
+    for r in racks:
+        i, k = where[(r["zone"], r["tier"])], at[r["rack"]]
+        z[i][k] = util(r)
+        data[i][k] = [r["bytes"], r["ports"]]
+    labels = [f"z{zone} {tier}" for zone, tier in lanes]
+    # the colour scale reaches the busiest cell (a nice number at least 1%), so that racks
+    # apart from each other stand out in a run that loads the fabric lightly on average
+    busiest = max((util(r) for r in racks), default=0.0)
+    top = next(m * 10**k for k in range(3) for m in (1, 2, 5) if busiest <= m * 10**k)
+    figs = []
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=cols,
+            y=labels,
+            customdata=data,
+            colorscale="Viridis",
+            zmin=0,
+            zmax=min(top, 100),
+            colorbar={"title": {"text": "% of capacity"}},
+            hovertemplate="%{y}, rack %{x}: %{z:.1f}% of its %{customdata[1]} links' "
+            "capacity, %{customdata[0]:,} bytes<extra></extra>",
+            name="racks",
+        )
+    )
+    hot = [fabric.port_id(h.port) for h in m.hotspots[:5]]
+    hx, hy, ht = [], [], []
+    for p in hot:
+        a, b = int(fabric.port_node[p]), int(fabric.port_peer[p])
+        low = a if fabric.node_role[a] <= fabric.node_role[b] else b
+        tier = tier_name(4 * int(fabric.node_role[a]) + int(fabric.node_role[b]))
+        lane = (int(fabric.node_zone[low]), tier)
+        if fabric.node_role[low] <= Role.RTSW and lane in where:
+            hx.append(int(fabric.node_rack[low]))
+            hy.append(labels[where[lane]])
+            ht.append(fabric.port_name(p))
+    if hx:
+        fig.add_trace(
+            go.Scatter(
+                x=hx, y=hy, text=ht, mode="markers", hoverinfo="text",
+                marker={"symbol": "x", "size": 12, "color": "#d62728"},
+                name="hot spot (queue, pauses caused)",
+            )
+        )  # fmt: skip
+    fig.update_xaxes(title="rack", type="category" if len(cols) <= 64 else "linear")
+    fig.update_yaxes(autorange="reversed", type="category", automargin=True)
+    figs.append(
+        _layout(
+            fig,
+            f"Fabric by rack: {len(cols)} racks in {len({r['zone'] for r in racks})} zone(s), "
+            "each rack's links per tier<br>coloured by their mean utilization "
+            f"({fabric.n_nodes:,} nodes: too many to draw one by one)",
+            max(320, 26 * len(lanes) + 160),
+        )
+    )
+    if zones:
+        fig = go.Figure()
+        for tier in dict.fromkeys(r["tier"] for r in zones):
+            mine = [r for r in zones if r["tier"] == tier]
+            fig.add_trace(
+                go.Bar(
+                    x=[f"z{r['zone']}" for r in mine],
+                    y=[util(r) for r in mine],
+                    customdata=[[r["bytes"], r["ports"]] for r in mine],
+                    name=tier,
+                    hovertemplate="%{x}: %{y:.1f}% of its %{customdata[1]} links' capacity, "
+                    "%{customdata[0]:,} bytes<extra>%{fullData.name}</extra>",
+                )
+            )
+        fig.update_yaxes(title="% of capacity", rangemode="tozero")
+        figs.append(
+            _layout(fig, "Fabric by zone: each zone's links to the ATSW layer, mean utilization")
+        )
+    return figs
+
+
+def _tier_title(tier: R.EcmpTier) -> str:
+    b, e = tier.bytes, tier.bytes_expected
+    return (
+        f"{tier.tier}: {tier.qps} QPs had a choice of {tier.links} links;<br>"
+        f"max/mean {b.max_mean:.2f} (uniform {e.max_mean:.2f}), per switch "
+        f"{tier.switch_max_mean:.2f} ({tier.switch_max_mean_expected:.2f}), "
+        f"collisions {tier.collisions} ({tier.collisions_expected:.1f})"
+    )
+
+
+def _switches_figure(tier: R.EcmpTier, rows: list[R.EcmpSwitch]):
+    """A tier of many switches: each switch's max/mean of bytes over its links, most
+    unbalanced first, beside what uniform hashing of its QPs gives (one bar per switch, so
+    it stays readable at hundreds of switches)."""
+    import plotly.graph_objects as go
+
+    rows = sorted(rows, key=lambda r: (-r.bytes.max_mean, r.switch))
+    fig = go.Figure()
+    fig.add_trace(
+        go.Bar(
+            x=[r.switch for r in rows],
+            y=[r.bytes.max_mean for r in rows],
+            customdata=[[r.qps, r.links, r.collisions] for r in rows],
+            name="observed",
+            marker={"color": "#636efa"},
+            hovertemplate="%{x}: max/mean %{y:.2f}, %{customdata[0]} QPs on %{customdata[1]} "
+            "links, %{customdata[2]} collisions<extra></extra>",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[r.switch for r in rows],
+            y=[r.bytes_expected.max_mean for r in rows],
+            mode="markers",
+            marker={"symbol": "line-ew-open", "size": 10, "color": "#222"},
+            name="uniform hashing",
+            hovertemplate="%{x}: uniform %{y:.2f}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(showticklabels=len(rows) <= 64, title=f"{len(rows)} switches")
+    fig.update_yaxes(title="max/mean of bytes over its links", rangemode="tozero")
+    return _layout(
+        fig, f"{_tier_title(tier)} (per switch, most unbalanced first)", 460
+    )  # fmt: skip
+
+
 def _uplink_figures(ecmp: R.Ecmp) -> list:
     import plotly.graph_objects as go
 
@@ -357,8 +624,9 @@ def _uplink_figures(ecmp: R.Ecmp) -> list:
         rows = [r for r in ecmp.switches if r.tier == tier.tier]
         shown = ""
         if len(rows) > MAX_UPLINK_SWITCHES:
-            shown = f" ({MAX_UPLINK_SWITCHES} most unbalanced of {len(rows)} switches)"
-            rows = sorted(rows, key=lambda r: -r.bytes.max_mean)[:MAX_UPLINK_SWITCHES]
+            figs.append(_switches_figure(tier, rows))
+            shown = f" ({DETAIL_SWITCHES} most unbalanced of {len(rows)} switches)"
+            rows = sorted(rows, key=lambda r: (-r.bytes.max_mean, r.switch))[:DETAIL_SWITCHES]
         for r in rows:
             fig.add_trace(
                 go.Bar(
@@ -369,27 +637,20 @@ def _uplink_figures(ecmp: R.Ecmp) -> list:
                     hovertemplate="%{x}: %{y:,} bytes, %{customdata} QPs<extra></extra>",
                 )
             )
-        b, e = tier.bytes, tier.bytes_expected
         fig.update_layout(showlegend=False, yaxis_title="bytes")
-        figs.append(
-            _layout(
-                fig,
-                f"{tier.tier}: {tier.qps} QPs had a choice of {tier.links} links; "
-                f"max/mean {b.max_mean:.2f} (uniform {e.max_mean:.2f}), per switch "
-                f"{tier.switch_max_mean:.2f} ({tier.switch_max_mean_expected:.2f}), "
-                f"collisions {tier.collisions} ({tier.collisions_expected:.1f}){shown}",
-                460,
-            )
-        )
+        # a link's name is on hover; past 64 bars the names would overlap
+        fig.update_xaxes(showticklabels=sum(len(r.ports) for r in rows) <= 64)
+        figs.append(_layout(fig, f"{_tier_title(tier)}{shown}", 460))
     return figs
 
 
-def _heatmap(series: R.PortSeries, m: R.RunMetrics):
+def _heatmap(series: R.PortSeries, m: R.RunMetrics, ports):
+    """The deepest queues over time, their rows built from the port samples' entries (only
+    those ports' rows: a dense [port][sample] array is gigabytes at thousands of ports)."""
     import plotly.graph_objects as go
 
-    q = np.asarray(series.qdepth_max_bytes, dtype=float)
     names = series.ports
-    peak = q.max(axis=1) if q.size else np.zeros(len(names))
+    peak = ports.peak("qdepth_max_bytes").astype(float)
     order = np.argsort(-peak, kind="stable")
     keep = order[:HEATMAP_PORTS]
     keep = keep[peak[keep] > 0]
@@ -397,7 +658,14 @@ def _heatmap(series: R.PortSeries, m: R.RunMetrics):
     rest = rest[peak[rest] > 0]
     fig = go.Figure()
     if keep.size:
-        z = np.log10(np.maximum(q[keep], 1.0))
+        q = np.zeros((len(keep), len(ports["t_ns"])))
+        row = np.full(len(names), -1)
+        row[keep] = np.arange(len(keep))
+        mine = row[ports.port_index] >= 0
+        q[row[ports.port_index[mine]], ports.sample_index[mine]] = ports.entries[
+            "qdepth_max_bytes"
+        ][mine]
+        z = np.log10(np.maximum(q, 1.0))
         top = max(1, int(np.ceil(z.max())))
         ticks = list(range(0, top + 1))
         fig.add_trace(
@@ -405,7 +673,7 @@ def _heatmap(series: R.PortSeries, m: R.RunMetrics):
                 z=z.tolist(),
                 x=_time_axis(series),
                 y=[names[i] for i in keep],
-                customdata=q[keep].astype(np.int64).tolist(),
+                customdata=q.astype(np.int64).tolist(),
                 hovertemplate="%{y} at %{x:.0f} us: %{customdata:,} bytes<extra></extra>",
                 colorscale="Inferno",
                 zmin=0,
@@ -488,11 +756,11 @@ def _ecn_pfc_figure(series: R.PortSeries, cnp_sent, m: R.RunMetrics):
     return _layout(fig, f"ECN, CNPs and PFC over time: {cnp}{when}", 640)
 
 
-def _fct_figure(groups: list[tuple[str, np.ndarray]], d: R.Distribution):
+def _fct_figure(groups: list[tuple[str, np.ndarray, str | None]], d: R.Distribution):
     import plotly.graph_objects as go
 
     fig = go.Figure()
-    for name, fct_ns in groups:
+    for name, fct_ns, colour in groups:
         us = np.sort(np.maximum(fct_ns.astype(float), 1.0) / 1e3)
         if not us.size:
             continue
@@ -502,7 +770,7 @@ def _fct_figure(groups: list[tuple[str, np.ndarray]], d: R.Distribution):
                 x=np.quantile(us, q).tolist(),
                 y=q.tolist(),
                 name=f"{name} ({len(us):,} flows)",
-                line={"shape": "hv"},
+                line={"shape": "hv", "color": colour},
             )
         )
     fig.update_xaxes(type="log", title="flow completion time (us, log scale)")
@@ -531,6 +799,7 @@ def _collective_figure(coll: R.Collectives, m: R.RunMetrics):
                 orientation="h",
                 name="actual",
                 width=0.6,
+                marker={"color": [job_colour(m, o.job) for o in ops]},
                 customdata=[
                     [
                         o.op,
@@ -572,23 +841,29 @@ def build_report(run) -> str:
     """The report of a run directory as one HTML string."""
     from aifabric.fabric.export import fabric_from_topology
 
-    m = run_metrics(run, series=True)
+    m = run_metrics(run, series=True, per_port=False)
     fabric = fabric_from_topology(run.topology())
     series = m.series
+    ports = run.ports() if series is not None else None
     sections: list[tuple[str, list]] = []
     if series is not None and m.throughput.jobs:
         sections.append(("Throughput", _throughput_figures(m, series)))
-    sections.append(("Fabric", [_fabric_figure(fabric, m)]))
+    if ports is not None and fabric.n_nodes > MAX_DRAWN_NODES:
+        sections.append(("Fabric", _rack_zone_figures(fabric, ports, m)))
+    else:
+        sections.append(("Fabric", [_fabric_figure(fabric, m, ports)]))
     if m.ecmp.tiers:
         sections.append(("ECMP: load per link, beside uniform hashing", _uplink_figures(m.ecmp)))
     if series is not None:
-        sections.append(("Queues", [_heatmap(series, m)]))
+        sections.append(("Queues", [_heatmap(series, m, ports)]))
         sections.append(("ECN, CNPs and PFC", [_ecn_pfc_figure(series, m.cnp_sent, m)]))
     flows = run.flows()
     if flows is not None and len(flows["src"]):
         done = flows["end_ns"] >= 0
         fct = flows["end_ns"] - flows["start_ns"]
-        groups = [(j.name, fct[done & (flows["job"] == j.job)]) for j in m.jobs]
+        groups = [
+            (j.name, fct[done & (flows["job"] == j.job)], job_colour(m, j.job)) for j in m.jobs
+        ]
         sections.append(("Completion times", [_fct_figure(groups, m.fct_ns)]))
     if m.collectives.count:
         sections.append(("Collectives", [_collective_figure(m.collectives, m)]))
@@ -746,7 +1021,7 @@ def build_capture_report(path, name: str | None = None) -> tuple[str, dict]:
     sections = _capture_figures(m)
     fct = flow_durations(cap)
     if fct.size:
-        sections.append(("Flow durations", [_fct_figure([("all flows", fct)], m.fct_ns)]))
+        sections.append(("Flow durations", [_fct_figure([("all flows", fct, None)], m.fct_ns)]))
     notes = [f"Warning: {m.problem}; the report covers what was read."] if m.problem else []
     title = f"aifabric capture {m.file}: {m.packets:,} packets"
     return _page(title, summary(m), sections, notes), m

@@ -282,8 +282,11 @@ class Job(Result):
     ideal_ns: int | None
     efficiency: float | None
     algbw_bps: Distribution
-    busbw_bps: Distribution
+    busbw_bps: Distribution  # of its collective ops (a pattern has no busbw: its goodput)
     busbw_emulated_bps: Distribution
+    # a job of patterns (an incast, a permutation, a matrix): the bytes of its flows that
+    # finished (its ops' bytes in a run without flows) over its time; None for a collective
+    goodput_bps: float | None
     fct_ns: Distribution | None = optional()  # in a run with flows
     receivers: int | None = optional()
     # PFC pause time on the ports of the NICs it sends from (a run with flows and ports)
@@ -623,6 +626,7 @@ class JobSummary(Result):
     name: str
     kind: str
     busbw_bps: float | None
+    goodput_bps: float | None
     time_ns: float | None
     ideal_ns: float | None
     efficiency: float | None

@@ -7,8 +7,8 @@ kinds in `@JOB/KIND-ALGORITHM`; ECMP figures per switch tier end in `.TIER`
 (`wave0_busbw_gbps@JOB`, `wave0_capacity_kept.rtsw>ctsw`); a scheduled workload's
 figures are `atsw_bytes`, `atsw_share`, `wait_ns` and per job `wait_ns@JOB`, `zones@JOB`.
 Everything is read from the run directory through the analysis library (per job: its
-time, ideal time and efficiency, busbw; a training job with compute also its iteration,
-compute and exposed time).
+time, ideal time and efficiency, busbw of a collective or goodput of a pattern; a training
+job with compute also its iteration, compute and exposed time).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ UNITS = {
     "drops": "packets", "max_queue_bytes": "bytes", "ecmp_max_mean": "ratio",
     "ecmp_jain": "ratio", "ecmp_collisions": "flows", "ecmp_collisions_expected": "flows",
     "time_ns": "ns", "ideal_ns": "ns", "efficiency": "ratio", "senders_paused_ns": "ns",
-    "busbw_gbps": "Gbit/s", "algbw_gbps": "Gbit/s", "atsw_share": "ratio", "zones": "zones",
+    "busbw_gbps": "Gbit/s", "algbw_gbps": "Gbit/s", "goodput_gbps": "Gbit/s",
+    "atsw_share": "ratio", "zones": "zones",
 }  # fmt: skip
 SUFFIX_UNITS = {
     "_ns": "ns", "_bytes": "bytes", "_gbps": "Gbit/s", "_bps": "bit/s", "_s": "s",
@@ -100,6 +101,8 @@ def point_metrics(path, scenario, groups) -> dict[str, Any]:
             if done:
                 row[f"busbw_gbps@{name}"] = job.busbw_bps.mean / 1e9
                 row[f"algbw_gbps@{name}"] = job.algbw_bps.mean / 1e9
+            if job.goodput_bps is not None:  # a pattern's throughput
+                row[f"goodput_gbps@{name}"] = job.goodput_bps / 1e9
             labels = sorted({f"{o.kind}-{o.algorithm}" for o in done})
             for label in labels if len(labels) > 1 else ():
                 mine = [o for o in done if f"{o.kind}-{o.algorithm}" == label]

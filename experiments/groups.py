@@ -17,7 +17,7 @@ from aifabric.fabric.errors import AifabricError
 if TYPE_CHECKING:
     from aifabric.analysis.results import Summary
 
-JOB_FIGURES = ("busbw_bps", "time_ns", "ideal_ns", "efficiency", "fct_p99_ns")
+JOB_FIGURES = ("busbw_bps", "goodput_bps", "time_ns", "ideal_ns", "efficiency", "fct_p99_ns")
 
 
 def is_sweep_dir(target: str) -> bool:

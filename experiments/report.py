@@ -22,6 +22,7 @@ import html
 import math
 
 from aifabric.experiments.sweepdir import SweepResults, open_sweep
+from aifabric.fabric.errors import AifabricError
 
 SIZE_KEYS = ("workload.size",)
 
@@ -257,45 +258,157 @@ def _error_bars(rows: list[dict], scale: float = 1.0) -> dict:
             "arrayminus": list(down)}  # fmt: skip
 
 
-def _metric_figures(res: SweepResults, metric: str, rows: list[dict]):
-    """The metric per configuration with error bars, and every seed; one colour per job."""
+def config_colours(res: SweepResults) -> dict[str, str]:
+    """One colour per configuration, keyed by its label on the x axes (`_short` of its
+    values), in the order the sweep ran them: the same on every chart of the page."""
+    from aifabric.analysis.report import PALETTE
+    from aifabric.experiments.stats import configurations
+
+    configs = configurations(res.frame, res.keys)
+    return {_short(c): PALETTE[i % len(PALETTE)] for i, c in enumerate(configs)}
+
+
+def value_range(values) -> list[float]:
+    """A metric's y axis: from 0 (or its lowest value where that is below 0) to 5% past its
+    highest value or interval end, so that a spread over seeds is seen against the whole
+    value (a 0.1% spread stays a thin band), never zoomed until it fills the axis."""
+    x = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    lo, hi = min([0.0, *x]), max([0.0, *x])
+    pad = 0.05 * (hi - lo) or 1.0
+    return [lo - pad if lo < 0 else 0.0, hi + pad]
+
+
+def _strip(fig, res: SweepResults, rows: list[dict], colours: dict, scale: float, col: int,
+           legend: bool) -> list[float]:  # fmt: skip
+    """Per configuration (`rows`: `aggregate`'s, one metric column), in its colour: every
+    seed's value as a dot and the mean with its 95% interval as a bar across; the values
+    drawn (for the axis' range)."""
     import plotly.graph_objects as go
 
+    from aifabric.experiments.stats import select_rows
+
     keys = res.keys
-    title, scale = _axis(res, metric)
-    xaxis = {"title": _short(k.rsplit(".", 1)[-1] for k in keys), "type": "category"}
-    jobs = list(dict.fromkeys(r["job"] for r in rows))
-    bars, scatter = go.Figure(), go.Figure()
     frame = res.frame[res.frame["status"] == "complete"]
-    for job in jobs:
-        mine = [r for r in rows if r["job"] == job]
-        name = job or "fabric"
-        bars.add_trace(
-            go.Bar(
-                x=[_short(r[k] for k in keys) for r in mine],
-                y=[r["mean"] / scale if r["mean"] is not None else None for r in mine],
-                error_y=_error_bars(mine, scale),
-                name=name,
-            )
-        )  # fmt: skip
-        column = mine[0]["column"]
-        configs = frame[keys].itertuples(index=False) if keys else [()] * len(frame)
-        scatter.add_trace(
+    drawn = []
+    for r in rows:
+        label = _short(r[k] for k in keys)
+        mine = select_rows(frame, keys, tuple(r[k] for k in keys))
+        values = mine[r["column"]]
+        keep = values.notna().to_numpy()
+        y = (values[keep] / scale).tolist()
+        fig.add_trace(
             go.Scatter(
-                x=[_short(t) for t in configs],
-                y=frame[column] / scale,
-                text=[f"seed {s}" for s in frame["seed"]],
-                mode="markers",
-                marker={"size": 9, "opacity": 0.7},
-                name=name,
-            )
-        )
-    bars.update_layout(
-        title=f"{metric}: mean per configuration, 95% interval over seeds",
-        yaxis_title=title, xaxis=xaxis, height=440, barmode="group",
+                x=[label] * len(y), y=y, mode="markers", name=label, legendgroup=label,
+                text=[f"seed {s}" for s in mine["seed"][keep]], showlegend=legend,
+                marker={"size": 9, "opacity": 0.75, "color": colours[label]},
+            ),
+            row=1, col=col,
+        )  # fmt: skip
+        if r["mean"] is not None:
+            fig.add_trace(
+                go.Scatter(
+                    x=[label], y=[r["mean"] / scale], mode="markers",
+                    name=f"{label}: mean, 95% interval", legendgroup=label, showlegend=False,
+                    error_y={**_error_bars([r], scale), "color": colours[label], "width": 12},
+                    marker={"symbol": "line-ew-open", "size": 26, "color": colours[label],
+                            "line": {"width": 3}},
+                ),
+                row=1, col=col,
+            )  # fmt: skip
+        drawn += y + [x / scale for x in (r["ci_low"], r["ci_high"]) if x is not None]
+    return drawn
+
+
+MAX_JOB_PANELS = 6  # a metric of more jobs shows the first six
+
+
+def _metric_figure(res: SweepResults, metric: str, rows: list[dict], colours: dict):
+    """The metric per configuration, one panel per job: every seed, and the mean with its
+    95% interval, in the configuration's colour; each panel's y axis by `value_range`."""
+    from plotly.subplots import make_subplots
+
+    title, scale = _axis(res, metric)
+    jobs = list(dict.fromkeys(r["job"] for r in rows))
+    shown = jobs[:MAX_JOB_PANELS]
+    more = f" (the first {len(shown)} of {len(jobs)} jobs)" if len(jobs) > len(shown) else ""
+    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[j or "fabric" for j in shown])
+    for i, job in enumerate(shown, start=1):
+        drawn = _strip(fig, res, [r for r in rows if r["job"] == job], colours, scale, i, i == 1)
+        fig.update_yaxes(range=value_range(drawn), row=1, col=i)
+        fig.update_xaxes(type="category", row=1, col=i)
+    fig.update_yaxes(title=title.split("@")[0], row=1, col=1)
+    fig.update_layout(
+        title=f"{metric}: every seed, and the mean with its 95% interval{more}",
+        height=440, xaxis_title=_short(k.rsplit(".", 1)[-1] for k in res.keys),
     )  # fmt: skip
-    scatter.update_layout(title=f"{metric}: every seed", yaxis_title=title, xaxis=xaxis, height=440)
-    return [bars, scatter]
+    return fig
+
+
+def mechanism_column(res: SweepResults) -> str | None:
+    """The results column of the mechanism behind the report's metric: [report] mechanism,
+    else the ECMP imbalance of the rack switches' uplinks (`ecmp_max_mean.rtsw>ctsw`, or
+    the first tier measured), else the time paused by PFC; None when the results have none."""
+    have = list(res.frame.columns)
+    named = res.report.get("mechanism")
+    if named:
+        if named not in have:
+            raise AifabricError(
+                f"report.mechanism = {named!r}: the results have no such column; they have "
+                + ", ".join(c for c in have if res.frame[c].dtype.kind in "fiu")
+            )
+        return named
+    ecmp = [c for c in have if c.startswith("ecmp_max_mean.")]
+    if ecmp:
+        return "ecmp_max_mean.rtsw>ctsw" if "ecmp_max_mean.rtsw>ctsw" in ecmp else ecmp[0]
+    return "paused_ns" if "paused_ns" in have else None
+
+
+def _mechanism_figure(res: SweepResults, colours: dict):
+    """The mechanism beside the outcome: each per configuration (every seed, the mean with
+    its interval), and the outcome against the mechanism, one dot per run; None without a
+    metric or a mechanism in the results."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from aifabric.experiments.stats import select_rows
+
+    outcome = res.report.get("metric")
+    mechanism = mechanism_column(res)
+    if outcome not in res.frame.columns or mechanism is None:
+        return None
+    (m_title, m_scale), (o_title, o_scale) = _axis(res, mechanism), _axis(res, outcome)
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[
+        f"mechanism: {mechanism}", f"outcome: {outcome}", "outcome against mechanism, per run",
+    ])  # fmt: skip
+    for col, (column, scale) in enumerate(((mechanism, m_scale), (outcome, o_scale)), start=1):
+        drawn = _strip(fig, res, res.aggregate([column]), colours, scale, col, col == 1)
+        fig.update_yaxes(range=value_range(drawn), row=1, col=col)
+        fig.update_xaxes(type="category", row=1, col=col)
+    frame = res.frame[res.frame["status"] == "complete"]
+    keys = res.keys
+    from aifabric.experiments.stats import configurations
+
+    xs, ys = [], []
+    for config in configurations(frame, keys):
+        label = _short(config)
+        mine = select_rows(frame, keys, config)[["seed", mechanism, outcome]].dropna()
+        x, y = (mine[mechanism] / m_scale).tolist(), (mine[outcome] / o_scale).tolist()
+        xs += x
+        ys += y
+        fig.add_trace(
+            go.Scatter(
+                x=x, y=y, mode="markers", name=f"{label} runs", legendgroup=label,
+                showlegend=False, text=[f"{label}, seed {s}" for s in mine["seed"]],
+                marker={"size": 9, "opacity": 0.75, "color": colours[label]},
+            ),
+            row=1, col=3,
+        )  # fmt: skip
+    fig.update_xaxes(title=m_title, range=value_range(xs), row=1, col=3)
+    fig.update_yaxes(title=o_title, range=value_range(ys), row=1, col=3)
+    fig.update_yaxes(title=m_title, row=1, col=1)
+    fig.update_yaxes(title=o_title, row=1, col=2)
+    fig.update_layout(title=f"{outcome} beside its mechanism, {mechanism}", height=460)
+    return fig
 
 
 def _size_figure(res: SweepResults, rows: list[dict]):
@@ -343,6 +456,7 @@ def build_report(directory, metrics: list[str] | None = None) -> str:
     frame = res.frame
     rows = res.aggregate(metrics or None)
     keys = res.keys
+    colours = config_colours(res)
     parts = [f"<h1>{html.escape(spec.get('name', 'sweep'))}</h1>"]
     if spec.get("description"):
         parts.append(f"<p>{html.escape(spec['description'])}</p>")
@@ -374,6 +488,10 @@ def build_report(directory, metrics: list[str] | None = None) -> str:
                 1,
             )
         )  # fmt: skip
+    mechanism = _mechanism_figure(res, colours)
+    if mechanism is not None:
+        parts.append("<h2>The mechanism beside the outcome</h2>")
+        parts.append(pio.to_html(mechanism, full_html=False, include_plotlyjs=False))
     if any(k in keys for k in SIZE_KEYS) and any(r["metric"] == "busbw_gbps" for r in rows):
         parts.append("<h2>busbw against message size</h2>")
         parts.append(pio.to_html(_size_figure(res, rows), full_html=False, include_plotlyjs=False))
@@ -390,8 +508,10 @@ def build_report(directory, metrics: list[str] | None = None) -> str:
                 len(keys) + 1,
             )
         )  # fmt: skip
-        for fig in _metric_figures(res, metric, mine):
-            parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=False))
+        parts.append(
+            pio.to_html(_metric_figure(res, metric, mine, colours), full_html=False,
+                        include_plotlyjs=False)
+        )  # fmt: skip
     failed = frame[frame["status"] != "complete"] if len(frame) else frame
     if len(failed):
         parts.append("<h2>Runs that did not complete</h2>")

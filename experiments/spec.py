@@ -30,6 +30,9 @@ A spec is TOML (or the same from `aifabric sweep SCENARIO --vary ...` flags):
     baseline = { "ecmp.policy" = "5tuple" }    # effects: each configuration against this
     headline = { "ecmp.policy" = "pinned" }     # the effects quoted first (default: the best)
     label = "fragmentation"                     # what the comparison is called
+    mechanism = "ecmp_max_mean.rtsw>ctsw"       # the results column charted beside `metric`
+                                                # (default: the uplinks' ECMP imbalance, else
+                                                # the time paused by PFC)
 
     [[report.contrasts]]                        # more comparisons, each with the keys
     baseline = { "ecmp.policy" = "5tuple" }     # baseline, headline, label, published,
@@ -66,7 +69,7 @@ SECTIONS = ("sweep", "set", "grid", "zip", "report", "full")
 SWEEP_KEYS = ("name", "description", "scenario", "seeds", "metrics", "engine")
 REPORT_KEYS = (
     "metric", "higher_is_better", "baseline", "headline", "label", "finding", "published",
-    "published_band", "contrasts",
+    "published_band", "contrasts", "mechanism",
 )  # fmt: skip
 CONTRAST_KEYS = ("baseline", "headline", "label", "published", "published_band")
 FULL_KEYS = ("seeds", "set", "grid", "zip")

@@ -11,7 +11,10 @@ from typing import Any
 from aifabric.fabric.errors import AifabricError
 
 # and a scheduled workload's bytes over the ATSW layer and its jobs' waits
-HEADLINE = ("busbw_gbps", "time_ns", "efficiency", "completion_ns", "atsw_bytes", "wait_ns")
+HEADLINE = (
+    "busbw_gbps", "goodput_gbps", "time_ns", "efficiency", "completion_ns", "atsw_bytes",
+    "wait_ns",
+)  # fmt: skip
 # and per wave of a drain plan, what it cost and what it kept (experiments/columns.py)
 WAVE_HEADLINE = re.compile(r"wave\d+_(busbw_gbps@.*|capacity_kept\..*)")
 

@@ -9,7 +9,9 @@ and the source ports the Linux RDMA core's: the presets' times, flows and ports 
 re-recorded when DCQCN's default preset began to follow the NICs' line rate, cx-400g on
 lab-medium instead of paper-40g: demo, ecmp-permutation and link-failure changed;
 re-recorded for link-failure alone when `analyze` gained its faults section, which only
-that preset's outputs show).
+that preset's outputs show; re-recorded when a job of patterns (an incast, a permutation)
+got a goodput instead of a busbw: the five presets' jobs tables gained a goodput column and
+their --json jobs `goodput_bps`, the pattern jobs' busbw left empty, nothing else).
 
     .venv/bin/python -m tests.analyze_outputs     re-record them (after a deliberate change)
 

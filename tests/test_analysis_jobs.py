@@ -105,7 +105,8 @@ def test_demo_numbers_are_per_job_and_from_the_run_directory(demo):
         assert op["algbw_bps"] == pytest.approx(int(col["bytes"][i]) * 8e9 / time)
         # computed here from start and end; the engine's own figure agrees
         assert op["busbw_bps"] == pytest.approx(float(col["busbw_bps"][i]), rel=1e-9)
-        assert jobs[op["job_name"]]["busbw_bps"]["mean"] == op["busbw_bps"]
+        if op["kind"] != "incast":  # a pattern has a goodput, not a busbw
+            assert jobs[op["job_name"]]["busbw_bps"]["mean"] == op["busbw_bps"]
     ring = jobs["allreduce"]
     n = 112
     assert m["collectives"]["ops"][0]["busbw_factor"] == pytest.approx(2 * (n - 1) / n)

@@ -248,7 +248,7 @@ def test_report_leads_with_the_verdict_then_the_hypothesis_effect_and_published_
     assert lines[5] == (
         "published:  40% (made up for the test); as a band, busbw_gbps@ring +0.0% to +40.0%"
     )
-    assert page.count("Plotly.newPlot") == 4  # busbw and job time: error bars, every seed
+    assert page.count("Plotly.newPlot") == 2  # busbw and job time: every seed, the means
 
 
 def _verdicts(results, band=None, reverse=None):
@@ -356,32 +356,32 @@ def test_an_open_end_of_a_band_is_kept_as_null_in_sweep_json():
 
 
 def test_the_plots_show_the_aggregates_and_every_seed(results):
-    from aifabric.experiments.report import _metric_figures
+    from aifabric.experiments.report import _metric_figure, config_colours
     from aifabric.experiments.sweepdir import open_sweep
 
     res = open_sweep(results)
     rows = res.aggregate(["time_ns@ring", "time_ns@incast"])
-    bars, seeds = _metric_figures(res, "time_ns", rows)
-    ring, incast = bars.data
-    assert (ring.name, incast.name) == ("ring", "incast")
-    assert list(ring.x) == ["5tuple", "eecmp"]
-    assert list(ring.y) == pytest.approx([0.9, 0.65])  # microseconds: (1000+900+800)/3, 650
+    fig = _metric_figure(res, "time_ns", rows, config_colours(res))
+    # a panel per job, in each a configuration's seeds and then its mean with its interval
+    assert [a.text for a in fig.layout.annotations] == ["ring", "incast"]
+    ring = [t for t in fig.data if t.xaxis == "x"]
+    seeds_5tuple, mean_5tuple, seeds_eecmp, mean_eecmp = ring
+    assert list(mean_5tuple.x) == ["5tuple"] and list(mean_eecmp.x) == ["eecmp"]
+    means = [0.9, 0.65]  # microseconds: (1000+900+800)/3, 650
+    assert [mean_5tuple.y[0], mean_eecmp.y[0]] == pytest.approx(means)
     # log-scale intervals: mean / f to mean * f, f = e^(h / mean), h = 4.303 * 100 / sqrt(3)
     # for 900 ns and 12.706 * 70.71 / sqrt(2) for 650 ns: bars from the mean to each end
     f = [math.exp(4.3027 * 100 / math.sqrt(3) / 900),
          math.exp(12.7062 * math.sqrt(5000) / math.sqrt(2) / 650)]  # fmt: skip
-    means = [0.9, 0.65]
-    assert ring.error_y.symmetric is False
-    assert list(ring.error_y.array) == pytest.approx(
-        [m * x - m for m, x in zip(means, f, strict=True)], rel=1e-4
-    )
-    assert list(ring.error_y.arrayminus) == pytest.approx(
-        [m - m / x for m, x in zip(means, f, strict=True)], rel=1e-4
-    )
-    assert all(m - d > 0 for m, d in zip(ring.y, ring.error_y.arrayminus, strict=True))
-    ring_seeds, _ = seeds.data
-    assert list(ring_seeds.y) == pytest.approx([1.0, 0.9, 0.8, 0.7, 0.6])  # the 5 complete runs
-    assert list(ring_seeds.text) == ["seed 1", "seed 2", "seed 3", "seed 1", "seed 3"]
+    for trace, m, x in zip((mean_5tuple, mean_eecmp), means, f, strict=True):
+        assert trace.error_y.symmetric is False
+        assert trace.error_y.array[0] == pytest.approx(m * x - m, rel=1e-4)
+        assert trace.error_y.arrayminus[0] == pytest.approx(m - m / x, rel=1e-4)
+        assert m - trace.error_y.arrayminus[0] > 0
+    assert list(seeds_5tuple.y) + list(seeds_eecmp.y) == pytest.approx([1.0, 0.9, 0.8, 0.7, 0.6])
+    assert list(seeds_5tuple.text) + list(seeds_eecmp.text) == [
+        "seed 1", "seed 2", "seed 3", "seed 1", "seed 3"
+    ]  # fmt: skip
 
 
 def test_busbw_against_size_on_a_log_axis(tmp_path):
