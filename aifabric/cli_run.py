@@ -257,12 +257,11 @@ def _print_summary(sc, s: dict) -> None:
         if op["time_ns"] is None:
             continue
         label = op["kind"] if op["algorithm"] in ("", "-") else f"{op['kind']} {op['algorithm']}"
-        how = "in all," if op["kind"] in SIZE_IN_ALL else "x"
-        size = f"{format_size(op['bytes'])} {how} {op['ranks']} ranks"
-        click.echo(
-            f"{label:<17} {size}"
-            f"  {format_time(op['time_ns'])}  busbw {format_rate(int(op['busbw_bps']))}bps"
-        )
+        pattern = op["kind"] in SIZE_IN_ALL  # its bytes are all its flows'; no nccl-tests busbw
+        size = f"{format_size(op['bytes'])} {'in all,' if pattern else 'x'} {op['ranks']} ranks"
+        figure = ("goodput", op["algbw_bps"]) if pattern else ("busbw", op["busbw_bps"])
+        rate = f"{figure[0]} {format_rate(int(figure[1]))}"
+        click.echo(f"{label:<17} {size}  {format_time(op['time_ns'])}  {rate}bps")
     names = job_names(sc.workload) if s.get("iterations") else []
     for it in s.get("iterations", []):
         if it["iteration_ns"] is not None:

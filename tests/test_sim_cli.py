@@ -14,6 +14,7 @@ from aifabric.engines import Stop, run_scenario
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.rundir import COLLECTIVE_FIELDS, FLOW_FIELDS, PORT_SERIES, Run
 from aifabric.fabric.scenario import Fault
+from aifabric.fabric.units import format_rate
 from aifabric.scenarios import load_scenario, scenario_presets
 from aifabric.sim import layout as L
 from tests.conftest import fabric as preset
@@ -99,10 +100,12 @@ def test_the_summary_gives_a_patterns_bytes_in_all_and_a_collectives_per_rank(tm
     assert op["kind"] == "permutation" and op["bytes"] == 2_000_000 * op["ranks"]
     line = next(x for x in perm.output.splitlines() if x.startswith("permutation"))
     assert f" {op['bytes'] // 10**6}MB in all, {op['ranks']} ranks " in line, line
+    # a pattern's rate is its goodput, as `analyze` gives it: a collective's busbw means nothing
+    assert "busbw" not in line and line.endswith(f"goodput {format_rate(int(op['algbw_bps']))}bps")
     ring = invoke("run", "demo", "-o", tmp_path / "d")
     assert ring.exit_code == 0, ring.output
     line = next(x for x in ring.output.splitlines() if x.startswith("allreduce ring"))
-    assert " 32MiB x 112 ranks " in line, line
+    assert " 32MiB x 112 ranks " in line and " busbw " in line, line
 
 
 def test_run_prints_a_summary_and_the_same_seed_reproduces(small, tmp_path):
