@@ -34,10 +34,9 @@ from aifabric.analysis import capture as C
 from aifabric.analysis import results as R
 from aifabric.analysis.ecmp import expected_collisions
 from aifabric.fabric._numba_cache import lean_loads
-from aifabric.fabric.completion import algbw_bps
+from aifabric.fabric.completion import SIZE_IN_ALL, algbw_bps
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.portseries import PortSamples
-from aifabric.fabric.rundir import SIZE_IN_ALL
 
 lean_loads()  # cached kernels load without numba's typing and lowering tables
 

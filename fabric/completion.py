@@ -20,6 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
+# the kinds of op whose `bytes` are all its flows' together (aifabric.traffic.spec.PATTERNS and a
+# traffic matrix); a collective's are each rank's message, as in nccl-tests. Here, not in
+# rundir: the analysis kernels import it, and the numba cache is keyed on what they import.
+SIZE_IN_ALL = ("permutation", "incast", "uniform", "matrix")
+
 
 def completion_ns(start_ns, end_ns) -> int | None:
     """From the first flow's start to the last finished flow's end (flows that never started

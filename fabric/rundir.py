@@ -100,6 +100,7 @@ from typing import Any
 
 import numpy as np
 
+from aifabric.fabric.completion import SIZE_IN_ALL  # noqa: F401 (the run directory's term)
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.files import is_temporary, replace_atomic, why_not_written
 
@@ -124,9 +125,6 @@ COLLECTIVE_FIELDS = (
     "op", "job", "kind", "algorithm", "bytes", "ranks", "start_ns", "end_ns",
     "algbw_bps", "busbw_bps",
 )  # fmt: skip
-# the kinds of op whose `bytes` are all its flows' together (aifabric.traffic.spec.PATTERNS and a
-# traffic matrix); a collective's are each rank's message, as in nccl-tests
-SIZE_IN_ALL = ("permutation", "incast", "uniform", "matrix")
 
 
 def write_json(path: Path, data: Any) -> None:
