@@ -344,7 +344,10 @@ class EmuSession:
                     stderr=subprocess.DEVNULL,
                 )
             )  # fmt: skip
-        self.replay = Replay(sc, net, cc_params=_cc(sc))
+        from aifabric.traffic.steps import steps_first_latency_ns
+
+        first = None if self.origin is None else steps_first_latency_ns(self.streams, self.origin)
+        self.replay = Replay(sc, net, cc_params=_cc(sc), first_latency_ns=first)
         self.replay.open()
         if self.captures:
             stop.wait(0.3)  # tcpdump attaches

@@ -151,8 +151,10 @@ class Replay:
         mtu: int = PAYLOAD_MTU,
         cc_params=None,
         processes: int | None = None,
+        first_latency_ns=None,
     ):
         self.sc = scenario
+        self.first_ns = first_latency_ns  # per flow, `_latencies_s`
         self.net = network
         self.flows = scenario.flows
         self.scale = network.plan.scale
@@ -414,7 +416,7 @@ class Replay:
         sqpn_l = ft.sqpn.tolist()
         dqpn_l = ft.dqpn.tolist()
         start_s = (ft.start_ns * scale / 1e9).tolist()
-        step_s, first_s = _latencies_s(ft, scale)
+        step_s, first_s = _latencies_s(ft, scale, self.first_ns)
         ready_s = [a + b for a, b in zip(start_s, first_s, strict=True)]
         op_l = ft.op.tolist()
         nbytes_l = nbytes.tolist()
@@ -813,14 +815,13 @@ def _pacers(ft, n_nodes: int) -> tuple[list, np.ndarray]:
     return pacer.tolist(), cap
 
 
-def _latencies_s(ft, scale: int) -> tuple[list, list]:
+def _latencies_s(ft, scale: int, first_ns=None) -> tuple[list, list]:
     """Per flow, in scaled wall seconds: the latency from the arrival of its op's data it
     waits for to its start (its op's step latency), and before its first step, from its
-    op's start or the end of the op before (the base latency, and the step latency for a
-    collective's step), as the simulator runs them (`aifabric.sim.kernel`: `release_dep`,
-    `start_stream`)."""
+    op's start or the end of the op before (`first_ns`: `steps_first_latency_ns` of the
+    streams its flows are the steps of; None, no streams: the base latency alone), as the
+    simulator runs them (`aifabric.sim.kernel`: `release_dep`, `start_stream`)."""
     step = ft.op_column("op_step_latency_ns", 0) * scale / 1e9
-    base = ft.op_column("op_base_latency_ns", 0) * scale / 1e9
-    plain = np.isin(ft.op_column("op_algorithm", ""), ("halving-doubling", "pairwise"))
-    first = base + np.where(plain, 0.0, step)
-    return step.tolist(), first.tolist()
+    if first_ns is None:
+        first_ns = ft.op_column("op_base_latency_ns", 0)
+    return step.tolist(), (np.asarray(first_ns) * scale / 1e9).tolist()

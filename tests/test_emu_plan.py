@@ -468,3 +468,43 @@ def test_senders_overrunning_a_lossy_receiver_make_the_estimate_long():
     assert e.wall_s == P.LOSSY_INCAST_FACTOR * max(e.fabric_wall_s, e.replay_wall_s)
     e = P.estimate(pfc, 20_000, 20_000)
     assert e.overrun == 0 and e.wall_s == max(e.fabric_wall_s, e.replay_wall_s)
+
+
+@pytest.mark.parametrize("hierarchical", [False, True])
+@pytest.mark.parametrize(
+    "collective, algorithm",
+    [("allreduce", "ring"), ("allreduce", "tree"), ("allreduce", "halving-doubling"),
+     ("alltoall", "pairwise"), ("broadcast", "ring"), ("sendrecv", "auto")],
+)  # fmt: skip
+def test_the_replay_waits_the_latencies_the_simulator_waits(collective, algorithm, hierarchical):
+    """Every step the emulator replays waits as long before its first byte as the simulator
+    waits before that flow: after its op starts (or the op before it ends) the base latency,
+    and a stream's step its step latency as well; after data of its own op, the step
+    latency. A hierarchical halving-doubling or pairwise op's transfers are not streams
+    (they waited a step latency too many when the replay told them by their algorithm's
+    name)."""
+    from aifabric import traffic
+    from aifabric.emu.replay import _latencies_s
+    from aifabric.sim import Simulation
+    from aifabric.sim import layout as L
+    from aifabric.traffic.steps import expand_steps_with_origin, steps_first_latency_ns
+
+    fabric = load_fabric("lab-medium")
+    spec = dict(collective=collective, algorithm=algorithm, size=2**20, gpus=16,
+                hierarchical=hierarchical)  # fmt: skip
+    table = traffic.generate(fabric, traffic.workload_from_dict(spec, "x"), seed=1)
+    steps, origin = expand_steps_with_origin(table)
+    step_s, first_s = _latencies_s(steps, 10**9, steps_first_latency_ns(table, origin))
+    sim = Simulation(fabric, table, cc="none")
+    ps = 1000  # the simulator's times are in ps
+    stream = table.group >= 0
+    for i in range(len(steps)):
+        j = int(origin[i])
+        if stream[j]:
+            g = int(table.group[j])
+            first, step = sim.gr[g, L.GR_FIRST_PS], sim.gr[g, L.GR_LAT_PS]
+        else:
+            first, step = sim.fl[j, L.FL_BASE_PS], sim.fl[j, L.FL_LAT_PS]
+        assert first_s[i] == first / ps and step_s[i] == step / ps, (i, table.op_algorithm)
+    sim.close()
+    assert any(f > 0 for f in first_s)

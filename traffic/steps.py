@@ -165,6 +165,18 @@ def first_latency_ns(table: FlowTable) -> np.ndarray:
     return np.where(table.group >= 0, lat, 0).astype(_I64)
 
 
+def steps_first_latency_ns(table: FlowTable, origin: np.ndarray) -> np.ndarray:
+    """Per flow of `expand_steps(table)` (`origin`: the flow of `table` each is a step of),
+    its first latency: from its op's start, or the end of the op before it, to its first
+    byte. The op's base latency, and for a stream's step its step latency as well, as the
+    simulator releases them (`aifabric.sim.kernel`: a stream's first step after `start_stream`
+    with both, a transfer of `table` after its base alone)."""
+    origin = np.asarray(origin, dtype=_I64)
+    base = table.op_column("op_base_latency_ns", 0).astype(_I64)[origin]
+    step = table.op_column("op_step_latency_ns", 0).astype(_I64)[origin]
+    return base + np.where(table.group[origin] >= 0, step, 0)
+
+
 def fold_paths(
     origin: np.ndarray, n: int, path_ptr: np.ndarray, path_link: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
