@@ -344,10 +344,13 @@ class EmuSession:
                     stderr=subprocess.DEVNULL,
                 )
             )  # fmt: skip
-        from aifabric.traffic.steps import steps_first_latency_ns
+        from aifabric.traffic.steps import is_marker, steps_first_latency_ns
 
-        first = None if self.origin is None else steps_first_latency_ns(self.streams, self.origin)
-        self.replay = Replay(sc, net, cc_params=_cc(sc), first_latency_ns=first)
+        first = markers = None
+        if self.origin is not None:
+            first = steps_first_latency_ns(self.streams, self.origin)
+            markers = is_marker(self.origin)
+        self.replay = Replay(sc, net, cc_params=_cc(sc), first_latency_ns=first, markers=markers)
         self.replay.open()
         if self.captures:
             stop.wait(0.3)  # tcpdump attaches

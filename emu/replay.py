@@ -152,9 +152,12 @@ class Replay:
         cc_params=None,
         processes: int | None = None,
         first_latency_ns=None,
+        markers=None,
     ):
         self.sc = scenario
         self.first_ns = first_latency_ns  # per flow, `_latencies_s`
+        # per flow: a marker (`aifabric.traffic.steps`), whose end releases without latency
+        self.markers = np.zeros(len(scenario.flows), dtype=bool) if markers is None else markers
         self.net = network
         self.flows = scenario.flows
         self.scale = network.plan.scale
@@ -419,6 +422,7 @@ class Replay:
         step_s, first_s = _latencies_s(ft, scale, self.first_ns)
         ready_s = [a + b for a, b in zip(start_s, first_s, strict=True)]
         op_l = ft.op.tolist()
+        marker_l = np.asarray(self.markers, dtype=bool).tolist()
         nbytes_l = nbytes.tolist()
         pending = np.diff(ft.dep_ptr).astype(np.int64)
         # who waits for whom: the reverse of dep
@@ -494,8 +498,11 @@ class Replay:
                         w = int(waiter[k])
                         if mine[w]:
                             # the step's latency after its input arrived; an op's first
-                            # latency after the op before it
-                            after = step_s[w] if op_l[w] == op_l[f] else first_s[w]
+                            # latency after the op before it; none after a release (a marker)
+                            if marker_l[f]:
+                                after = 0.0
+                            else:
+                                after = step_s[w] if op_l[w] == op_l[f] else first_s[w]
                             ready_s[w] = max(ready_s[w], end_s + after)
                             pending[w] -= 1
                             if pending[w] == 0:

@@ -36,7 +36,7 @@ from aifabric.sim import layout as L
 from aifabric.sim.ecn import rng_state
 from aifabric.sim.heap import BUCKETS, CHUNK, HEAPS
 from aifabric.traffic.flows import FlowTable
-from aifabric.traffic.steps import first_latency_ns
+from aifabric.traffic.steps import first_latency_ns, stream_windows
 
 PS = L.PS_PER_NS
 CACHE_LINE = 64
@@ -349,9 +349,7 @@ class Simulation:
             gr[:, L.GR_FIRST_PS] = first_latency_ns(t)[f0] * PS  # as the emulator waits
             gr[:, L.GR_OFFSET] = t.group_offset
             gr[:, L.GR_LOOP] = t.group_loop
-            buffer = self.flows.op_column("op_buffer_bytes", 0)[f0].astype(np.int64)
-            step = np.maximum(-(-gr[:, L.GR_BYTES] // gr[:, L.GR_STEPS]), 1)
-            gr[:, L.GR_WINDOW] = np.where(buffer > 0, np.maximum(buffer // step, 1), 0)
+            gr[:, L.GR_WINDOW] = stream_windows(t)
             mode = self.flows.op_column("op_qp_mode", "split")
             gr[:, L.GR_RR] = mode[f0] == "round-robin"
             gr[:, L.GR_CHUNK] = np.maximum(self.flows.op_column("op_chunk_bytes", 1)[f0], 1)

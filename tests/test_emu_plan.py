@@ -499,7 +499,7 @@ def test_the_replay_waits_the_latencies_the_simulator_waits(collective, algorith
     ps = 1000  # the simulator's times are in ps
     stream = table.group >= 0
     for i in range(len(steps)):
-        j = int(origin[i])
+        j = int(origin[i]) if origin[i] >= 0 else -1 - int(origin[i])  # a marker: its stream
         if stream[j]:
             g = int(table.group[j])
             first, step = sim.gr[g, L.GR_FIRST_PS], sim.gr[g, L.GR_LAT_PS]

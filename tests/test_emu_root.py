@@ -388,15 +388,11 @@ def test_a_scenario_estimated_to_run_too_long_is_refused_before_anything_is_buil
     assert f"scale {fine.scale:,}" in fine.notice
 
 
-def test_replay_processes_share_the_hosts_and_honour_dependencies(tmp_path, monkeypatch):
-    """Three replay processes for a ring: every step waits for the step upstream, which
-    another process received; the run records the simulator's streams (each from its op's
-    latency before its first step's start to its last step's end); the processes are gone
-    afterwards."""
-    from aifabric.emu import engine, replay
-    from aifabric.traffic.steps import first_latency_ns
+def _replayed_steps(monkeypatch) -> dict:
+    """Filled by the run: the steps the replay ran (`steps`), its `result` and each step's
+    `origin` (`aifabric.traffic.steps`)."""
+    from aifabric.emu import engine
 
-    monkeypatch.setattr(replay, "replay_processes", lambda hosts: 3)
     seen = {}
     write = engine._write
 
@@ -405,6 +401,19 @@ def test_replay_processes_share_the_hosts_and_honour_dependencies(tmp_path, monk
         return write(writer, scenario, monitor, result, *rest, **kw)
 
     monkeypatch.setattr(engine, "_write", spy)
+    return seen
+
+
+def test_replay_processes_share_the_hosts_and_honour_dependencies(tmp_path, monkeypatch):
+    """Three replay processes for a ring: every step waits for the step upstream, which
+    another process received; the run records the simulator's streams (each from its op's
+    latency before its first step's start to its last step's end); the processes are gone
+    afterwards."""
+    from aifabric.emu import replay
+    from aifabric.traffic.steps import first_latency_ns
+
+    monkeypatch.setattr(replay, "replay_processes", lambda hosts: 3)
+    seen = _replayed_steps(monkeypatch)
     before = set(linux_children())
     sc = _scenario({"collective": "allreduce", "algorithm": "ring", "size": "1MiB", "gpus": 8})
     summary, run = _run(tmp_path, sc)
@@ -428,6 +437,37 @@ def test_replay_processes_share_the_hosts_and_honour_dependencies(tmp_path, monk
         assert flows["start_ns"][j] == result.start_ns[mine].min() - lead[j]
         assert flows["end_ns"][j] == result.end_ns[mine].max()
     assert set(linux_children()) <= before
+
+
+def test_a_trees_steps_wait_for_room_in_their_receivers_buffer(tmp_path, monkeypatch):
+    """A tree's step k waits until its receiver has been released step k - window (NCCL's
+    connection buffer, as the simulator's `in_window`): the replay starts no step before
+    the markers it waits for have ended, and a marker ends once what releases it has
+    arrived and its step latency passed, so the windows hold steps back."""
+    seen = _replayed_steps(monkeypatch)
+    sc = _scenario({"collective": "allreduce", "algorithm": "tree", "protocol": "ll",
+                    "size": "1MiB", "gpus": 8})  # fmt: skip
+    summary, run = _run(tmp_path, sc)
+    assert run.status == "complete", run.meta["message"]
+    steps, result, origin = seen["steps"], seen["result"], seen["origin"]
+    marker = origin < 0
+    assert marker.any() and (result.end_ns[marker] >= 0).all()
+    lat = int(sc.flows.op_step_latency_ns[0])
+    scale_slack = 50_000  # the replay's own scheduling, in fabric ns
+    held = 0
+    for i in range(len(steps)):
+        deps = steps.deps_of(i)
+        if not len(deps):
+            continue
+        waits = marker[deps]
+        if waits.any():
+            assert result.start_ns[i] >= result.end_ns[deps[waits]].max()
+        if (~waits).any():
+            data = int(result.end_ns[deps[~waits]].max()) + lat
+            assert result.start_ns[i] >= data - scale_slack
+            held += waits.any() and result.end_ns[deps[waits]].max() > data
+    assert held > 0
+    assert summary["bytes_received"] == int(sc.flows.bytes.sum())
 
 
 def linux_children() -> list[int]:

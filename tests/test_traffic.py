@@ -173,6 +173,68 @@ def test_steps_fold_back_into_the_streams_they_were_cut_from(medium):
         assert flinks[fptr[i] : fptr[i + 1]].tolist() == links[ptr[j] : ptr[j + 1]].tolist()
 
 
+@pytest.mark.parametrize("protocol, qps", [("ll", 1), ("ll", 2)])
+@pytest.mark.parametrize("hierarchical", [False, True])
+def test_steps_written_out_wait_for_room_in_the_receivers_buffer(
+    medium, protocol, qps, hierarchical
+):
+    """A tree's stream sends step k only once each of its outputs has been released step
+    k - window (the simulator's `in_window`), where a release is its inputs' arrival plus the
+    step latency, or its own window's release. Replayed as the emulator replays the steps
+    (a flow starts once the flows it waits for have ended, plus the step latency after
+    data and none after a marker), with random transfer times, every step starts exactly
+    when that rule, worked out here from the streams, releases it; and the windows hold
+    some steps back."""
+    from aifabric.traffic.steps import expand_steps_with_origin, is_marker, stream_windows
+
+    size = 2**20 * (8 if hierarchical else 1)  # 1 MiB over each rail of 2 servers
+    t = flows_of(medium, collective="allreduce", algorithm="tree", protocol=protocol,
+                 size=size, gpus=16, qps=qps, hierarchical=hierarchical)  # fmt: skip
+    win = stream_windows(t)
+    assert (win > 0).any() and (win < t.group_steps).any()
+    steps, origin = expand_steps_with_origin(t)
+    marker = is_marker(origin)
+    assert (steps.bytes[marker] == 0).all() and marker.any()
+    flow = np.where(marker, -1 - origin, origin)
+    assert np.array_equal(np.bincount(origin[~marker], weights=steps.bytes[~marker]), t.bytes)
+    lat, first = 1000, 3000
+    rng = np.random.default_rng(7)
+    took = np.where(marker, 0, rng.integers(1, 5000, len(steps)))
+    start = np.zeros(len(steps), dtype=np.int64)
+    end = np.zeros(len(steps), dtype=np.int64)
+    for f in range(len(steps)):  # rows wait only for earlier rows
+        d = steps.deps_of(f)
+        after = np.where(marker[d], 0, lat)
+        start[f] = max([first, *(end[d] + after).tolist()])
+        end[f] = start[f] + took[f]
+    # the rule, from the streams: release(x, j), arrival(x, j) = its QPs' last end
+    ins = [
+        t.group_in[t.group_in_ptr[x] : t.group_in_ptr[x + 1]].tolist() for x in range(t.n_groups)
+    ]
+    outs = [[o for o in range(t.n_groups) if x in ins[o]] for x in range(t.n_groups)]
+    of = {}
+    for f in np.flatnonzero(~marker):
+        of.setdefault((int(t.group[flow[f]]), int(steps.step[f])), []).append(f)
+    release, arrival = {}, {}
+    changed = True
+    while changed:  # to a fixed point (a step's inputs may come later in this order)
+        changed = False
+        for x, j in sorted(of, key=lambda xj: xj[1]):
+            r = max([first] + [arrival.get((i, j), -1) + lat for i in ins[x]])
+            w = int(win[x])
+            if w and j >= w:
+                r = max([r] + [release.get((o, j - w), -1) for o in outs[x]])
+            changed |= release.get((x, j)) != r
+            release[(x, j)] = r
+            arrival[(x, j)] = r + max(int(took[f]) for f in of[(x, j)])
+    held = 0
+    for (x, j), fs in of.items():
+        assert {int(start[f]) for f in fs} == {release[(x, j)]}, (x, j)
+        free = max([first] + [arrival[(i, j)] + lat for i in ins[x]])
+        held += release[(x, j)] > free
+    assert held > 0
+
+
 def reference_tree(n):
     """NCCL's binary tree written from its children (trees.cc ncclGetBtree): rank 0's one
     child is the largest power of two below n; a rank whose lowest set bit is b has the

@@ -12,6 +12,14 @@ step (k < offset, or a stream with no inputs) waits only for what the stream's f
 waited for (the ops before). Flows that wait for a stream's flow wait for its last
 step. Transfers that are not streams are copied unchanged.
 
+A stream with a window (`stream_windows`: NCCL's connection buffer, a tree's) may send
+step k only once each of its outputs has been released step k - window: its receiver
+holds the data until it sends it on. A release is not an arrival, so the table gets a
+marker for each step of a stream whose input has a window: an empty flow (origin
+`-1 - f`, f the stream's flow) that waits for what releases that step (its inputs' step,
+and its own outputs' markers when it has a window) and ends when it starts. Waiting for a
+marker costs no latency (`is_marker`); waiting for data costs the step's.
+
 At lab scale this fits in memory (a ring AllReduce over 128 ranks is 254 steps of
 128 streams per channel and QP); `expanded_size` says how large it would be, so an
 engine can refuse before building.
@@ -29,11 +37,44 @@ _I64 = np.int64
 
 
 def expanded_size(table: FlowTable) -> int:
-    """Flows `expand_steps` would make."""
+    """Flows `expand_steps` would make (markers included)."""
     if not table.n_groups:
         return len(table)
     steps = table.group_steps.astype(_I64)[table.group[table.group >= 0]]
-    return int((table.group < 0).sum() + steps.sum())
+    marked = _marked(table, stream_windows(table))
+    markers = int(np.maximum(table.group_steps.astype(_I64), 1)[marked].sum())
+    return int((table.group < 0).sum() + steps.sum()) + markers
+
+
+def stream_windows(table: FlowTable) -> np.ndarray:
+    """Per stream, the steps its receiver's connection buffer holds beyond what the receiver
+    has been released to send on (the op's `op_buffer_bytes` over the stream's step; 0: no
+    window), as the simulator's `in_window` reads them."""
+    ng = table.n_groups
+    if not ng:
+        return np.zeros(0, dtype=_I64)
+    member = np.flatnonzero(table.group >= 0)
+    first = np.full(ng, len(table), dtype=_I64)
+    np.minimum.at(first, table.group[member], member)
+    first = np.minimum(first, max(len(table) - 1, 0))
+    buffer = table.op_column("op_buffer_bytes", 0)[first].astype(_I64)
+    steps = np.maximum(table.group_steps.astype(_I64), 1)
+    step = np.maximum(-(-table.group_bytes.astype(_I64) // steps), 1)
+    return np.where(buffer > 0, np.maximum(buffer // step, 1), 0)
+
+
+def _marked(table: FlowTable, win: np.ndarray) -> np.ndarray:
+    """Per stream: does one of its inputs have a window (its steps get markers)?"""
+    ins = np.diff(table.group_in_ptr)
+    of = np.repeat(np.arange(table.n_groups, dtype=_I64), ins)
+    marked = np.zeros(table.n_groups, dtype=bool)
+    marked[of[win[table.group_in] > 0]] = True
+    return marked
+
+
+def is_marker(origin: np.ndarray) -> np.ndarray:
+    """Per flow of `expand_steps_with_origin`'s table: is it a marker (module docstring)?"""
+    return np.asarray(origin) < 0
 
 
 def expand_steps(table: FlowTable) -> FlowTable:
@@ -89,24 +130,56 @@ def expand_steps_with_origin(table: FlowTable) -> tuple[FlowTable, np.ndarray]:
 
     # dependencies: inputs' QP steps k - offset, and what the flow waited for (ops before)
     pt, pd = [], []
-    offset = table.group_offset.astype(_I64)[s]
-    loop = table.group_loop.astype(_I64)[s]
-    need = kk - offset
-    # a loop's first step is released with the step before it (kernel.releasable)
-    first = (loop > 1) & (kk > 0) & (kk % np.maximum(loop, 1) == 0)
-    need = np.where(first, need - 1, need)
-    need = np.where(loop == 1, -1, need)
     in_ptr, inp = table.group_in_ptr, table.group_in
-    deg = (in_ptr[1:] - in_ptr[:-1])[s]
+
+    def inputs(x, j, rows):
+        """Rows `rows` (streams x at steps j) wait for their inputs' QP steps."""
+        offset = table.group_offset.astype(_I64)[x]
+        loop = table.group_loop.astype(_I64)[x]
+        need = j - offset
+        # a loop's first step is released with the step before it (kernel.releasable)
+        first = (loop > 1) & (j > 0) & (j % np.maximum(loop, 1) == 0)
+        need = np.where(first, need - 1, need)
+        need = np.where(loop == 1, -1, need)
+        deg = (in_ptr[1:] - in_ptr[:-1])[x]
+        for slot in range(int(deg.max()) if len(deg) else 0):
+            has = (deg > slot) & (need >= 0)
+            i = inp[in_ptr[x[has]] + slot]
+            for q2 in range(int(nqp.max())):
+                ok = nqp[i] > q2
+                src_old = first_of[i[ok]] + q2
+                pt.append(rows[has][ok])
+                pd.append(first_new[src_old] + need[has][ok])
+
+    # windows: step j of stream x waits for its outputs' markers of step j - window
+    win = stream_windows(table)
+    marked = _marked(table, win)
+    m_steps = np.where(marked, np.maximum(table.group_steps.astype(_I64), 1), 0)
+    m_first = total + np.concatenate([[0], np.cumsum(m_steps)[:-1]]).astype(_I64)
+    n_markers = int(m_steps.sum())
+    outs = np.bincount(inp, minlength=table.n_groups)
+    out_ptr = np.concatenate([[0], np.cumsum(outs)]).astype(_I64)
+    out_of = np.repeat(np.arange(table.n_groups, dtype=_I64), np.diff(in_ptr))
+    out = out_of[np.argsort(inp, kind="stable")]  # outputs of each stream, CSR by out_ptr
+
+    def window(x, j, rows):
+        w = win[x]
+        held = (w > 0) & (j >= w)
+        deg = outs[x]
+        for slot in range(int(deg[held].max()) if held.any() else 0):
+            has = held & (deg > slot)
+            o = out[out_ptr[x[has]] + slot]
+            pt.append(rows[has])
+            pd.append(m_first[o] + j[has] - w[has])
+
     new_sel = np.flatnonzero(sel)
-    for slot in range(int(deg.max()) if len(deg) else 0):
-        has = (deg > slot) & (need >= 0)
-        i = inp[in_ptr[s[has]] + slot]
-        for q2 in range(int(nqp.max())):
-            ok = nqp[i] > q2
-            src_old = first_of[i[ok]] + q2
-            pt.append(new_sel[has][ok])
-            pd.append(first_new[src_old] + need[has][ok])
+    inputs(s, kk, new_sel)
+    window(s, kk, new_sel)
+    mx = np.repeat(np.arange(table.n_groups, dtype=_I64), m_steps)
+    mj = _ragged(m_steps)
+    m_rows = total + np.arange(n_markers, dtype=_I64)
+    inputs(mx, mj, m_rows)
+    window(mx, mj, m_rows)
     # prerequisites of the original flows: every step waits for them; a prerequisite that
     # is a stream's flow stands for its last step
     pre_of = np.repeat(np.arange(n, dtype=_I64), np.diff(table.dep_ptr))
@@ -116,11 +189,23 @@ def expand_steps_with_origin(table: FlowTable) -> tuple[FlowTable, np.ndarray]:
     d_new = np.repeat(np.where(stream[pre], last_new[pre], first_new[pre]), counts)
     pt.append(t_new)
     pd.append(d_new)
+    for x in np.flatnonzero(marked):  # a marker waits for what its stream's flow waited for
+        f = first_of[x]
+        pre = table.dep[table.dep_ptr[f] : table.dep_ptr[f + 1]]
+        d = np.where(stream[pre], last_new[pre], first_new[pre])
+        rows = m_first[x] + np.arange(m_steps[x], dtype=_I64)
+        pt.append(np.repeat(rows, len(d)))
+        pd.append(np.tile(d, len(rows)))
+    size = total + n_markers
+    old = np.concatenate([old, first_of[mx]])
+    k = np.concatenate([k, mj])
+    nbytes = np.concatenate([nbytes, np.zeros(n_markers, dtype=nbytes.dtype)])
     t_all, d_all = np.concatenate(pt), np.concatenate(pd)
-    order = _topological(total, t_all, d_all)  # new row -> flow, every wait on an earlier row
-    row_of = np.empty(total, dtype=_I64)
-    row_of[order] = np.arange(total, dtype=_I64)
-    dep_ptr, dep = csr_from_pairs(total, row_of[t_all], row_of[d_all])
+    order = _topological(size, t_all, d_all)  # new row -> flow, every wait on an earlier row
+    row_of = np.empty(size, dtype=_I64)
+    row_of[order] = np.arange(size, dtype=_I64)
+    dep_ptr, dep = csr_from_pairs(size, row_of[t_all], row_of[d_all])
+    marker = order >= total
     old, k = old[order], k[order]
     nbytes = nbytes[order]
     cols = {}
@@ -131,7 +216,7 @@ def expand_steps_with_origin(table: FlowTable) -> tuple[FlowTable, np.ndarray]:
     cols["bytes"] = nbytes
     cols["step"] = np.where(stream[old], k, table.step[old]).astype(np.int32)
     ops = {name: getattr(table, name) for name in table.arrays() if name.startswith("op_")}
-    return FlowTable.build(cols, (dep_ptr, dep), ops), old
+    return FlowTable.build(cols, (dep_ptr, dep), ops), np.where(marker, -1 - old, old)
 
 
 def fold_steps(
@@ -143,6 +228,8 @@ def fold_steps(
     ended (else -1), as the simulator records a stream."""
     origin = np.asarray(origin, dtype=_I64)
     start_ns, end_ns = np.asarray(start_ns, dtype=_I64), np.asarray(end_ns, dtype=_I64)
+    steps = origin >= 0  # markers are no flow's steps
+    origin, start_ns, end_ns = origin[steps], start_ns[steps], end_ns[steps]
     big = np.iinfo(_I64).max
     start = np.full(n, big, dtype=_I64)
     np.minimum.at(start, origin, np.where(start_ns >= 0, start_ns, big))
@@ -172,6 +259,7 @@ def steps_first_latency_ns(table: FlowTable, origin: np.ndarray) -> np.ndarray:
     simulator releases them (`aifabric.sim.kernel`: a stream's first step after `start_stream`
     with both, a transfer of `table` after its base alone)."""
     origin = np.asarray(origin, dtype=_I64)
+    origin = np.where(origin < 0, -1 - origin, origin)  # a marker: as its stream's step
     base = table.op_column("op_base_latency_ns", 0).astype(_I64)[origin]
     step = table.op_column("op_step_latency_ns", 0).astype(_I64)[origin]
     return base + np.where(table.group[origin] >= 0, step, 0)
@@ -184,7 +272,8 @@ def fold_paths(
     step; a stream's steps share its 5-tuple, so its route)."""
     origin = np.asarray(origin, dtype=_I64)
     first = np.full(n, len(origin), dtype=_I64)
-    np.minimum.at(first, origin, np.arange(len(origin), dtype=_I64))
+    steps = np.flatnonzero(origin >= 0)  # markers are no flow's steps
+    np.minimum.at(first, origin[steps], steps)
     lens = path_ptr[first + 1] - path_ptr[first]
     links = path_link[_ragged_from(path_ptr[first], lens)]
     return np.concatenate([[0], np.cumsum(lens)]).astype(_I64), links
