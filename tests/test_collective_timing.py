@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -61,11 +62,11 @@ CASES = [
 
 # How far the simulator may be from the model. Rings: 10% (measured within 10% at 16 and
 # 128 ranks, every size and protocol). Trees (NCCL's double binary tree, the op's flows
-# from a NIC sharing its protocol's rate, each connection NCCL's buffer): 19 of the 21
-# cases within 10%; outside it Simple at 128 ranks and 64 KiB (+15%: 14 levels of a piece's
-# serialization and the path's propagation, which the model's latency does not charge) and
-# LL128 at 16 ranks and 1 MiB (-16%: the pipeline overlaps latency and transfer, which the
-# model adds).
+# from a NIC sharing its protocol's rate, each connection NCCL's buffer): 16 of the 18
+# cases at 16 and 128 ranks within 10%; outside it Simple at 128 ranks and 64 KiB (+15%:
+# the model is below the causal floor, `test_a_trees_first_piece_takes_what_the_model_
+# leaves_out`) and LL128 at 16 ranks and 1 MiB (-16%: the two trees overlap latency and
+# transfer, which the model adds).
 TOLERANCE = {"ring": (0.10, 0.10), "tree": (0.20, 0.20)}  # (faster, slower)
 
 
@@ -178,6 +179,39 @@ def causal_floor_us(kind, algorithm, protocol, n, size, flows, fabric) -> float:
         height = int(math.floor(math.log2(n)))
         chain = 2 * height  # a piece goes up and comes back down
     return base_ns / 1e3 + chain * (lat_ns / 1e3 + serial_us)
+
+
+def test_a_trees_first_piece_takes_what_the_model_leaves_out(medium):
+    """NCCL's model charges a tree level its latency alone. A piece also crosses the level:
+    its serialization (the first packet at the line rate, the rest at the protocol's) and
+    the path's propagation and store-and-forward. On 128 ranks and 64 KiB of Simple (32 KiB
+    pieces, 14 levels up and down) that floor alone is over 1.1x the model, so no causal
+    simulator is within 10% of it there. The simulator ends within 5% of the floor (3.7%:
+    each NIC also sends its pieces of the other tree, from the same protocol's rate)."""
+    kind, algorithm, protocol, n, size = "allreduce", "tree", "simple", 128, 64 * KiB
+    got, flows = simulate(medium, kind, algorithm, protocol, n, size)
+    terms = nccl.terms(nccl.DEFAULT, kind, algorithm, protocol, n, size, 1)
+    sim = Simulation(medium, flows, cc="none")  # for the routes it gives the streams
+    line = line_bps(medium)
+    mtu = int(medium.link_mtu_bytes.max())
+    piece = int(flows.group_bytes.max()) // int(flows.group_steps.max())
+    serial_ns = (mtu / line + (piece - mtu) / (line * terms.rate_factor)) * 8e9
+    hop_ns = {}
+    for x in range(flows.n_groups):  # each stream's piece: its latency, serialization, path
+        f = int(np.flatnonzero(flows.group == x)[0])
+        ports = sim.path_port[sim.path_ptr[f] : sim.path_ptr[f + 1]]
+        forward = (len(ports) - 1) * mtu * 8e9 / line  # each switch holds a whole packet
+        hop_ns[x] = terms.step_latency_ns + serial_ns + medium.port_delay_ns[ports].sum() + forward
+    sim.close()
+    done = {}
+    for _ in range(flows.n_groups):  # the longest chain of streams, input to output
+        for x in range(flows.n_groups):
+            ins = flows.group_in[flows.group_in_ptr[x] : flows.group_in_ptr[x + 1]]
+            done[x] = max([0.0] + [done.get(int(i), 0.0) for i in ins]) + hop_ns[x]
+    floor_us = (terms.base_latency_ns + max(done.values())) / 1e3
+    want = nccl_model_us(kind, algorithm, protocol, n, size, line)
+    assert floor_us > 1.1 * want
+    assert floor_us <= got <= 1.05 * floor_us, (got, floor_us, want)
 
 
 @settings(
