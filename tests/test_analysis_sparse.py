@@ -1,15 +1,21 @@
 """The analysis reads a run's port series from their entries alone (issue 27): every figure
 it computes from them equals the same figure computed here, independently, from the dense
 [samples, ports] arrays, on every scenario preset (the demo among them) and on a run with a
-drain plan."""
+drain plan; and `analyze --series`, `compare`, the report and the ports table run without
+`PortSamples.dense` on the multi-job demo."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
+from click.testing import CliRunner
 
+import aifabric
+from aifabric.analysis import frames
 from aifabric.analysis import report as report_module
 from aifabric.analysis.metrics import run_metrics
+from aifabric.cli import main
 from aifabric.fabric.export import fabric_from_topology
 from aifabric.fabric.portseries import PortSamples
 from aifabric.fabric.rundir import Run
@@ -55,12 +61,15 @@ def _receivers(fabric, flows, job, port) -> list[int]:
     return [col[int(fabric.nic_port[d]) ^ 1] for d in dst if int(fabric.nic_port[d]) ^ 1 in col]
 
 
+def _read(run: Run):
+    """The run, its fabric, its port series and their dense arrays."""
+    ps = run.ports()
+    return run, fabric_from_topology(run.topology()), ps, dense(ps)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_every_port_figure_is_the_dense_arrays_figure(runs, name):
-    run = runs[name]
-    fabric = fabric_from_topology(run.topology())
-    ps = run.ports()
-    d = dense(ps)
+    run, fabric, ps, d = _read(runs[name])
     m = run_metrics(run, series=True)
     port = ps.port.astype(np.int64)
     samples, interval = len(ps.t_ns), ps.interval_ns
@@ -107,10 +116,9 @@ def test_every_port_figure_is_the_dense_arrays_figure(runs, name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_throughput_and_waves_are_the_dense_arrays_figures(runs, name):
-    run = runs[name]
-    fabric = fabric_from_topology(run.topology())
-    ps, flows = run.ports(), run.flows()
-    tx = dense(ps)["tx_bytes"].astype(np.int64)
+    run, fabric, ps, d = _read(runs[name])
+    flows = run.flows()
+    tx = d["tx_bytes"].astype(np.int64)
     m = run_metrics(run, series=True)
     port = ps.port.astype(np.int64)
     interval = ps.interval_ns
@@ -158,3 +166,54 @@ def test_the_reports_queue_rows_are_the_dense_arrays_rows(runs, name):
     (heat,) = fig.data
     for label, row in zip(heat.y, heat.customdata, strict=True):
         assert list(row) == qmax[:, column[label]].tolist(), label
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_ports_table_is_the_entries_and_every_cell_on_request(runs, name):
+    run, fabric, ps, d = _read(runs[name])
+    cells = frames.ports(run, fabric, every_cell=True)
+    samples, n = len(ps.t_ns), len(ps.port)
+    assert len(cells) == samples * n
+    assert cells["t_ns"].tolist() == np.repeat(ps.t_ns, n).tolist()
+    assert cells["port"].tolist() == [fabric.port_name(int(p)) for p in np.tile(ps.port, samples)]
+    for key, a in d.items():
+        assert cells[key].tolist() == a.reshape(-1).tolist(), key
+    rate = fabric.port_rate_bps[np.tile(ps.port, samples)]
+    want = d["tx_bytes"].reshape(-1) * 8e9 / ps.interval_ns / rate
+    assert np.allclose(cells["utilization"], want, rtol=1e-12, atol=0)
+    # the default: those rows in which anything is not 0, in the same order
+    active = np.zeros(samples * n, dtype=bool)
+    for a in d.values():
+        active |= a.reshape(-1) != 0
+    entries = frames.ports(run, fabric)
+    assert len(entries) == active.sum() == ps.n_entries < len(cells)
+    pd.testing.assert_frame_equal(entries, cells[active].reset_index(drop=True))
+    assert entries.attrs == {"samples": samples, "interval_ns": ps.interval_ns}
+    mean = entries.groupby("port", observed=False)["utilization"].sum() / samples
+    want = cells.groupby("port", observed=False)["utilization"].mean()
+    assert np.allclose(mean[want.notna()], want.dropna(), rtol=1e-12, atol=0)
+
+
+def test_the_analysis_never_builds_a_dense_series(runs, tmp_path, monkeypatch):
+    """`analyze` (text, --json --series), `compare`, the report, `aifabric.Run`'s metrics and
+    its ports table on the two-job demo and on the run with waves, with `dense` refused."""
+
+    def refuse(self, name):
+        raise AssertionError(f"the dense {name} was built")
+
+    monkeypatch.setattr(PortSamples, "dense", refuse)
+    demo, waves = runs["demo"], runs["waves"]
+    with pytest.raises(AssertionError):
+        demo.ports()["tx_bytes"]
+    assert len(demo.meta["scenario"]["workload"]["jobs"]) == 2
+    for run in (demo, waves):
+        path, html = str(run.path), str(tmp_path / f"{run.path.parent.name}.html")
+        for args in (["analyze", path], ["analyze", path, "--json", "--series"],
+                     ["report", path, "-o", html]):  # fmt: skip
+            r = CliRunner().invoke(main, args)
+            assert r.exit_code == 0, (args, r.output, r.exception)
+        api = aifabric.Run(path)
+        assert api.metrics(series=True).series.utilization
+        assert len(api.ports) == run.ports().n_entries
+    r = CliRunner().invoke(main, ["compare", str(demo.path), str(waves.path)])
+    assert r.exit_code == 0, (r.output, r.exception)
