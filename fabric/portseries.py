@@ -137,8 +137,8 @@ class PortSamples(Mapping):
         return self._sum(name, self.port_index, len(self.port))
 
     def per_sample(self, name: str, columns=None) -> np.ndarray:
-        """Per sample, the series summed over the ports (only over those at positions
-        `columns` in `port`, when given)."""
+        """Per sample, the series summed over the ports (only over those at the distinct
+        positions `columns` in `port`, when given)."""
         if columns is None:
             return self._sum(name, self.sample_index, self.samples)
         mine = np.zeros(len(self.port), dtype=bool)
@@ -153,8 +153,9 @@ class PortSamples(Mapping):
         return out
 
     def rows(self, name: str, columns) -> np.ndarray:
-        """The series of the ports at positions `columns` in `port`, as [len(columns),
-        samples] (0 where a port has no entry): a few ports' rows of the dense array."""
+        """The series of the ports at the distinct positions `columns` in `port`, as
+        [len(columns), samples] (0 where a port has no entry): a few ports' rows of the
+        dense array, transposed."""
         columns = np.asarray(columns, dtype=np.int64)
         values = self.entries[name]
         row = np.full(len(self.port), -1, dtype=np.int64)
