@@ -266,6 +266,7 @@ class Run:
             make = {
                 "flows": lambda: frames.flows(self._dir, self.fabric),
                 "ports": lambda: frames.ports(self._dir, self.fabric),
+                "port_cells": lambda: frames.ports(self._dir, self.fabric, every_cell=True),
                 "collectives": lambda: frames.collectives(self._dir),
             }[name]
             self._tables[name] = make()
@@ -278,8 +279,15 @@ class Run:
 
     @property
     def ports(self):
-        """One row per sample and recorded port (DataFrame; `aifabric.analysis.frames.ports`)."""
+        """One row per sample and recorded port in which the port carried, queued or signalled
+        something (DataFrame; `aifabric.analysis.frames.ports`)."""
         return self._table("ports")
+
+    @property
+    def port_cells(self):
+        """`ports` with a row of zeros for every other sample and port: samples x ports rows
+        (`aifabric.analysis.frames.ports` with `every_cell`)."""
+        return self._table("port_cells")
 
     @property
     def collectives(self):

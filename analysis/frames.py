@@ -103,33 +103,57 @@ def flows(run, fabric):
     return frame
 
 
-def ports(run, fabric):
-    """One row per (sample, recorded port): t_ns (the sample's start), port (its name),
-    node, peer, tier (`rtsw>ctsw`, `nic>rtsw`, ...), rate_bps (line rate), then each
-    series: tx_bytes, utilization, qdepth_max_bytes, qdepth_mean_bytes, ecn_marked,
-    paused_ns, pfc_sent, drops (and cnp_sent where the engine samples it). Figures are
-    the fabric's (an emulated run's rates and times scaled back)."""
+def ports(run, fabric, *, every_cell: bool = False):
+    """One row per (sample, recorded port) in which the port sent, queued, marked, paused,
+    signalled or dropped something (the run directory's entries, in (sample, port) order;
+    `every_cell` adds a row of zeros for every other cell: samples x ports rows): t_ns (the
+    sample's start), port (its name), node, peer, tier (`rtsw>ctsw`, `nic>rtsw`, ...),
+    rate_bps (line rate), then each series: tx_bytes, utilization, qdepth_max_bytes,
+    qdepth_mean_bytes, ecn_marked, paused_ns, pfc_sent, drops (and cnp_sent where the
+    engine samples it). Figures are the fabric's (an emulated run's rates and times scaled
+    back).
+
+    Sums and maxima per port or per sample are the same either way (a port or a sample
+    without a row carried nothing); a mean over the samples divides a sum by the run's
+    number of samples, `attrs["samples"]` (with `attrs["interval_ns"]`), not by a port's
+    rows. The default leaves out the cells in which nothing happened because in a fabric
+    of thousands of ports most are, and a row for each makes gigabytes; the table is then
+    as large as the run directory's entries, and built from them alone."""
     import pandas as pd
 
+    from aifabric.fabric.portseries import PortSamples
     from aifabric.fabric.rundir import OPTIONAL_PORT_SERIES, PORT_SERIES
 
     p = _columns(run, "ports")
     if p is None:
-        p = {"t_ns": np.zeros(0, np.int64), "port": np.zeros(0, np.int64), "interval_ns": 1}
-        p.update({k: np.zeros((0, 0), np.int64) for k in PORT_SERIES})
-    port = p["port"].astype(np.int64)
-    t = p["t_ns"].astype(np.int64)
-    samples, n = len(t), len(port)
-    each = np.tile(port, samples)  # row-major [sample, port], as the series are stored
+        none = np.zeros(0, np.int64)
+        p = PortSamples(interval_ns=1, t_ns=none, port=none, sample_index=none,
+                        port_index=none, **dict.fromkeys(PORT_SERIES, none))  # fmt: skip
+    port = p.port.astype(np.int64)
+    n = len(port)
+    if every_cell:
+        sample = np.repeat(np.arange(p.samples, dtype=np.int64), n)
+        column = np.tile(np.arange(n, dtype=np.int64), p.samples)
+    else:
+        sample, column = p.sample_index, p.port_index
+
+    def series(key):  # the column of series `key`, a row per entry or per cell
+        values = p.entries[key]
+        if not every_cell:
+            return values
+        out = np.zeros(p.samples * n, dtype=values.dtype)
+        out[p.sample_index * n + p.port_index] = values
+        return out
+
+    each = port[column]
     node, peer = fabric.port_node[each], fabric.port_peer[each]
     roles = [r.label for r in Role]
     role = fabric.node_role.astype(np.int64)
     tier_labels = [f"{a}>{b}" for a in roles for b in roles]
     rate = fabric.port_rate_bps[each].astype(np.float64)
-    interval = int(p["interval_ns"])
     frame = pd.DataFrame(
         {
-            "t_ns": np.repeat(t, n),
+            "t_ns": p.t_ns.astype(np.int64)[sample],
             "port": _names(pd, fabric.port_names, each),
             "node": _names(pd, fabric.node_name, node),
             "peer": _names(pd, fabric.node_name, peer),
@@ -137,14 +161,15 @@ def ports(run, fabric):
             "rate_bps": rate,
         }
     )
-    tx = p["tx_bytes"].astype(np.int64).reshape(-1)
     for key in PORT_SERIES:
-        frame[key] = p[key].reshape(-1)
+        frame[key] = series(key)
         if key == "tx_bytes":
-            frame["utilization"] = tx * 8e9 / interval / rate if len(tx) else np.zeros(0)
+            tx = frame[key].to_numpy().astype(np.int64)
+            frame["utilization"] = tx * 8e9 / p.interval_ns / rate
     for key in OPTIONAL_PORT_SERIES:
         if key in p:
-            frame[key] = p[key].reshape(-1)
+            frame[key] = series(key)
+    frame.attrs.update(samples=p.samples, interval_ns=p.interval_ns)
     return frame
 
 

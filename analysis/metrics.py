@@ -656,7 +656,6 @@ def wave_metrics(
         col = {int(p): j for j, p in enumerate(ports["port"].astype(np.int64))}
         interval = int(ports["interval_ns"])
         t_ns = ports["t_ns"].astype(np.int64)
-        tx = ports["tx_bytes"]
     out = []
     with contextlib.suppress(KeyError, TypeError, ValueError):  # run.json's, not ours
         for w in waves:
@@ -681,7 +680,8 @@ def wave_metrics(
                 cols = _receiver_columns(fabric, flows, job.job, col) if has_ports else []
                 rx = None
                 if cols and n:
-                    rx = float(tx[inside][:, cols].sum()) * 8e9 / (n * interval) / len(cols)
+                    got = ports.per_sample("tx_bytes", cols)[inside].sum()
+                    rx = float(got) * 8e9 / (n * interval) / len(cols)
                 done = [
                     o.busbw_bps
                     for o in ops
@@ -907,8 +907,12 @@ def _port_metrics(
     paused = ports.total("paused_ns")
     pfc = ports.total("pfc_sent")
     drops = ports.total("drops")
-    qmax = ports["qdepth_max_bytes"]
-    qmean = ports["qdepth_mean_bytes"].astype(np.float64)
+    qpeak = ports.peak("qdepth_max_bytes")
+    # a port's queue over every sample, those without an entry as 0: the distribution of
+    # one that never queued is the same for all, and the rows are built one port at a time
+    quiet = distribution(np.zeros(nsamp))
+    qmax_rows = ports.each_row("qdepth_max_bytes")
+    qmean_rows = ports.each_row("qdepth_mean_bytes")
     caused: dict[str, int] = {}
     for r in spread:
         if r.root is not None:
@@ -916,7 +920,8 @@ def _port_metrics(
     victims = {r.port for r in spread}
     rows = []
     for j, p in enumerate(port):
-        dq = distribution(qmax[:, j])
+        qmax, qmean = next(qmax_rows), next(qmean_rows).astype(np.float64)
+        dq = distribution(qmax) if qpeak[j] else quiet
         delay = 8e9 / rate[j]
         rows.append(
             R.PortFigures(
@@ -927,7 +932,7 @@ def _port_metrics(
                 peak_utilization=float(peak_util[j]),
                 qdepth_bytes=dq,
                 queue_delay_max_ns=float(dq.max * delay) if nsamp else 0.0,
-                queue_delay_mean_ns=float(qmean[:, j].mean() * delay) if nsamp else 0.0,
+                queue_delay_mean_ns=float(qmean.mean() * delay) if nsamp else 0.0,
                 ecn_marked=int(marked[j]),
                 ecn_fraction_est=float(marked[j] / est_packets[j]) if est_packets[j] else 0.0,
                 paused_ns=int(paused[j]),
@@ -947,7 +952,7 @@ def _port_metrics(
         paused_ports=int(np.count_nonzero(paused)),
         pfc_frames=int(pfc.sum()),
         drops=int(drops.sum()),
-        qdepth_max_bytes=int(qmax.max()) if qmax.size else 0,
+        qdepth_max_bytes=int(qpeak.max()) if nsamp and len(port) else 0,
         per_port=tuple(rows),
         cnp_sent=cnp,
     )
@@ -987,16 +992,18 @@ def _port_series(fabric, ports: PortSamples, per_port: bool = True) -> R.PortSer
     interval = int(ports["interval_ns"])
     rate = fabric.port_rate_bps[port].astype(np.float64)
 
-    def rows(dense):  # [port][sample] from a function of the dense [sample, port] arrays
-        return tuple(tuple(r) for r in dense().T.tolist()) if per_port else ()
+    def rows(name, of=lambda j, row: row):  # [port][sample], built one port at a time
+        if not per_port:
+            return ()
+        return tuple(tuple(of(j, r).tolist()) for j, r in enumerate(ports.each_row(name)))
 
     return R.PortSeries(
         t_ns=tuple(ports["t_ns"].astype(np.int64).tolist()),
         interval_ns=interval,
         ports=tuple(fabric.port_name(p) for p in port),
         port_ids=tuple(port.tolist()),
-        utilization=rows(lambda: ports["tx_bytes"] * 8 * 1e9 / interval / rate),
-        qdepth_max_bytes=rows(lambda: ports["qdepth_max_bytes"]),
+        utilization=rows("tx_bytes", lambda j, tx: tx * 8 * 1e9 / interval / rate[j]),
+        qdepth_max_bytes=rows("qdepth_max_bytes"),
         ecn_marked=tuple(ports.per_sample("ecn_marked").tolist()),
         paused_ns=tuple(ports.per_sample("paused_ns").tolist()),
         paused_ports=tuple(ports.nonzero_per_sample("paused_ns").tolist()),
@@ -1166,13 +1173,12 @@ def _throughput(fabric, ports: PortSamples, flows: dict, jobs: list[R.Job], top:
     col = {int(p): j for j, p in enumerate(port)}
     interval = int(ports["interval_ns"])
     t_ns = ports["t_ns"].astype(np.int64)
-    tx = ports["tx_bytes"].astype(np.int64)
     out_jobs, worst = [], []
     for job in jobs:
         cols = _receiver_columns(fabric, flows, job.job, col)
         if not cols:
             continue
-        rx = tx[:, cols].sum(axis=1)
+        rx = ports.per_sample("tx_bytes", cols).astype(np.int64)
         cap_bps = float(fabric.port_rate_bps[[port[c] for c in cols]].sum())
         util = rx * 8e9 / interval / cap_bps
         out_jobs.append(
@@ -1204,18 +1210,19 @@ def _throughput(fabric, ports: PortSamples, flows: dict, jobs: list[R.Job], top:
                 )
             )
     worst.sort(key=lambda w: (-w.intervals, w.utilization, w.start_ns))
-    total = tx.sum(axis=0)
+    total = ports.total("tx_bytes").astype(np.int64)
+    ranked = np.argsort(-total, kind="stable")[:top]
+    ranked = ranked[: np.count_nonzero(total[ranked])]  # those that carried something
+    tx = ports.rows("tx_bytes", ranked).astype(np.int64) if series else None
     busiest = []
-    for j in np.argsort(-total, kind="stable")[:top]:
-        if not total[j]:
-            break
+    for k, j in enumerate(ranked):
         link = R.BusyLink(port=fabric.port_name(int(port[j])), tx_bytes=int(total[j]))
         if series:
             rate = float(fabric.port_rate_bps[port[j]])
             link = replace(
                 link,
-                tx_bytes_per_interval=tuple(tx[:, j].tolist()),
-                utilization=tuple((tx[:, j] * 8e9 / interval / rate).tolist()),
+                tx_bytes_per_interval=tuple(tx[k].tolist()),
+                utilization=tuple((tx[k] * 8e9 / interval / rate).tolist()),
             )
         busiest.append(link)
     return R.Throughput(

@@ -658,13 +658,7 @@ def _heatmap(series: R.PortSeries, m: R.RunMetrics, ports):
     rest = rest[peak[rest] > 0]
     fig = go.Figure()
     if keep.size:
-        q = np.zeros((len(keep), len(ports["t_ns"])))
-        row = np.full(len(names), -1)
-        row[keep] = np.arange(len(keep))
-        mine = row[ports.port_index] >= 0
-        q[row[ports.port_index[mine]], ports.sample_index[mine]] = ports.entries[
-            "qdepth_max_bytes"
-        ][mine]
+        q = ports.rows("qdepth_max_bytes", keep).astype(np.float64)
         z = np.log10(np.maximum(q, 1.0))
         top = max(1, int(np.ceil(z.max())))
         ticks = list(range(0, top + 1))

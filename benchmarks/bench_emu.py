@@ -169,7 +169,7 @@ def uplink_bytes(run, fabric):
     from aifabric.fabric.model import Role
 
     p = run.ports()
-    total = p["tx_bytes"].sum(axis=0)
+    total = p.total("tx_bytes")
     out = {}
     for col, port in enumerate(p["port"]):
         node, peer = fabric.port_node[port], fabric.port_peer[port]

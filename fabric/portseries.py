@@ -10,8 +10,10 @@ each series' value there. A cell with no entry holds 0 in every series. Entries 
 
 `PortSamples` is what `Run.ports()` returns: a read-only mapping of the names a dense
 ports.npz had (`interval_ns`, `t_ns`, `port`, `scale`, then each series as a
-[samples, ports] array, built when first asked for), with per-port and per-sample sums
-that never build the dense array.
+[samples, ports] array, built when first asked for), with per-port and per-sample sums,
+some ports' rows and every port's row in turn, none of which builds the dense array.
+The analysis reads only those: at thousands of ports and hundreds of samples a dense
+series is gigabytes.
 """
 
 from __future__ import annotations
@@ -61,8 +63,8 @@ def concatenate(parts: list[dict[str, np.ndarray]], names) -> dict[str, np.ndarr
 
 class PortSamples(Mapping):
     """A run's port series (module docstring): `ps["tx_bytes"]` is the dense
-    [samples, ports] array; `total`, `per_sample`, `peak` and `active_ports` work on
-    the entries alone."""
+    [samples, ports] array; `total`, `per_sample`, `peak`, `first`, `nonzero_per_sample`,
+    `rows` and `each_row` work on the entries alone."""
 
     def __init__(self, *, interval_ns, t_ns, port, scale=1.0, sample_index, port_index, **series):
         self.interval_ns = int(np.asarray(interval_ns))
@@ -73,6 +75,7 @@ class PortSamples(Mapping):
         self.port_index = np.asarray(port_index, dtype=np.int64)
         self.entries = {k: np.asarray(v) for k, v in series.items()}
         self._dense: dict[str, np.ndarray] = {}
+        self._port_order: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @classmethod
     def from_arrays(cls, z: dict) -> PortSamples:
@@ -133,15 +136,55 @@ class PortSamples(Mapping):
         """Per port, the series summed over the samples."""
         return self._sum(name, self.port_index, len(self.port))
 
-    def per_sample(self, name: str) -> np.ndarray:
-        """Per sample, the series summed over the ports."""
-        return self._sum(name, self.sample_index, self.samples)
+    def per_sample(self, name: str, columns=None) -> np.ndarray:
+        """Per sample, the series summed over the ports (only over those at the distinct
+        positions `columns` in `port`, when given)."""
+        if columns is None:
+            return self._sum(name, self.sample_index, self.samples)
+        mine = np.zeros(len(self.port), dtype=bool)
+        mine[np.asarray(columns, dtype=np.int64)] = True
+        mine = mine[self.port_index]
+        return self._sum(name, self.sample_index[mine], self.samples, mine)
 
-    def _sum(self, name, index, n) -> np.ndarray:
-        values = self.entries[name]
+    def _sum(self, name, index, n, mine=None) -> np.ndarray:
+        values = self.entries[name] if mine is None else self.entries[name][mine]
         out = np.zeros(n, dtype=np.int64 if values.dtype.kind in "iub" else values.dtype)
         np.add.at(out, index, values)
         return out
+
+    def rows(self, name: str, columns) -> np.ndarray:
+        """The series of the ports at the distinct positions `columns` in `port`, as
+        [len(columns), samples] (0 where a port has no entry): a few ports' rows of the
+        dense array, transposed."""
+        columns = np.asarray(columns, dtype=np.int64)
+        values = self.entries[name]
+        row = np.full(len(self.port), -1, dtype=np.int64)
+        row[columns] = np.arange(len(columns))
+        at = row[self.port_index]
+        mine = at >= 0
+        out = np.zeros((len(columns), self.samples), dtype=values.dtype)
+        out[at[mine], self.sample_index[mine]] = values[mine]
+        return out
+
+    def each_row(self, name: str) -> Iterator[np.ndarray]:
+        """Every port's series in `port` order, one [samples] row at a time (0 where it has
+        no entry): what the dense array's columns are, never more than one of them held."""
+        order, sample, bounds = self._by_port()
+        values = self.entries[name]
+        for j in range(len(self.port)):
+            row = np.zeros(self.samples, dtype=values.dtype)
+            a, b = bounds[j], bounds[j + 1]
+            row[sample[a:b]] = values[order[a:b]]
+            yield row
+
+    def _by_port(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The entries in (port, sample) order (their positions and samples), and where
+        each port's begin and end in it."""
+        if self._port_order is None:
+            order = np.argsort(self.port_index, kind="stable")
+            bounds = np.searchsorted(self.port_index[order], np.arange(len(self.port) + 1))
+            self._port_order = (order, self.sample_index[order], bounds)
+        return self._port_order
 
     def peak(self, name: str) -> np.ndarray:
         """Per port, the series' largest sample (0 for a port with no entry)."""

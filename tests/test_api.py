@@ -100,7 +100,7 @@ def _with_unfinished_flow(tmp_path) -> Path:
 
 
 def test_ports_are_one_row_per_sample_and_port_named_as_the_fabric_names_them(demo):
-    p = demo.ports
+    p = demo.port_cells
     raw = RunDir(demo.path).ports()
     samples, ports = raw["tx_bytes"].shape
     assert len(p) == samples * ports
@@ -116,6 +116,18 @@ def test_ports_are_one_row_per_sample_and_port_named_as_the_fabric_names_them(de
         row["tx_bytes"] * 8e9 / int(raw["interval_ns"]) / row["rate_bps"]
     )
     assert set(p["tier"].unique()) >= {"nic>rtsw", "rtsw>nic", "rtsw>ctsw", "ctsw>rtsw"}
+
+
+def test_ports_are_the_cells_in_which_a_port_did_something(demo):
+    """The default table leaves out the rows of zeros: the run directory's entries."""
+    cells, p = demo.port_cells, demo.ports
+    series = ["tx_bytes", "qdepth_max_bytes", "qdepth_mean_bytes", "ecn_marked", "paused_ns",
+              "pfc_sent", "drops", "cnp_sent"]  # fmt: skip
+    busy = cells[(cells[series] != 0).any(axis=1)].reset_index(drop=True)
+    assert len(p) == RunDir(demo.path).ports().n_entries == len(busy) < len(cells)
+    pd.testing.assert_frame_equal(p, busy)
+    per_port = p.groupby("port", observed=False)["tx_bytes"].sum()  # every port a row
+    assert per_port.to_dict() == cells.groupby("port", observed=False)["tx_bytes"].sum().to_dict()
 
 
 def test_collectives_agree_with_the_metrics(demo):

@@ -54,6 +54,20 @@ def test_entries_hold_every_cell_that_is_not_zero_and_give_back_the_dense_series
         assert np.array_equal(ps.first(k), first), k
 
 
+@settings(max_examples=200, deadline=None)
+@given(dense_series(), st.data())
+def test_some_ports_rows_and_every_ports_row_in_turn_are_the_dense_arrays(series, data):
+    samples, ports = series["tx_bytes"].shape
+    ps = PortSamples(interval_ns=10, t_ns=np.arange(samples) * 10, port=np.arange(ports),
+                     **sparse(series))  # fmt: skip
+    some = data.draw(st.lists(st.integers(0, ports - 1), unique=True) if ports else st.just([]))
+    for k, v in series.items():
+        assert np.array_equal(ps.rows(k, some), v[:, some].T), k
+        assert np.array_equal(ps.per_sample(k, some), v[:, some].sum(axis=1)), k
+        rows = list(ps.each_row(k))
+        assert len(rows) == ports and all(np.array_equal(r, v[:, j]) for j, r in enumerate(rows))
+
+
 @pytest.fixture(scope="module")
 def written(tmp_path_factory):
     """Dense series written by RunWriter (as the emulator gives them), and what it wrote."""
