@@ -167,10 +167,12 @@ def expand_steps_with_origin(table: FlowTable) -> tuple[FlowTable, np.ndarray]:
         held = (w > 0) & (j >= w)
         deg = outs[x]
         for slot in range(int(deg[held].max()) if held.any() else 0):
-            has = held & (deg > slot)
+            has = np.flatnonzero(held & (deg > slot))
             o = out[out_ptr[x[has]] + slot]
-            pt.append(rows[has])
-            pd.append(m_first[o] + j[has] - w[has])
+            at = j[has] - w[has]
+            ok = at < m_steps[o]  # an output with fewer steps releases them all by then
+            pt.append(rows[has[ok]])
+            pd.append(m_first[o[ok]] + at[ok])
 
     new_sel = np.flatnonzero(sel)
     inputs(s, kk, new_sel)
