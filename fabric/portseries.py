@@ -53,6 +53,26 @@ def stacked(block: np.ndarray, names, row0: int) -> dict[str, np.ndarray]:
     return out
 
 
+def narrow(a) -> np.ndarray:
+    """An integer array in the narrowest of uint8, uint16, uint32, int32 and int64 that holds
+    its values (how a run directory stores entries); any other array as it is."""
+    a = np.asarray(a)
+    if a.dtype.kind not in "iu" or a.ndim == 0:
+        return a
+    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    for t in (np.uint8, np.uint16, np.uint32, np.int32):
+        if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
+            return a.astype(t)
+    return a.astype(np.int64)
+
+
+def wide(a) -> np.ndarray:
+    """An integer array as int64 (unsigned narrow types would wrap in differences), any
+    other as it is."""
+    a = np.asarray(a)
+    return a.astype(np.int64) if a.dtype.kind in "iu" and a.dtype != np.int64 else a
+
+
 def concatenate(parts: list[dict[str, np.ndarray]], names) -> dict[str, np.ndarray]:
     """Entries of consecutive blocks as one set of entries."""
     keys = (*ENTRY_KEYS, *names)
@@ -73,7 +93,7 @@ class PortSamples(Mapping):
         self.scale = float(np.asarray(scale))
         self.sample_index = np.asarray(sample_index, dtype=np.int64)
         self.port_index = np.asarray(port_index, dtype=np.int64)
-        self.entries = {k: np.asarray(v) for k, v in series.items()}
+        self.entries = {k: wide(v) for k, v in series.items()}
         self._dense: dict[str, np.ndarray] = {}
         self._port_order: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 

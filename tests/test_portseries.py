@@ -127,10 +127,10 @@ def test_a_run_directory_written_dense_before_entries_reads_the_same(written, tm
     "edit, says",
     [
         (lambda z: z.update(sample_index=z["sample_index"] + 40), "sample_index holds"),
-        (lambda z: z.update(port_index=-z["port_index"] - 1), "port_index holds"),
+        (lambda z: z.update(port_index=-z["port_index"].astype(np.int64) - 1), "port_index holds"),
         (lambda z: z.update(sample_index=z["sample_index"][::-1].copy()), "(sample, port) order"),
         (lambda z: z.update(tx_bytes=z["tx_bytes"][1:]), "tx_bytes has shape"),
-        (lambda z: z.update(drops=-z["drops"] - 1), "drops holds a negative value"),
+        (lambda z: z.update(drops=-z["drops"].astype(np.int64) - 1), "drops holds a negative"),
         (lambda z: z.pop("port_index"), "has no port_index"),
     ],
 )

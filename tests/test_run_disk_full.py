@@ -120,7 +120,7 @@ import os, signal, sys
 import numpy as np
 import aifabric.engines as engines
 from aifabric.cli import main
-savez = np.savez
+savez = np.savez_compressed  # how ports.npz is written
 def interrupted(fh, **arrays):
     if "interval_ns" in arrays:
         fh.write(b"x" * 100_000)
@@ -128,7 +128,7 @@ def interrupted(fh, **arrays):
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
     return savez(fh, **arrays)
-np.savez = interrupted
+np.savez_compressed = interrupted
 main(["run", {str(small)!r}, "-o", {str(out)!r}])
 """
     proc = subprocess.run(

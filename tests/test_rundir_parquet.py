@@ -83,7 +83,7 @@ def test_ports_parquet_is_one_row_per_port_and_sample_where_it_carried_something
     assert carried[s, j].all() and len(set(zip(s, j, strict=True))) == len(frame)
     for name in PORT_SERIES:
         assert np.array_equal(frame[name].to_numpy(), dense[name][s, j]), name
-        assert table.column(name).type.to_pandas_dtype() == npz[name].dtype
+        assert table.column(name).type.to_pandas_dtype() == ps.entries[name].dtype == np.int64
         assert table.column(name).to_numpy().sum() == dense[name].sum()
     # each port's rows together, in time order
     key = j.astype(np.int64) * samples + s
@@ -104,6 +104,32 @@ def test_ports_parquet_is_one_row_per_port_and_sample_where_it_carried_something
     meta = json.loads(table.schema.metadata[b"aifabric"])
     assert meta["interval_ns"] == 2000 and meta["port"] == npz["port"].tolist()
     assert meta["t_ns"] == npz["t_ns"].tolist()
+
+
+def test_ports_npz_keeps_entries_narrow_and_deflated_and_reads_them_back_wide(two_jobs):
+    """Entries are mostly zeros and small counts: ports.npz keeps each in the narrowest
+    integer type that holds it, deflated; Run.ports() gives them back as int64, equal to
+    the Parquet table's values."""
+    import zipfile
+
+    path = two_jobs.path / "ports.npz"
+    with zipfile.ZipFile(path) as zf:
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_DEFLATED}
+    npz = dict(np.load(path))
+    ps = two_jobs.ports()
+    table = pq.read_table(two_jobs.path / "ports.parquet")
+    for name in ("sample_index", "port_index", *PORT_SERIES):
+        stored = npz[name]
+        hi = int(stored.max())
+        assert stored.dtype == (np.uint8 if hi < 2**8 else np.uint16 if hi < 2**16 else np.uint32)
+    assert npz["ecn_marked"].dtype == np.uint8 and npz["tx_bytes"].dtype != np.uint8
+    for name in PORT_SERIES:
+        assert ps.entries[name].dtype == np.int64
+        got = ps.entries[name][np.lexsort((ps.sample_index, ps.port_index))]  # by port, time
+        assert np.array_equal(got, table.column(name).to_numpy()), name
+    assert ps.sample_index.dtype == ps.port_index.dtype == np.int64
+    # a difference of two narrow unsigned entries would wrap; read back, it does not
+    assert (np.diff(ps.entries["tx_bytes"]) < 0).any()
 
 
 def test_collectives_parquet_has_nulls_where_an_op_has_no_time(tmp_path):
