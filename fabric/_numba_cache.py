@@ -183,6 +183,70 @@ def lean_loads() -> None:
 
     load_overload.lean = True
     cache.load_overload = load_overload
+    _on_first_compile(_copy_inlinees_once)
+
+
+_COMPILE_HOOKS: list = []
+
+
+def _on_first_compile(hook) -> None:
+    """Call `hook()` when numba first starts compiling in this process (never, in a run
+    whose kernels all come from the cache, which so imports nothing more)."""
+    from numba.core import event
+
+    if not _COMPILE_HOOKS:
+
+        class Listener(event.Listener):
+            def on_start(self, ev):
+                while _COMPILE_HOOKS:
+                    _COMPILE_HOOKS.pop()()
+
+            def on_end(self, ev):
+                pass
+
+        event.register("numba:compile", Listener())
+    if hook not in _COMPILE_HOOKS:
+        _COMPILE_HOOKS.append(hook)
+
+
+def _copy_inlinees_once() -> None:
+    """Copy an inlined function's IR in time linear in its size.
+
+    numba inlines a function marked `inline="always"` by deep-copying its IR block by
+    block (twice per call site), each block with a memo of its own. A block's variables
+    point to their scope, and the scope to every variable of the function, so each block
+    copies the whole function again: time grows with blocks x variables. The simulator's
+    kernels inline large functions into larger ones (its event loop holds about 10,000
+    statements), and that copying was 45 of the 156 s the first compile took here. With
+    one memo per copy of a function, its scope is copied once and shared by its blocks,
+    as in the IR copied. Nothing else changes: the machine code, and so every result, is
+    the same (benchmarks/sim_fingerprint.py compares). Applied only where numba's source
+    is the one this was written against (0.59 to 0.68 at least); otherwise numba is left
+    as it is.
+    """
+    import inspect
+    import textwrap
+
+    try:
+        from numba.core import inline_closurecall as icc
+
+        method = icc.InlineWorker.inline_ir
+        if getattr(method, "one_memo", False):
+            return
+        src = textwrap.dedent(inspect.getsource(method))
+    except (ImportError, AttributeError, OSError, TypeError):
+        return
+    fresh, copied = "kernel_copy.blocks = {}", "copy.deepcopy(the_ir.blocks[block_label])"
+    if src.count(fresh) != 1 or src.count(copied) != 1 or "memo" in src:
+        return
+    src = src.replace(fresh, fresh + "; memo = {}").replace(copied, copied[:-1] + ", memo)")
+    made: dict = {}
+    try:
+        exec(compile(src, icc.__file__, "exec"), vars(icc), made)  # noqa: S102
+    except SyntaxError:
+        return
+    made["inline_ir"].one_memo = True
+    icc.InlineWorker.inline_ir = made["inline_ir"]
 
 
 configure()

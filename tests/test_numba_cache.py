@@ -122,3 +122,53 @@ def test_kernels_compile_into_the_keyed_directory(tmp_path):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout.strip()
     assert out == str(tmp_path / "mine")
+
+
+_INLINEE = """
+from numba import njit
+
+@njit(inline="always")
+def spread(x):
+    t = 0
+{branches}    return t
+
+@njit
+def caller(x):
+    return spread(x) + spread(x + 1)
+"""
+
+
+def test_an_inlined_function_is_copied_in_time_linear_in_its_size(tmp_path):
+    """numba copies an inlinee's IR block by block; with a memo per block each block copies
+    the function's whole scope again (blocks x variables). Once a compile has started, the
+    project's kernels copy each function's scope once: the variables copied per inlining
+    stay near the function's own count, and the inlined code computes the same."""
+    branch = "    if x > {i}:\n        v{i} = x * {i}\n        t += v{i}\n"
+    branches = "".join(branch.format(i=i) for i in range(60))
+    (tmp_path / "inlinee.py").write_text(_INLINEE.format(branches=branches))
+    code = (
+        "import sys, collections\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import aifabric.fabric.routing\n"  # a kernel module: installs the project's hooks
+        "from numba.core import ir\n"
+        "copies = collections.Counter()\n"
+        "deepcopy = ir.Var.__deepcopy__\n"
+        "def counted(self, memo):\n"
+        "    copies['var'] += 1\n"
+        "    return deepcopy(self, memo)\n"
+        "ir.Var.__deepcopy__ = counted\n"
+        "import inlinee\n"
+        "got = inlinee.caller(30)\n"
+        "want = sum(30 * i for i in range(30)) + sum(31 * i for i in range(31))\n"
+        "from numba.core.inline_closurecall import InlineWorker\n"
+        "print(got == want, getattr(InlineWorker.inline_ir, 'one_memo', False), copies['var'])\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    same, patched, copies = out[0] == "True", out[1] == "True", int(out[2])
+    assert same and patched
+    # 2 call sites x 2 copies of about 60 x 3 variables each; per block (about 120 blocks)
+    # it was over 100 times that
+    assert copies < 2 * 2 * 60 * 3 * 5, copies
