@@ -34,7 +34,7 @@ import numpy as np
 from aifabric.fabric.errors import AifabricError
 from aifabric.fabric.files import replace_atomic
 from aifabric.fabric.model import ROLES
-from aifabric.fabric.portseries import ENTRY_KEYS
+from aifabric.fabric.portseries import ENTRY_KEYS, wide
 
 COMPRESSION = "zstd"
 ROW_GROUP = 1 << 19  # rows of ports.parquet per row group
@@ -138,7 +138,7 @@ def ports_tables(interval_ns: int, t_ns, port, scale: float, series: dict[str, A
     t_ns, port = np.asarray(t_ns), np.asarray(port)
     s = np.asarray(series["sample_index"], dtype=np.int64)
     j = np.asarray(series["port_index"], dtype=np.int64)
-    values = {k: np.asarray(v) for k, v in series.items() if k not in ENTRY_KEYS}
+    values = {k: np.asarray(v) for k, v in series.items() if k not in ENTRY_KEYS}  # maybe narrow
     for name, v in values.items():
         if v.shape != s.shape:
             raise ValueError(f"port series {name} is not one value per entry")
@@ -148,7 +148,11 @@ def ports_tables(interval_ns: int, t_ns, port, scale: float, series: dict[str, A
         "port": port.tolist(),
         "t_ns": t_ns.tolist(),
         "entries": True,
-        "dtypes": {"t_ns": t_ns.dtype.str, "port": port.dtype.str, **_dtypes(values)},
+        "dtypes": {
+            "t_ns": t_ns.dtype.str,
+            "port": port.dtype.str,
+            **{k: wide(v[:0]).dtype.str for k, v in values.items()},
+        },
     }
     order = np.lexsort((s, j))  # by port, then time
     f = names.fabric
@@ -165,8 +169,8 @@ def ports_tables(interval_ns: int, t_ns, port, scale: float, series: dict[str, A
             fields["node_role"] = _per_port(pa, ROLES, f.node_role[node], 1)
             fields["peer_role"] = _per_port(pa, ROLES, f.node_role[peer], 1)
         fields["interval_ns"] = _arrow(pa, np.full(len(rows), int(interval_ns), dtype=np.int64))
-        for name, v in values.items():
-            fields[name] = _arrow(pa, v[rows])
+        for name, v in values.items():  # int64 columns, whatever the entries' types
+            fields[name] = _arrow(pa, wide(v[rows]))
         yield _table(pa, fields, meta)
 
 

@@ -62,8 +62,8 @@ def narrow(a) -> np.ndarray:
     lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
     for t in (np.uint8, np.uint16, np.uint32, np.int32):
         if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
-            return a.astype(t)
-    return a.astype(np.int64)
+            return a.astype(t, copy=False)
+    return a.astype(np.int64, copy=False)
 
 
 def wide(a) -> np.ndarray:

@@ -28,7 +28,7 @@ from aifabric.fabric.faults import (
     routing_at_start,
 )
 from aifabric.fabric.model import ALPHA_SCALE, Fabric, Role
-from aifabric.fabric.portseries import PortSamples, concatenate, stacked
+from aifabric.fabric.portseries import PortSamples, concatenate, narrow, stacked
 from aifabric.fabric.routing import EMULATOR_POLICY, Routing
 from aifabric.fabric.scenario import Fault
 from aifabric.sim import kernel
@@ -478,10 +478,12 @@ class Simulation:
 
     def _drain_samples(self) -> None:
         """The sample buffer's rows as entries (aifabric.fabric.portseries): only the
-        cells where a port carried something are kept."""
+        cells where a port carried something are kept, each array in the narrowest
+        integer type that holds it (a long run keeps millions)."""
         n = int(self.g[L.G_SAMPLES])
         if n:
-            self.sample_chunks.append(stacked(self.smp[:, :n], L.SERIES, self.sample_rows))
+            chunk = stacked(self.smp[:, :n], L.SERIES, self.sample_rows)
+            self.sample_chunks.append({k: narrow(v) for k, v in chunk.items()})
             self.sample_rows += n
         self.g[L.G_SAMPLES] = 0
 
@@ -723,8 +725,9 @@ class Simulation:
         return np.array(ptr, dtype=np.int64), np.array(out, dtype=np.int32)
 
     def port_series(self) -> dict[str, np.ndarray]:
-        """The port series as entries (sample_index, port_index, each series' values) with
-        interval_ns, t_ns and port: what RunWriter.ports writes."""
+        """The port series as entries (sample_index, port_index, each series' values, in
+        narrow integer types: `portseries.narrow`) with interval_ns, t_ns and port: what
+        RunWriter.ports writes."""
         out = concatenate(self.sample_chunks, L.SERIES)
         out["t_ns"] = np.arange(self.sample_rows, dtype=np.int64) * self.sample_interval_ns
         out["port"] = np.arange(self.fabric.n_ports, dtype=np.int64)
