@@ -308,11 +308,15 @@ def ecmp(source, flows, policy, qps, sport, seed, same_seed, trials, as_json):
 
 
 @main.command("warmup")
-def warmup():
+@click.option(
+    "--processes", type=click.IntRange(min=1), default=None,
+    help="Processes compiling at once on a full compile (default: one per core).",
+)  # fmt: skip
+def warmup(processes):
     """Compile the simulator's kernels now (scripts/install does it; once per version)."""
     from aifabric.warmup import run
 
-    run()
+    run(processes=processes)
 
 
 def _spread_text(r: dict) -> str:

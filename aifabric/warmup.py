@@ -2,13 +2,17 @@
 
 numba compiles a kernel the first time it is called and keeps the machine code
 in the cache directory (`aifabric.fabric._numba_cache`); compiling all of them costs
-about a minute and a half of CPU. `warm_up()` does that once, at install time
+about two minutes of CPU. `warm_up()` does that once, at install time
 (`aifabric warmup`, run by scripts/install), by running tiny scenarios through
 the public entry points: every congestion-control kind of `aifabric.fabric.cc.KINDS`,
 every ECMP policy, a link failure and a drained switch, a lossy queue, a
 capture read back and analysed, the traffic packetizer, the emulator's packet
 filler. It touches no kernel by name, so it keeps covering them whatever their
 internals become. When it is done it leaves a marker in the cache directory.
+
+A full compile (an empty cache directory) first compiles the kernels the simulator's
+event loop calls, on every core (`aifabric.sim.precompile`): the loop, compiled last,
+then loads them from the cache.
 
 A run that finds no marker (a new version's sources make a new, empty cache
 directory) warms up first, after one line saying what it is doing and about
@@ -34,8 +38,8 @@ from aifabric.fabric import _numba_cache
 
 MARKER = "aifabric-warm.json"
 ESTIMATE_FILE = "compile-seconds"
-DEFAULT_ESTIMATE_S = 125  # CPU seconds on a 2-core machine, numba 0.68 (91-92 measured at load 1
-# before the timing wheel, which added about 40%: 235 against 169 side by side on a slower day)
+DEFAULT_ESTIMATE_S = 95  # wall seconds of a full compile on 2 cores, numba 0.68 (91-97 measured
+# on 2 processes against 114-115 on one, 2026-12-05)
 TOPOLOGY = "lab-small"
 
 
@@ -169,8 +173,15 @@ def ensure_warm(stream: TextIO | None = None, should_stop=lambda: False) -> bool
     return True
 
 
-def run(stream: TextIO | None = None, *, note: str = "once", should_stop=lambda: False) -> float:
-    """Warm up, with a line first and the time it took after on `stream`; its wall seconds."""
+def run(
+    stream: TextIO | None = None,
+    *,
+    note: str = "once",
+    should_stop=lambda: False,
+    processes: int | None = None,
+) -> float:
+    """Warm up, with a line first and the time it took after on `stream`; its wall seconds.
+    A full compile runs on `processes` processes (default: one per core)."""
     stream = stream or sys.stderr
     warm = is_warm()
     whole = not warm and _holds_nothing(cache_dir())  # every kernel compiles: time it
@@ -181,10 +192,18 @@ def run(stream: TextIO | None = None, *, note: str = "once", should_stop=lambda:
             f"aifabric: compiling the simulator's kernels ({_about(estimate_s())}, {note})\n"
         )
     stream.flush()
-    t0, cpu0 = time.perf_counter(), time.process_time()
+    t0, cpu0 = time.perf_counter(), _cpu_s()
     with compile_notice(stream, announce=warm) as notice:
+        if whole:
+            notice.on_start()  # helpers' compiles count as compiling here
+            try:
+                callees_everywhere(should_stop, processes)
+            finally:
+                notice.on_end()
+            if should_stop():
+                raise Stopped
         warm_up(should_stop)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
     if whole and notice.compiled_s > wall / 2:
         _write(_numba_cache.cache_root() / ESTIMATE_FILE, f"{wall:.1f}\n")
     d = cache_dir()
@@ -193,6 +212,62 @@ def run(stream: TextIO | None = None, *, note: str = "once", should_stop=lambda:
     stream.write(f"aifabric: kernels ready in {wall:.0f} s ({cpu:.0f} s of CPU)\n")
     stream.flush()
     return wall
+
+
+def callees_everywhere(should_stop=lambda: False, processes: int | None = None) -> None:
+    """Compile the kernels the simulator's event loop calls (`aifabric.sim.precompile`)
+    here and in `processes - 1` helper processes (default: one per core), sharing them as
+    they go; return when all are in the cache. A helper is `python -m aifabric.warmup
+    --callees ...`, not a fork: nothing of the caller's program runs again in it. One
+    that cannot start, or fails, leaves its share to the loop's own compile; one still
+    at work when `should_stop()` is stopped."""
+    import subprocess
+
+    from aifabric.sim.precompile import callees, cores, work
+
+    names = callees()
+    helpers = []
+    with tempfile.TemporaryDirectory(prefix="aifabric-compile-") as tmp:
+        counter = str(Path(tmp) / "next")
+        Path(counter).write_text("0")
+        command = [sys.executable, "-m", "aifabric.warmup", "--callees", counter, *names]
+        try:
+            for _ in range(min(processes or cores(), len(names)) - 1):
+                with contextlib.suppress(OSError):
+                    helpers.append(
+                        subprocess.Popen(
+                            command,
+                            stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                        )  # fmt: skip
+                    )
+            work(counter, names, small_simulation, should_stop)
+            for p in helpers:
+                while p.poll() is None and not should_stop():
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        p.wait(0.2)
+        finally:
+            for p in helpers:
+                if p.poll() is None:
+                    p.terminate()
+                p.wait()
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of the helpers it has waited for."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def small_simulation():
+    """The simulation of the first warm-up scenario, built and not run: what the
+    event loop's kernels are compiled for (a module-level function, for helpers)."""
+    from aifabric.fabric.routing import POLICIES
+    from aifabric.scenarios import scenario_from_dict
+    from aifabric.sim.engine import simulation_for
+
+    return simulation_for(scenario_from_dict(scenarios(POLICIES)[0], "warmup-0"))
 
 
 def _write(path: Path, text: str) -> None:
@@ -301,7 +376,13 @@ def compile_notice(stream: TextIO | None = None, *, announce: bool = True):
 
 
 def main() -> None:
-    """`python -m aifabric.warmup`: what `aifabric warmup` does."""
+    """`python -m aifabric.warmup`: what `aifabric warmup` does; with `--callees COUNTER
+    NAME ...`, a helper of `callees_everywhere`."""
+    if sys.argv[1:2] == ["--callees"]:
+        from aifabric.sim.precompile import work
+
+        work(sys.argv[2], sys.argv[3:], small_simulation)
+        return
     run()
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import time
 
+import pytest
 from click.testing import CliRunner
 from numba import njit
 
@@ -208,3 +210,80 @@ def test_every_large_kernel_compiles_once():
         assert copies[name] == 1, name
     more = {name: n for name, n in copies.items() if n > 1 and name not in SMALL}
     assert not more, f"compiled more than once: {more}"
+
+
+def test_the_loops_callees_are_the_kernels_it_calls_largest_first():
+    """What a full compile shares among processes: kernels of kernel.py the event loop
+    calls rather than inlines, taking the state first, the loop itself left out; `kick`
+    (which inlines a port's whole frame start) before the small ones."""
+    import inspect
+
+    from aifabric.sim import kernel, precompile
+
+    names = precompile.callees()
+    source = inspect.getsource(kernel)
+    assert "run" not in names and "borrowed" not in names and len(names) > 15
+    for name in names:
+        d = getattr(kernel, name)
+        assert d.targetoptions.get("inline") != "always", name
+        assert list(inspect.signature(d.py_func).parameters)[0] == "S", name
+        assert f"{name}(S" in source.replace(f"def {name}(S", ""), name  # called somewhere
+    assert names[0] == "kick" and names.index("kick") < names.index("send_ack")
+    inlined = {n for n, d in vars(kernel).items() if getattr(d, "targetoptions", {}).get("inline")}
+    assert not inlined & set(names) and "start_frame" in inlined
+
+
+def test_processes_sharing_the_callees_take_each_once(tmp_path):
+    """The counter the compiling processes share: three processes taking indices at once
+    get every index once."""
+    import subprocess
+    import sys
+
+    counter = tmp_path / "next"
+    counter.write_text("0")
+    code = (
+        "import sys\n"
+        "from aifabric.sim.precompile import take\n"
+        "got = []\n"
+        "while (i := take(sys.argv[1])) < 300:\n"
+        "    got.append(i)\n"
+        "print(' '.join(map(str, got)))\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(counter)], stdout=subprocess.PIPE)
+        for _ in range(3)
+    ]
+    taken = [int(x) for p in procs for x in p.communicate()[0].split()]
+    assert sorted(taken) == list(range(300))
+
+
+@pytest.mark.slow
+def test_a_full_compile_on_two_processes_leaves_a_cache_the_loop_uses_whole(tmp_path):
+    """`aifabric warmup --processes 2` on an empty cache: a helper process compiles some of
+    the loop's callees; afterwards a run compiles nothing and no large kernel was compiled
+    twice (a callee compiled for argument types the loop does not use would be)."""
+    import re
+    import subprocess
+    import sys
+    from collections import Counter
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run(
+        [sys.executable, "-m", "aifabric", "warmup", "--processes", "2"],
+        env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"kernels ready in (\d+) s \((\d+) s of CPU\)", r.stderr)
+    assert m and int(m.group(2)) > int(m.group(1)), r.stderr  # two processes were at work
+    scenario = tmp_path / "one.toml"
+    scenario.write_text(ONE_FLOW)
+    again = subprocess.run(
+        [sys.executable, "-m", "aifabric", "run", str(scenario), "-o", str(tmp_path / "r")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 0 and "compiling" not in again.stderr, again.stderr
+    copies = Counter()
+    for f in (tmp_path / "cache").glob("sim_*/*.nbc"):
+        copies[re.fullmatch(r"(\w+\.\w+)-\d+\.py\d+\.\d+\.nbc", f.name).group(1)] += 1
+    assert copies["kernel.run"] == copies["kernel.kick"] == 1
+    assert not {n: k for n, k in copies.items() if k > 1 and n not in SMALL}
