@@ -240,7 +240,7 @@ def callees_everywhere(should_stop=lambda: False, processes: int | None = None) 
                             stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL,
-                        )  # fmt: skip
+                        )
                     )
             work(counter, names, small_simulation, should_stop)
             for p in helpers:
@@ -262,7 +262,7 @@ def _cpu_s() -> float:
 
 def small_simulation():
     """The simulation of the first warm-up scenario, built and not run: what the
-    event loop's kernels are compiled for (a module-level function, for helpers)."""
+    event loop's callees are compiled for, here and in the helpers."""
     from aifabric.fabric.routing import POLICIES
     from aifabric.scenarios import scenario_from_dict
     from aifabric.sim.engine import simulation_for

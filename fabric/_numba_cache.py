@@ -190,8 +190,8 @@ _COMPILE_HOOKS: list = []
 
 
 def _on_first_compile(hook) -> None:
-    """Call `hook()` when numba first starts compiling in this process (never, in a run
-    whose kernels all come from the cache, which so imports nothing more)."""
+    """Call `hook()` when numba first starts compiling in this process (never in a run
+    whose kernels all come from the cache: it imports nothing for it)."""
     from numba.core import event
 
     if not _COMPILE_HOOKS:
@@ -221,8 +221,8 @@ def _copy_inlinees_once() -> None:
     one memo per copy of a function, its scope is copied once and shared by its blocks,
     as in the IR copied. Nothing else changes: the machine code, and so every result, is
     the same (benchmarks/sim_fingerprint.py compares). Applied only where numba's source
-    is the one this was written against (0.59 to 0.68 at least); otherwise numba is left
-    as it is.
+    has the two lines this changes, as numba 0.68's does; otherwise numba is left as it
+    is.
     """
     import inspect
     import textwrap

@@ -138,7 +138,7 @@ def ports_tables(interval_ns: int, t_ns, port, scale: float, series: dict[str, A
     t_ns, port = np.asarray(t_ns), np.asarray(port)
     s = np.asarray(series["sample_index"], dtype=np.int64)
     j = np.asarray(series["port_index"], dtype=np.int64)
-    values = {k: np.asarray(v) for k, v in series.items() if k not in ENTRY_KEYS}  # maybe narrow
+    values = {k: np.asarray(v) for k, v in series.items() if k not in ENTRY_KEYS}  # any int type
     for name, v in values.items():
         if v.shape != s.shape:
             raise ValueError(f"port series {name} is not one value per entry")
