@@ -183,30 +183,32 @@ def lean_loads() -> None:
 
     load_overload.lean = True
     cache.load_overload = load_overload
-    _on_first_compile(_copy_inlinees_once)
+    _on_first_compile()
 
 
-_COMPILE_HOOKS: list = []
+_LISTENING: list = []  # the listener, once registered
 
 
-def _on_first_compile(hook) -> None:
-    """Call `hook()` when numba first starts compiling in this process (never in a run
-    whose kernels all come from the cache: it imports nothing for it)."""
+def _on_first_compile() -> None:
+    """Apply `_copy_inlinees_once` when numba first starts compiling in this process (never
+    in a run whose kernels all come from the cache: it imports nothing for it)."""
+    if _LISTENING:
+        return
     from numba.core import event
 
-    if not _COMPILE_HOOKS:
+    class Listener(event.Listener):
+        done = False
 
-        class Listener(event.Listener):
-            def on_start(self, ev):
-                while _COMPILE_HOOKS:
-                    _COMPILE_HOOKS.pop()()
+        def on_start(self, ev):
+            if not self.done:
+                self.done = True
+                _copy_inlinees_once()
 
-            def on_end(self, ev):
-                pass
+        def on_end(self, ev):
+            pass
 
-        event.register("numba:compile", Listener())
-    if hook not in _COMPILE_HOOKS:
-        _COMPILE_HOOKS.append(hook)
+    _LISTENING.append(Listener())
+    event.register("numba:compile", _LISTENING[0])
 
 
 def _copy_inlinees_once() -> None:

@@ -48,15 +48,16 @@ def _size(d, seen: set) -> int:
     seen.add(id(d))
     lines = len(inspect.getsource(d.py_func).splitlines())
     glob = d.py_func.__globals__
+    places = [glob] + [  # `start_frame(...)`, and `pfc.pause(...)` of a module it imports
+        vars(v)
+        for v in glob.values()
+        if inspect.ismodule(v) and v.__name__.startswith("aifabric.sim.")
+    ]
     for name in d.py_func.__code__.co_names:
-        callee = glob.get(name)
-        if hasattr(callee, "targetoptions") and _inlined(callee):
-            lines += _size(callee, seen)
-    for module in (v for v in glob.values() if inspect.ismodule(v)):  # `pfc.pause(...)`
-        if module.__name__.startswith("aifabric.sim."):
-            for callee in _dispatchers(module).values():
-                if _inlined(callee) and callee.py_func.__name__ in d.py_func.__code__.co_names:
-                    lines += _size(callee, seen)
+        for place in places:
+            callee = place.get(name)
+            if hasattr(callee, "targetoptions") and _inlined(callee):
+                lines += _size(callee, seen)
     return lines
 
 
