@@ -502,7 +502,7 @@ class Simulation:
                 self.pt[p, L.PT_ALIVE] = 0
             S = self._state()
             for p in ports:
-                kernel.purge(S, p, now)
+                kernel.purge_port(S, p, now)
             uses = np.zeros(len(self.flows), dtype=bool)
             flow_of = np.repeat(np.arange(len(self.flows)), np.diff(self.path_ptr))
             hit = np.isin(self.path_port, ports)
@@ -663,7 +663,7 @@ class Simulation:
             self._drain_samples()
         now = int(self.g[L.G_NOW_PS])
         if now > int(self.g[L.G_SAMPLE_T_PS]) or not self.sample_rows:
-            kernel.close_sample(self._state(), now)
+            kernel.sample(self._state(), now)
         self._drain_samples()
         self._drain_captures()
 

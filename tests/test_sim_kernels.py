@@ -393,6 +393,13 @@ def shared_switch(sim, s) -> buffer_reference.Switch:
     return model
 
 
+@njit
+def borrowing(fn, S, *args):
+    """Kernel fn called on the state as the loop holds it (`kernel.borrowed`): its one
+    compiled copy, the one a run uses."""
+    return fn(kernel.borrowed(S), *args)
+
+
 def reference_purge(sim, p):
     """What losing port p's queues does: every packet dropped in queue order, a timeout
     for its data (go-back-N: where it starts; selective: its bytes to send again; a
@@ -453,14 +460,14 @@ def test_purge_drops_a_ports_queues_as_the_reference_does(room, recovery, model)
     sim.pt[p, L.PT_ALIVE] = sim.pt[p ^ 1, L.PT_ALIVE] = 0
     if room == "short":  # room for a few packets' events: the rest waits for a larger list
         sim.ev = sim.ev[:, : int(sim.g[L.G_HEAP]) + 10].copy()
-        assert not kernel.purge(sim._state(), p, now)
+        assert not borrowing(kernel.purge, sim._state(), p, now)
         assert sim.pt[p, L.PT_PURGE] == 1 and sim.g[L.G_PURGING] == 1
         sim._grow_events()
-        assert kernel.finish_purges(sim._state(), now)
+        assert borrowing(kernel.finish_purges, sim._state(), now)
     else:
         room = np.zeros((HEAPS, 4 * len(packets), L.E_N), np.int64)
         sim.ev = np.concatenate([sim.ev, room], axis=1)
-        assert kernel.purge(sim._state(), p, now)
+        assert borrowing(kernel.purge, sim._state(), p, now)
     assert sim.pt[p, L.PT_PURGE] == 0 and sim.g[L.G_PURGING] == 0
     assert fifo(sim, p, 0) == fifo(sim, p, 1) == []
     assert sim.pt[p, L.PT_Q0_BYTES] == sim.pt[p, L.PT_Q1_BYTES] == 0
@@ -500,7 +507,7 @@ def test_grant_sends_the_grants_the_reference_does():
         fl[0, L.FL_CHUNK_BYTES], fl[0, L.FL_WINDOW] = chunk, window
         fl[0, L.FL_GRANTED_BYTES], fl[0, L.FL_DELIV_BYTES] = granted, delivered
         want, total = reference_grants(nbytes, chunk, window, delivered, granted)
-        kernel.grant(sim._state(), 0, 0)
+        borrowing(kernel.grant, sim._state(), 0, 0)
         sent = np.flatnonzero(sim.pk[:-1, L.PK_KIND] == L.K_CTS)  # allocated in index order
         assert [int(sim.pc[i, L.PC_ARG]) for i in sent] == want
         assert fl[0, L.FL_GRANTED_BYTES] == total
@@ -524,7 +531,7 @@ def test_complete_finishes_a_flow_and_starts_its_dependents_as_the_reference_doe
             waiting[h] -= 1
             if waiting[h] == 0:
                 want.append((h, max(now, start[h] * L.PS_PER_NS)))
-    kernel.complete(sim._state(), 0, now)
+    borrowing(kernel.complete, sim._state(), 0, now)
     fl = sim.fl
     assert fl[0, L.FL_STATE] == L.ST_DONE and fl[0, L.FL_T_END_PS] == now
     assert sim.g[L.G_DONE] == 1
@@ -548,7 +555,7 @@ def test_a_receiver_with_every_byte_acks_once_per_flow_and_ends_the_flow_at_the_
         cc_params={"ack_every": ack_every, "finish": finish},
     )  # fmt: skip
     now = 1_000 * L.PS_PER_NS
-    kernel.received(sim._state(), 0, now)
+    borrowing(kernel.received, sim._state(), 0, now)
     fl = sim.fl
     assert fl[0, L.FL_T_RECEIVED_PS] == now
     acks = np.flatnonzero(sim.pk[:-1, L.PK_KIND] == L.K_ACK)
@@ -560,6 +567,53 @@ def test_a_receiver_with_every_byte_acks_once_per_flow_and_ends_the_flow_at_the_
     assert (fl[0, L.FL_STATE] == L.ST_DONE) == at_receiver
     assert fl[0, L.FL_T_END_PS] == (now if at_receiver else -1)
     assert sim.g[L.G_DONE] == at_receiver
+
+
+@njit
+def _sum_rows(S, n):
+    """A helper of the kind the loop calls: it takes the state, branches and loops."""
+    total = 0
+    for i in range(n):
+        if S.pt[i, L.PT_ALIVE]:
+            total += S.fl[i % S.fl.shape[0], L.FL_BYTES]
+        else:
+            S.g[L.G_STUCK] += 0
+    return total
+
+
+@njit
+def _sum_borrowed(S, n):
+    return _sum_rows(kernel.borrowed(S), n)
+
+
+def test_the_loop_compiles_no_reference_counting_for_its_state():
+    """`kernel.borrowed` hands the loop's helpers arrays that hold no meminfo in numba's
+    data model, so numba compiles no NRT_incref / NRT_decref for them (a call each per
+    array per helper call); an ordinary array's model holds one. The helper reads the
+    same memory either way."""
+    from numba import typeof
+    from numba.core.datamodel import default_manager
+
+    from aifabric.sim import precompile
+
+    fab = preset("lab-small")
+    nics = fab.nic_ids
+    sim = Simulation(fab, flows(nics[1:4], nics[4:7], 10_000), cc="none")
+    S = sim._state()
+    plain, borrowed = typeof(S), precompile.state_type(sim)
+    assert default_manager[plain].contains_nrt_meminfo()
+    assert not default_manager[borrowed].contains_nrt_meminfo()
+    fields = dict(zip(borrowed.fields, borrowed.types, strict=True))
+    net = dict(zip(fields["net"].fields, fields["net"].types, strict=True))
+    assert isinstance(fields["pt"], kernel.BorrowedArray) and fields["pt"].ndim == 2
+    assert isinstance(net["nic_port"], kernel.BorrowedArray)
+    n = 12
+    alive, size = sim.pt[:, L.PT_ALIVE], sim.fl[:, L.FL_BYTES]
+    want = sum(int(size[i % len(size)]) for i in range(n) if alive[i])
+    assert _sum_borrowed(S, n) == _sum_rows(S, n) == want
+    assert "NRT_incref" in _sum_rows.inspect_llvm((plain, typeof(n)))
+    counted = _sum_rows.inspect_llvm((borrowed, typeof(n)))
+    assert "NRT_incref" not in counted and "NRT_decref" not in counted
 
 
 def test_no_kernel_function_calls_itself_even_through_others():

@@ -185,10 +185,13 @@ def test_only_a_full_compile_sets_the_estimate_a_warm_up_announces(tmp_path, mon
 # well under a second to compile. The last four: the kernel passes them the packet table's
 # int32 wire bytes, and tests/test_sim_kernels.py and test_sim_shared_buffer.py call them
 # from Python, whose ints are int64 (the same cache holds both copies once those have run).
+# The loop hands its callees borrowed arrays (`kernel.BorrowedArray`), and the tests of
+# the heap, ECN and DCQCN call the last five on ordinary arrays: a copy for each.
 SMALL = {
     "heap.schedule", "kernel.record", "kernel.drop", "kernel.send_pfc", "kernel.wait_tx",
     "queue.dequeue", "queue.enqueue", "queue.settle", "pfc.pause_ps", "buffer.release_egress",
     "pfc.admit", "pfc.release", "buffer.admit_lossless", "buffer.admit_egress",
+    "heap.advance", "ecn.uniform", "dcqcn.cut", "dcqcn.decay_alpha", "dcqcn.increase",
 }  # fmt: skip
 
 
