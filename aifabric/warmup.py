@@ -38,8 +38,8 @@ from aifabric.fabric import _numba_cache
 
 MARKER = "aifabric-warm.json"
 ESTIMATE_FILE = "compile-seconds"
-DEFAULT_ESTIMATE_S = 95  # wall seconds of a full compile on 2 cores, numba 0.68 (91-97 measured
-# on 2 processes against 114-115 on one, 2026-12-05)
+DEFAULT_ESTIMATE_S = 80  # wall seconds of a full compile on 2 cores, numba 0.68 (76-77 measured
+# on 2 processes, 2026-12-05)
 TOPOLOGY = "lab-small"
 
 
