@@ -6,7 +6,9 @@
 
 Runs every scenario preset (scenarios/presets), variants of two of them
 that exercise what the presets do not (clear-to-send, spraying, DCQCN on an
-incast), and the cases (a) and (b) of bench_sim.py; hashes each run's flow
+incast), the cases (a) and (b) of bench_sim.py, and an LL tree AllReduce over
+ai-zone's 3,072 GPUs (paced flows, trees' buffer windows: what neither the
+presets nor the permutations hold); hashes each run's flow
 records, port series, collective records, capture records and counters.
 The port series in NEW_SERIES (added after earlier fingerprints were saved)
 are hashed apart, as the case's `LABEL +new` entry, so that the digest of
@@ -35,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench_sim import BUFFER_MODEL, CASES, with_model  # noqa: E402
 
+from aifabric import traffic  # noqa: E402
 from aifabric.fabric.completion import collective_records  # noqa: E402
 from aifabric.fabric.portseries import PortSamples  # noqa: E402
 from aifabric.scenarios import load_scenario, scenario_presets  # noqa: E402
@@ -134,6 +137,14 @@ def cases():
             )  # fmt: skip
 
         yield f"bench_sim ({case})", bench
+
+    def paced_tree():
+        fabric = with_model(load_fabric("ai-zone"))
+        spec = dict(collective="allreduce", algorithm="tree", protocol="ll", size="1MiB")
+        table = traffic.generate(fabric, traffic.workload_from_dict(spec, "tree"), seed=1)
+        return Simulation(fabric, table, cc="none", cc_params=OVERRIDE)
+
+    yield "ai-zone tree/ll", paced_tree
 
 
 def main() -> None:
