@@ -2,7 +2,7 @@
 
     python benchmarks/sim_fingerprint.py [--save FILE | --compare FILE]
         [--loss-recovery go-back-n|selective] [--buffer-model shared|static]
-        [--old-conventions]
+        [--old-conventions] [--outcomes FILE [--against FILE]]
 
 Runs every scenario preset (scenarios/presets), variants of two of them
 that exercise what the presets do not (clear-to-send, spraying, DCQCN on an
@@ -15,7 +15,11 @@ are hashed apart, as the case's `LABEL +new` entry, so that the digest of
 everything else still compares with a file saved before they existed.
 Prints one line per case; `--save` writes them to a JSON file and
 `--compare` checks the entries it holds against one, exiting 1 on any
-difference. `--buffer-model` runs every switch with that buffer model (static: the
+difference. Where a change alters results on purpose, `--outcomes FILE` writes
+each case's flow completion times and counters as JSON, and `--against` an earlier
+such file prints them side by side: the quantiles of the completion times, the largest
+gap between the two distributions (Kolmogorov-Smirnov) and the counters.
+`--buffer-model` runs every switch with that buffer model (static: the
 per-port model every fingerprint saved before the shared-buffer model holds).
 `--old-conventions` runs every case with one ACK per flow and flows
 finishing at the receiver (what the simulator did before those became
@@ -88,6 +92,45 @@ def digest(sim: Simulation) -> tuple[str, str]:
     return hashed(parts), hashed(new)
 
 
+def outcomes(sim: Simulation) -> dict:
+    """What a reader compares across a change of results: every finished flow's
+    completion time (us) and the run's counters."""
+    rec = sim.flow_records()
+    done = rec["end_ns"] >= 0
+    fct = np.sort(rec["end_ns"][done] - rec["start_ns"][done]) / 1e3
+    counters = {k: v for k, v in sim.counters().items() if isinstance(v, int)}
+    return {"fct_us": [round(float(x), 4) for x in fct], **counters}
+
+
+def ks(a, b) -> float:
+    """The largest gap between the empirical distribution functions of a and b."""
+    a, b = np.sort(a), np.sort(b)
+    x = np.concatenate([a, b])
+    return float(
+        np.abs(
+            np.searchsorted(a, x, "right") / len(a) - np.searchsorted(b, x, "right") / len(b)
+        ).max()
+    )
+
+
+def side_by_side(before: dict, after: dict) -> None:
+    """Print each case's completion-time quantiles and counters, before and after."""
+    keys = ("simulated_ns", "events", "ecn_marked", "pfc_frames", "drops", "retransmitted_bytes")
+    for label, new in after.items():
+        old = before.get(label)
+        if old is None:
+            continue
+        a, b = np.asarray(old["fct_us"]), np.asarray(new["fct_us"])
+        q = (0.5, 0.9, 0.99, 1.0)
+        qa = " ".join(f"{x:9.2f}" for x in np.quantile(a, q)) if len(a) else "-"
+        qb = " ".join(f"{x:9.2f}" for x in np.quantile(b, q)) if len(b) else "-"
+        gap = ks(a, b) if len(a) and len(b) else float("nan")
+        print(f"{label}: {len(a)} -> {len(b)} flows done; KS {gap:.3f}")
+        print(f"  FCT us p50 p90 p99 max  before {qa}")
+        print(f"                          after  {qb}")
+        print("  " + "; ".join(f"{k} {old[k]:,} -> {new[k]:,}" for k in keys))
+
+
 def captured_ports(fabric) -> list[int]:
     ports = []
     for v in fabric.nic_ids[:CAPTURED_NICS]:
@@ -155,6 +198,8 @@ def main() -> None:
     ap.add_argument("--loss-recovery", choices=["go-back-n", "selective"])
     ap.add_argument("--buffer-model", choices=["shared", "static"])
     ap.add_argument("--old-conventions", action="store_true")
+    ap.add_argument("--outcomes", type=Path, help="write each case's FCTs and counters")
+    ap.add_argument("--against", type=Path, help="an earlier --outcomes file to compare")
     args = ap.parse_args()
     if args.buffer_model:
         BUFFER_MODEL.append(args.buffer_model)
@@ -162,12 +207,17 @@ def main() -> None:
         OVERRIDE["loss_recovery"] = args.loss_recovery
     if args.old_conventions:
         OVERRIDE.update(OLD_CONVENTIONS)
-    out = {}
+    out, seen = {}, {}
     for label, make in cases():
         sim = make()
         sim.run()
         out[label], out[f"{label} +new"] = digest(sim)
+        seen[label] = outcomes(sim)
         print(f"{label:<26} {out[label][:16]}  +new {out[f'{label} +new'][:16]}", flush=True)
+    if args.outcomes:
+        args.outcomes.write_text(json.dumps(seen))
+    if args.against:
+        side_by_side(json.loads(args.against.read_text()), seen)
     if args.save:
         args.save.write_text(json.dumps(out, indent=1))
     if args.compare:

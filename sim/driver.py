@@ -217,6 +217,7 @@ class Simulation:
         pt[:, L.PT_DELAY_PS] = f.port_delay_ns * PS
         pt[:, L.PT_NODE] = f.port_node
         pt[:, L.PT_PEER] = f.port_peer
+        pt[:, L.PT_RNG] = rng_state(self.seed, f.n_ports)  # a stream per port
         role = f.node_role[f.port_node]
         pt[:, L.PT_IS_NIC] = role == Role.NIC
         for r in Role:
@@ -294,7 +295,6 @@ class Simulation:
         g = np.zeros(L.G_NG, dtype=np.int64)
         g[L.G_FREE] = 0
         g[L.G_NFREE] = n_pk
-        g[L.G_RNG] = rng_state(self.seed)
         rows = int(max(4, min(256, 16_000_000 // (L.SM_N * 8 * max(f.n_ports, 1)))))
         smp = np.zeros((L.SM_N, rows, f.n_ports), dtype=np.int64)
         cap = np.zeros((65536 if len(self.capture_ports) else 32, L.CP_N), dtype=np.int64)

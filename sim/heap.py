@@ -1,10 +1,14 @@
-"""The event list: a near heap, a timing wheel and a far heap of (time, sequence).
+"""The event list: a near heap, a timing wheel and a far heap of (time, key).
 
-Every event is a row of time_ps, seq, kind, a, b. The sequence number makes ties
-deterministic (first scheduled, first served), as in SimPy. `g[G_HEAP]` holds the
-number of pending events, `g[G_FAR]` how many of them the far heap holds,
-`g[G_WHEEL]` how many the wheel holds, and `g[G_SEQ]` the next sequence number.
-The order of pops is that of one heap of (time, sequence).
+Every event is a row of time_ps, key, kind, a, b. The key (`tie_key`) orders the
+events of one time canonically: by kind (`layout.TIE_ORDER`), then by the port,
+flow or stream the event is about. Not by when it was scheduled: so the order of
+events never depends on the order in which they were scheduled (which a fabric cut
+into partitions, each with its own list, could not reproduce). `g[G_HEAP]` holds
+the number of pending events, `g[G_FAR]` how many of them the far heap holds and
+`g[G_WHEEL]` how many the wheel holds. The order of pops is that of one heap of
+(time, key); two events of the same time and key (a port asked twice to look, say)
+are alike, and either may go first.
 
 `ev` has four planes of rows. The near heap `ev[NEAR]` (a binary heap) holds the
 events of the present bucket: before the split time `g[G_SPLIT_PS]`, which is a
@@ -27,11 +31,10 @@ Without BUCKETS rows (a tiny list in the tests) there is no wheel: the near heap
 holds the present bucket and the far heap the rest.
 
 Both heaps move a hole rather than swapping rows: a push lifts the hole
-from the end while the parent is later (a new event's sequence number is the
-largest yet, so an equal time never moves it above its parent); a pop sinks the
+from the end while the parent is later; a pop sinks the
 hole from the root along the earlier child down to a leaf, then lifts the last
 row into it from there ("bottom-up" deletion: one comparison per level on the
-way down, and the last row, scheduled late, rarely rises).
+way down, and the last row, usually late, rarely rises).
 """
 
 from __future__ import annotations
@@ -40,20 +43,23 @@ import numpy as np
 from numba import njit
 
 from aifabric.sim.layout import (
+    CC_TIMER_SLOTS,
     E_A,
     E_B,
+    E_KEY,
     E_KIND,
     E_N,
-    E_SEQ,
     E_TIME_PS,
+    EV_ARRIVE,
+    EV_CC_TIMER,
     G_CHUNKS,
     G_FAR,
     G_FREE_CHUNK,
     G_HEAP,
     G_OVERFLOW,
-    G_SEQ,
     G_SPLIT_PS,
     G_WHEEL,
+    TIE_ORDER,
 )
 
 NEAR, FAR, POOL, META = 0, 1, 2, 3  # planes of ev: see the module's docstring
@@ -64,6 +70,25 @@ CHUNK = 16  # rows of a bucket's chunk in ev[POOL] (a power of 2)
 NEAR_WINDOW_PS = (BUCKETS - 1) << SHIFT  # how far past the present bucket the wheel reaches
 # ev[META, k, M_NEXT]: the chunk after chunk k; ev[META, b, M_HEAD:]: bucket b's
 M_NEXT, M_HEAD, M_TAIL, M_COUNT = 0, 1, 2, 3
+TIE_RANK = np.zeros(max(TIE_ORDER) + 1, dtype=np.int64)  # kind -> its place in TIE_ORDER
+TIE_RANK[list(TIE_ORDER)] = np.arange(len(TIE_ORDER))
+KEY_SHIFT = 56  # a key is the kind's rank above what the event is about
+
+
+@njit(cache=True, inline="always")
+def tie_key(kind, a, b):
+    """The key that orders events of one time: the kind's place in TIE_ORDER, then what
+    the event is about. An arrival: the port whose link it crossed (the low 32 bits of
+    its b, `kernel.arrive_hint`; a link delivers one frame at a time). A congestion-
+    control timer: its flow and which of the flow's timers. Every other kind: its a
+    (a port, flow or stream; 0 for a sample)."""
+    if kind == EV_ARRIVE:
+        who = b & 0xFFFFFFFF
+    elif kind == EV_CC_TIMER:
+        who = a * CC_TIMER_SLOTS + b % CC_TIMER_SLOTS
+    else:
+        who = a
+    return (TIE_RANK[kind] << KEY_SHIFT) | who
 
 
 def pending(ev: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -93,7 +118,7 @@ def clear(ev: np.ndarray, g: np.ndarray) -> None:
 def _less(ev, h, i, j):
     if ev[h, i, E_TIME_PS] != ev[h, j, E_TIME_PS]:
         return ev[h, i, E_TIME_PS] < ev[h, j, E_TIME_PS]
-    return ev[h, i, E_SEQ] < ev[h, j, E_SEQ]
+    return ev[h, i, E_KEY] < ev[h, j, E_KEY]
 
 
 @njit(cache=True, inline="always")
@@ -103,17 +128,17 @@ def _move(ev, h, dst, src):
 
 
 @njit(cache=True, inline="always")
-def _lift(ev, h, i, t, seq, kind, a, b):
-    """Put the row (t, seq, kind, a, b) into heap h's hole at the end, row i."""
+def _lift(ev, h, i, t, key, kind, a, b):
+    """Put the row (t, key, kind, a, b) into heap h's hole at the end, row i."""
     while i > 0:
         parent = (i - 1) >> 1
         pt = ev[h, parent, E_TIME_PS]
-        if t > pt or (t == pt and seq > ev[h, parent, E_SEQ]):
+        if t > pt or (t == pt and key >= ev[h, parent, E_KEY]):
             break
         _move(ev, h, i, parent)
         i = parent
     ev[h, i, E_TIME_PS] = t
-    ev[h, i, E_SEQ] = seq
+    ev[h, i, E_KEY] = key
     ev[h, i, E_KIND] = kind
     ev[h, i, E_A] = a
     ev[h, i, E_B] = b
@@ -136,11 +161,11 @@ def _sink(ev, h, n):
         _move(ev, h, i, small)
         i = small
     t = ev[h, n, E_TIME_PS]
-    seq = ev[h, n, E_SEQ]
+    key = ev[h, n, E_KEY]
     while i > 0:  # row n rises into it
         parent = (i - 1) >> 1
         pt = ev[h, parent, E_TIME_PS]
-        if pt < t or (pt == t and ev[h, parent, E_SEQ] < seq):
+        if pt < t or (pt == t and ev[h, parent, E_KEY] <= key):
             break
         _move(ev, h, i, parent)
         i = parent
@@ -156,7 +181,7 @@ def schedule(ev, g, t, kind, a, b):
 
 
 @njit(cache=True, inline="always")
-def _put(ev, g, t, seq, kind, a, b):
+def _put(ev, g, t, key, kind, a, b):
     """Append the row to its wheel bucket's last chunk; False: no chunk free (or no wheel)."""
     if ev.shape[1] < BUCKETS:  # too few rows for the buckets' heads: no wheel
         return False
@@ -179,7 +204,7 @@ def _put(ev, g, t, seq, kind, a, b):
         ev[META, bk, M_TAIL] = k
     r = ev[META, bk, M_TAIL] * CHUNK + slot
     ev[POOL, r, E_TIME_PS] = t
-    ev[POOL, r, E_SEQ] = seq
+    ev[POOL, r, E_KEY] = key
     ev[POOL, r, E_KIND] = kind
     ev[POOL, r, E_A] = a
     ev[POOL, r, E_B] = b
@@ -196,19 +221,18 @@ def push(ev, g, t, kind, a, b):
         g[G_OVERFLOW] = 1
         return
     g[G_HEAP] = n + 1
-    seq = g[G_SEQ]
-    g[G_SEQ] = seq + 1
+    key = tie_key(kind, a, b)
     split = g[G_SPLIT_PS]
     far = g[G_FAR]
     h = NEAR
     i = n - far - g[G_WHEEL]
     if t >= split:
-        if t < split + NEAR_WINDOW_PS and _put(ev, g, t, seq, kind, a, b):
+        if t < split + NEAR_WINDOW_PS and _put(ev, g, t, key, kind, a, b):
             return
         g[G_FAR] = far + 1
         h = FAR
         i = far
-    _lift(ev, h, i, t, seq, kind, a, b)  # one copy for either heap: push is inlined often
+    _lift(ev, h, i, t, key, kind, a, b)  # one copy for either heap: push is inlined often
 
 
 @njit(cache=True)
@@ -245,7 +269,7 @@ def _advance(ev, g):
         while j < c:
             r = k * CHUNK
             for i in range(r, r + min(CHUNK, c - j)):
-                _lift(ev, NEAR, near, ev[POOL, i, E_TIME_PS], ev[POOL, i, E_SEQ],
+                _lift(ev, NEAR, near, ev[POOL, i, E_TIME_PS], ev[POOL, i, E_KEY],
                       ev[POOL, i, E_KIND], ev[POOL, i, E_A], ev[POOL, i, E_B])  # fmt: skip
                 near += 1
             j += CHUNK
@@ -259,14 +283,14 @@ def _advance(ev, g):
     far = g[G_FAR]
     while far > 0 and ev[FAR, 0, E_TIME_PS] < horizon:
         t = ev[FAR, 0, E_TIME_PS]
-        seq = ev[FAR, 0, E_SEQ]
+        key = ev[FAR, 0, E_KEY]
         kind = ev[FAR, 0, E_KIND]
         a = ev[FAR, 0, E_A]
         bb = ev[FAR, 0, E_B]
         if t < split:
-            _lift(ev, NEAR, near, t, seq, kind, a, bb)
+            _lift(ev, NEAR, near, t, key, kind, a, bb)
             near += 1
-        elif not _put(ev, g, t, seq, kind, a, bb):
+        elif not _put(ev, g, t, key, kind, a, bb):
             break
         far -= 1
         g[G_FAR] = far
@@ -292,7 +316,7 @@ def peek(ev, g):
     t = ev[NEAR, 0, E_TIME_PS]
     if far > 0:
         ft = ev[FAR, 0, E_TIME_PS]
-        if ft < t or (ft == t and ev[FAR, 0, E_SEQ] < ev[NEAR, 0, E_SEQ]):
+        if ft < t or (ft == t and ev[FAR, 0, E_KEY] < ev[NEAR, 0, E_KEY]):
             return FAR, ft
     return NEAR, t
 
@@ -326,5 +350,5 @@ def pop(ev, g, out):
     """Remove the earliest event into out[0:E_N]; the event list is not empty."""
     h, t = peek(ev, g)
     out[E_TIME_PS] = t
-    out[E_SEQ] = ev[h, 0, E_SEQ]
+    out[E_KEY] = ev[h, 0, E_KEY]
     out[E_KIND], out[E_A], out[E_B] = take(ev, g, h)

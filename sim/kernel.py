@@ -191,6 +191,7 @@ from aifabric.sim.layout import (
     PT_QUANTA,
     PT_RATE_BPS,
     PT_REFRESH,
+    PT_RNG,
     PT_S_CNP,
     PT_S_DROPS,
     PT_S_ECN,
@@ -742,7 +743,8 @@ def start_frame(S, p, now):
     i = dequeue(pt, pk, p, 1, now)
     if pt[p, PT_ECN_ON] and pk[i, PK_CE] == 0:
         depth = pt[p, PT_Q1_BYTES] + pk[i, PK_WIRE_BYTES]
-        if ecn.should_mark(g, depth, pt[p, PT_KMIN_BYTES], pt[p, PT_KMAX_BYTES], pmax[p]):
+        kmin, kmax = pt[p, PT_KMIN_BYTES], pt[p, PT_KMAX_BYTES]
+        if ecn.should_mark(pt, p, PT_RNG, depth, kmin, kmax, pmax[p]):
             pk[i, PK_CE] = 1
             pt[p, PT_S_ECN] += 1
             g[G_ECN] += 1
@@ -1198,10 +1200,16 @@ def deliver(S, i, now):
         and (fl[f, FL_MAY_REORDER] or S.prm[P_SPRAY])
         and S.pc[i, PC_OFFSET_BYTES] != fl[f, FL_DELIV_BYTES]
     ):
-        gap = S.pc[i, PC_OFFSET_BYTES] > fl[f, FL_DELIV_BYTES]
+        offset = S.pc[i, PC_OFFSET_BYTES]
+        gap = offset > fl[f, FL_DELIV_BYTES]
         if gap and fl[f, FL_NAKED] == 0 and fl[f, FL_STATE] != ST_DONE:
             fl[f, FL_NAKED] = 1
             send_control(S, f, np.int64(K_ACK), fl[f, FL_DELIV_BYTES] + 1, now)
+        if gap and offset + pk[i, PK_BYTES] >= fl[f, FL_BYTES]:
+            # the flow's last packet, dropped here: nothing after it may come to NAK a gap
+            # (this one's NAK may have been sent already, and the sender may have passed
+            # over it), so the sender's timeout goes back if nothing else has (`drop`)
+            schedule(S.ev, g, now + S.prm[P_RTO_PS], EV_RTO, f, offset)
     elif kind == K_DATA:
         fl[f, FL_NAKED] = 0
         fl[f, FL_DELIV_BYTES] += pk[i, PK_BYTES]

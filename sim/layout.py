@@ -34,8 +34,8 @@ State = namedtuple(
                          in order; gio holds each stream's inputs and outputs (streams)
 """
 
-# event rows (ev[heap, i, :], aifabric.sim.heap)
-E_TIME_PS, E_SEQ, E_KIND, E_A, E_B, E_N = range(6)
+# event rows (ev[heap, i, :], aifabric.sim.heap); E_KEY orders events of the same time
+E_TIME_PS, E_KEY, E_KIND, E_A, E_B, E_N = range(6)
 
 # event kinds
 EV_ARRIVE = 0  # a = packet: its last bit reached the far end of its current hop
@@ -49,15 +49,21 @@ EV_SAMPLE = 7  # close one sample interval of the port time series
 EV_RTO = 8  # a = flow, b = byte offset of data lost (go-back-N): timeout, go back if still due
 EV_ACK_RTO = 9  # a = flow whose last ACK was lost (finish at the sender): its receiver repeats it
 EV_RELEASE = 10  # a = stream, b = steps: its inputs are there, its flows may send them
+# Events of one time are taken by kind in this order, then by the one thing each is about
+# (`aifabric.sim.heap.tie_key`), never by when they were scheduled: the order is the same
+# whatever order they were scheduled in. The sample interval that ends then closes first;
+# a port looks for its next frame (EV_TX) once everything else of that time is done.
+TIE_ORDER = (
+    EV_SAMPLE, EV_ARRIVE, EV_PFC, EV_FLOW_START, EV_RELEASE, EV_CC_TIMER,
+    EV_RETX, EV_RTO, EV_ACK_RTO, EV_PFC_REFRESH, EV_TX,
+)  # fmt: skip
 
 # global scalars (g[...])
 (
     G_NOW_PS,
     G_HEAP,
-    G_SEQ,
     G_FREE,  # head of the free packet list
     G_NFREE,
-    G_RNG,
     G_DONE,  # flows complete
     G_STUCK,  # flows that found no path
     G_EVENTS,
@@ -79,7 +85,7 @@ EV_RELEASE = 10  # a = stream, b = steps: its inputs are there, its flows may se
     G_CHUNKS,  # the wheel's chunks of rows ever taken (the rest of ev[POOL] is unused)
     G_FREE_CHUNK,  # 1 + the first chunk of the wheel's free list (0: none)
     G_NG,
-) = range(27)
+) = range(25)
 
 # parameters (prm[...], int64; rates bit/s, times ps)
 (
@@ -171,8 +177,9 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     PT_RESERVED_BYTES,  # shared: bytes the port keeps for itself per priority
     PT_HDRM_BYTES,  # shared: lossless bytes from this port's link held in its headroom
     PT_XON_OFFSET_BYTES,  # shared: resume this far below the dynamic threshold
+    PT_RNG,  # the port's random-number generator state (ECN marking: aifabric.sim.ecn)
     PT_N,
-) = range(45)
+) = range(46)
 
 # flows (fl[f, ...]); rates in fr[f, ...]
 (

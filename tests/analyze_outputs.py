@@ -11,7 +11,10 @@ lab-medium instead of paper-40g: demo, ecmp-permutation and link-failure changed
 re-recorded for link-failure alone when `analyze` gained its faults section, which only
 that preset's outputs show; re-recorded when a job of patterns (an incast, a permutation)
 got a goodput instead of a busbw: the five presets' jobs tables gained a goodput column and
-their --json jobs `goodput_bps`, the pattern jobs' busbw left empty, nothing else).
+their --json jobs `goodput_bps`, the pattern jobs' busbw left empty, nothing else;
+re-recorded when events of one picosecond began to be taken in a fixed order of kind and
+port or flow rather than first scheduled, first served, and ECN marking to draw from a
+random stream per port: times, queues and counters moved where events tie).
 
     .venv/bin/python -m tests.analyze_outputs     re-record them (after a deliberate change)
 

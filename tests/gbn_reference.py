@@ -21,7 +21,9 @@ The rules, as `sim/kernel.py` states them (this module does not call it):
   been sent, it is sent again from o (the resent bytes are sent - o) and the time noted;
   an idle sender starts at once (or when its port frees).
 - A drop at time t for offset o: at t + rto, if the sender has not gone back since t and
-  the receiver has not got o, the sender goes back to what the receiver has.
+  the receiver has not got o, the sender goes back to what the receiver has. The receiver
+  discarding the flow's last packet past a gap counts as such a drop (nothing after it
+  would come to be NAKed).
 - ACKs (`ack_every`): the receiver sends one every `ack_every` packets it takes and for
   the last one (None: one per flow, as the last byte arrives). An ACK, like a NAK, goes
   back over both links (ACK_WIRE_BYTES). The flow completes when the last byte is
@@ -30,11 +32,14 @@ The rules, as `sim/kernel.py` states them (this module does not call it):
   switch's port towards each sender send NAKs and ACKs one at a time (a scenario where
   one would wait for another is refused).
 
-Events at the same picosecond run in the order the kernel schedules them (its sequence
-numbers): the model keys each event on the time the kernel would schedule it (a packet's
-arrival when its link starts sending it, a NAK's arrival when the switch sends it on, a
-timeout at the drop, the sender's next packet when it starts the one before). Where that
-too is equal the model refuses the scenario (`Tie`) rather than guess.
+Events at the same picosecond run by kind, as the kernel's event list takes them
+(`aifabric.sim.layout.TIE_ORDER`), whenever they were scheduled: first what arrives over a
+link (a packet at the switch or the receiver, a NAK or an ACK at the sender), then
+timeouts, and last a port starting its next frame. So a packet reaching the switch as its
+egress frees finds the next packet still waiting. Arrivals over different links of one
+flow change different state and commute; two senders' packets reaching the switch at
+one picosecond (which the kernel orders by port) the model refuses (`Tie`) rather than
+guess.
 
 `selective=True` models the other recovery: one rto after a drop the sender sends that
 many bytes more (at the end of what it sends) and the receiver counts data in any order.
@@ -114,21 +119,21 @@ def incast(
     through one switch, by the rules above. What they share: the switch's egress to the
     receiver (one FIFO), and the receiver's port, which sends every flow's NAKs and ACKs.
     Events after `until_ps` are not run."""
-    # (time, when the kernel would schedule it, push order, kind, payload): at one
-    # picosecond the kernel runs events in the order they were scheduled
+    # (time, rank of the kind, what it is about, kind, payload): at one picosecond the
+    # kernel runs arrivals, then timeouts, then a port's next frame
     events: list[tuple] = []
-    order = 0
+    rank = {"arrive": 0, "deliver": 0, "nak": 0, "acked": 0, "rto": 1, "emit": 2}
 
-    def at(t, scheduled, kind, payload):
-        nonlocal order
-        heapq.heappush(events, (t, scheduled, order, kind, payload))
-        order += 1
+    def at(t, kind, payload):
+        f = payload if isinstance(payload, int) else payload[0]
+        # arrivals: over sender f's link (2f), the link back to it (2f + 1), the receiver's
+        who = -1 if kind == "deliver" else 2 * f + (kind in ("nak", "acked"))
+        heapq.heappush(events, (t, rank[kind], who, kind, payload))
 
     n = len(senders)
     unsent = [s.size_bytes for s in senders]
     busy_until = [0] * n
     emitting = [False] * n
-    last_emit = [0] * n
     rewind_ps = [-1] * n
     delivered = [0] * n
     naked = [False] * n
@@ -139,14 +144,13 @@ def incast(
     resent = [0] * n
     drops = [0] * n
     naks = [0] * n
-    egress: list[tuple[int, int, int]] = []  # accepted: (start, when scheduled, wire bytes)
+    egress: list[tuple[int, bool, int]] = []  # accepted: (start, started as it came, wire bytes)
     egress_free = 0
     receiver_free = 0  # the receiver's port, for NAKs and ACKs
     ack_out = ser_ps(ACK_WIRE_BYTES, rate_out_bps)
 
     def emit(f, t):
         emitting[f] = False
-        last_emit[f] = t
         size = min(mtu_bytes, unsent[f])
         unsent[f] -= size
         offset = senders[f].size_bytes - unsent[f] - size
@@ -154,15 +158,15 @@ def incast(
         busy_until[f] = t + ser_ps(wire, senders[f].rate_bps)
         if unsent[f] > 0:
             emitting[f] = True
-            at(busy_until[f], t, "emit", f)
-        at(busy_until[f] + senders[f].delay_ps, t, "arrive", (f, offset, size))
+            at(busy_until[f], "emit", f)
+        at(busy_until[f] + senders[f].delay_ps, "arrive", (f, offset, size))
 
     def wake(f, t):
         if emitting[f]:
             return
         if busy_until[f] > t:
             emitting[f] = True
-            at(busy_until[f], last_emit[f], "emit", f)
+            at(busy_until[f], "emit", f)
         else:
             emit(f, t)
 
@@ -187,38 +191,36 @@ def incast(
         back_free[f] = at_switch + ser_ps(ACK_WIRE_BYTES, s.rate_bps)
         back = back_free[f] + s.delay_ps
         if nak_offset is not None:
-            at(back, at_switch, "nak", (f, nak_offset))
+            at(back, "nak", (f, nak_offset))
         elif finish_at_sender and delivered[f] >= s.size_bytes:
-            at(back, at_switch, "acked", f)
+            at(back, "acked", f)
 
     for f, s in enumerate(senders):
-        at(s.start_ps, -1, "emit", f)
+        at(s.start_ps, "emit", f)
     while events:
-        t, scheduled, _, kind, payload = heapq.heappop(events)
+        t, rank_, who, kind, payload = heapq.heappop(events)
         if until_ps is not None and t > until_ps:
             break
-        if events and events[0][:2] == (t, scheduled):
-            raise Tie(f"two events at {t} ps scheduled at the same time")
+        if events and events[0][:3] == (t, rank_, who):
+            raise Tie(f"two alike events at {t} ps: {kind} and {events[0][3]}")
+        if kind == "arrive" and any(e[:2] == (t, 0) and e[3] == "arrive" for e in events):
+            raise Tie(f"two senders' packets reach the switch at {t} ps (ordered by port)")
         if kind == "emit":
             emit(payload, t)
         elif kind == "arrive":
             f, offset, size = payload
             wire = size + DATA_OVERHEAD_BYTES
-            waiting = 0
-            for start, when, w in egress:
-                if start == t and when == scheduled:
-                    raise Tie(f"a packet reaches the switch as the egress frees, at {t} ps")
-                if start > t or (start == t and when > scheduled):
-                    waiting += w
+            # what waits: a packet the egress starts now is still queued, unless it was
+            # started as it came (a port's next frame goes after every arrival)
+            waiting = sum(w for start, came, w in egress if start > t or (start == t and not came))
             if waiting + wire > buffer_bytes:
                 drops[f] += 1
-                at(t + rto_ps, t, "rto", (f, offset, size))
+                at(t + rto_ps, "rto", (f, offset, size))
                 continue
             start = max(t, egress_free)
-            when = -1 if start == t else start - ser_ps(egress[-1][2], rate_out_bps)
-            egress.append((start, when, wire))
+            egress.append((start, start == t, wire))
             egress_free = start + ser_ps(wire, rate_out_bps)
-            at(egress_free + delay_out_ps, start, "deliver", (f, offset, size))
+            at(egress_free + delay_out_ps, "deliver", (f, offset, size))
         elif kind == "rto":
             f, offset, size = payload
             if selective:
@@ -249,8 +251,11 @@ def incast(
                         control(f, t, None)
                     if not finish_at_sender:
                         done_ps[f] = t
-            elif nak and received_ps[f] is None:
-                naked[f] = True
-                naks[f] += 1
-                control(f, t, delivered[f])
+            else:
+                if nak and received_ps[f] is None:
+                    naked[f] = True
+                    naks[f] += 1
+                    control(f, t, delivered[f])
+                if offset > delivered[f] and offset + size >= senders[f].size_bytes:
+                    at(t + rto_ps, "rto", (f, offset, size))
     return [Outcome(resent[f], done_ps[f], drops[f], naks[f], delivered[f]) for f in range(n)]
