@@ -374,6 +374,9 @@ def wait_tx(pt, ev, g, p, t):
 
 @njit(cache=True, inline="always")
 def tx_event(pt, ev, g, p, t):
+    """Port p's one live EV_TX is at PT_TXEV_PS: a new time replaces it, and the loop
+    passes over the event it replaced when that comes up (a port asks for a later look
+    only when nothing could start before it, and whatever changes that asks again)."""
     if pt[p, PT_TXEV_PS] != t:
         pt[p, PT_TXEV_PS] = t
         push(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
@@ -680,10 +683,7 @@ def nic_pick(S, p, now):
         f = act[off + idx]
         if controlled and not congestion.may_send(S, f):
             continue
-        t = fl[f, FL_NEXT_SEND_PS]
-        pacer = fl[f, FL_PACER] - 1
-        if pacer >= 0 and fl[pacer, FL_PACE_PS] > t:
-            t = fl[pacer, FL_PACE_PS]
+        t = send_time(fl, f)
         if t <= now:
             nd[v, ND_RR] = idx + 1
             return f
@@ -692,6 +692,44 @@ def nic_pick(S, p, now):
     if soonest < NEVER:
         want_tx(S, p, soonest)
     return -1
+
+
+@njit(cache=True, inline="always")
+def send_time(fl, f):
+    """When flow f may send its next packet: its own gap after its last, and its op's
+    protocol rate (`FL_PACER`) over the op's flows from this NIC."""
+    t = fl[f, FL_NEXT_SEND_PS]
+    pacer = fl[f, FL_PACER] - 1
+    if pacer >= 0 and fl[pacer, FL_PACE_PS] > t:
+        t = fl[pacer, FL_PACE_PS]
+    return t
+
+
+@njit(cache=True, inline="always")
+def next_look(S, p, f, free_at):
+    """When NIC port p, free at free_at, looks for its next frame once flow f has sent
+    one: then, unless f is paced and no flow of the NIC may send before a later time,
+    the soonest such. Else a port faster than its op's protocol rate wakes once to find
+    nothing and again to send: two events per packet. Whatever lets a flow send sooner
+    kicks the port itself (a release, a rate change, a grant, a control packet, a resume)."""
+    fl = S.fl
+    if fl[f, FL_PACER] == 0:
+        return free_at
+    nd, act = S.nd, S.act
+    v = S.pt[p, PT_NODE]
+    off = nd[v, ND_OFF]
+    controlled = S.prm[P_CC] != CC_NONE
+    soonest = NEVER
+    for j in range(nd[v, ND_CNT]):
+        h = act[off + j]
+        if controlled and not congestion.may_send(S, h):
+            continue
+        t = send_time(fl, h)
+        if t <= free_at:
+            return free_at
+        if t < soonest:
+            soonest = t
+    return soonest if soonest < NEVER else free_at
 
 
 # ports ------------------------------------------------------------------------------------
@@ -733,7 +771,7 @@ def start_frame(S, p, now):
             wait_tx(pt, S.ev, g, p, now)  # another flow of this NIC may send
         elif f >= 0:
             send_data(S, f, p, now)
-            want_tx(S, p, pt[p, PT_FREE_AT_PS])
+            want_tx(S, p, next_look(S, p, f, pt[p, PT_FREE_AT_PS]))
         return
     if pt[p, PT_HEAD1] < 0:
         return
@@ -1491,9 +1529,9 @@ def run(S_counted, t_stop, max_events):
                 if arrive_at_switch(S, a, p, q, now):
                     port = q
         elif kind == EV_TX:
-            if pt[a, PT_TXEV_PS] == now:
+            if pt[a, PT_TXEV_PS] == now:  # else a later `want_tx` superseded it
                 pt[a, PT_TXEV_PS] = -1
-            port = a
+                port = a
         elif kind == EV_FLOW_START:
             start_flow(S, a, now)
         elif kind == EV_RELEASE:

@@ -257,3 +257,42 @@ def test_an_ops_flows_from_one_nic_share_its_protocols_rate(medium):
     small, large = run([1_000_000, 3_000_000])
     assert large / alone == pytest.approx(4 / 3, rel=0.03)
     assert small / alone == pytest.approx(2 / 3, rel=0.03)
+
+
+def test_a_paced_nic_port_looks_again_when_a_flow_may_send_not_when_its_frame_is_out(medium):
+    """LL128 sends below the NIC's line rate (its op's pacer), so a NIC port is free before
+    any of its flows may send again. Once it has put a frame out, its one pending look is
+    at the first moment one of its flows may send (that flow's gap, its op's pacer), not
+    at the frame's end, where it would find nothing and have to look again: one wake-up
+    per packet, not two. Checked at moments through the op against the flows' own times;
+    a port with a control frame queued or a PFC frame due looks when the frame is out."""
+    from aifabric.sim import layout as L
+
+    spec = dict(collective="allreduce", algorithm="ring", protocol="ll128", size=4 * MiB, gpus=8)
+    flows = traffic.generate(medium, traffic.workload_from_dict(spec, "paced"), seed=1)
+    sim = Simulation(medium, flows, cc="none")
+    at_send, at_free = 0, 0
+    for until_ns in range(3_000, 60_000, 1_100):
+        if sim.run(until_ns=until_ns):
+            break
+        now, fl, pt, nd = int(sim.g[L.G_NOW_PS]), sim.fl, sim.pt, sim.nd
+        for v in medium.nic_ids:
+            p = int(medium.nic_port[v])
+            free_at = int(pt[p, L.PT_FREE_AT_PS])
+            if free_at <= now or pt[p, L.PT_HEAD0] >= 0 or pt[p, L.PT_PFC_PENDING] >= 0:
+                continue
+            off, cnt = int(nd[v, L.ND_OFF]), int(nd[v, L.ND_CNT])
+            times = []
+            for f in sim.act[off : off + cnt]:
+                t = int(fl[f, L.FL_NEXT_SEND_PS])
+                pacer = int(fl[f, L.FL_PACER]) - 1
+                if pacer >= 0:
+                    t = max(t, int(fl[pacer, L.FL_PACE_PS]))
+                times.append(t)
+            if not times or min(times) <= free_at:
+                continue  # a flow may send as the frame ends
+            assert pt[p, L.PT_TXEV_PS] in (free_at, min(times))
+            at_send += pt[p, L.PT_TXEV_PS] == min(times)
+            at_free += pt[p, L.PT_TXEV_PS] == free_at
+    # a step's release while the frame is out asks for a look at its end (`kick`): rare
+    assert at_send > 20 and at_free <= at_send // 10, (at_send, at_free)
