@@ -102,3 +102,34 @@ def test_commands_work_with_the_garbage_collector_on(tmp_path):
     run = probe(seen + command("run", str(ONE_FLOW), "-o", str(tmp_path / "run")))
     assert run.splitlines()[-1] == "run: True"
     assert probe(seen + command("probe")).splitlines()[-1] == "probe: True"
+
+
+def test_a_finished_run_ends_without_pythons_teardown_after_its_exit_handlers(tmp_path):
+    """`aifabric run` on the simulator, done, ends the process at once: the exit handlers
+    run and the summary is all there, but Python does not tear itself down; a command that
+    did not say so, or failed, exits as usual."""
+    program = (
+        "import atexit, os, runpy, sys\n"
+        "def finalizing(event, args, write=os.write):  # Python's teardown (documented events)\n"
+        "    if event in ('cpython.PyInterpreterState_Clear', 'cpython._PySys_ClearAuditHooks'):\n"
+        "        write(2, b'torn down\\n')\n"
+        "sys.addaudithook(finalizing)\n"
+        "atexit.register(lambda: sys.stderr.write('exit handlers ran\\n'))\n"
+        "sys.argv = ['aifabric', *sys.argv[1:]]\n"
+        "runpy.run_module('aifabric', run_name='__main__')\n"
+    )
+
+    def aifabric(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", program, *args], cwd=ROOT, capture_output=True, text=True
+        )
+
+    done = aifabric("run", str(ONE_FLOW), "-o", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].startswith("run directory")
+    assert "exit handlers ran" in done.stderr and "torn down" not in done.stderr
+    version = aifabric("--version")
+    assert version.returncode == 0 and version.stdout.strip()
+    assert "exit handlers ran" in version.stderr and "torn down" in version.stderr
+    refused = aifabric("run", str(ONE_FLOW), "-o", str(tmp_path / "run"))  # exists: refused
+    assert refused.returncode != 0 and "torn down" in refused.stderr
