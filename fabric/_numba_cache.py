@@ -31,8 +31,10 @@ imports `aifabric.fabric` first for that reason.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import pickle
 import re
 import shutil
 import struct
@@ -185,6 +187,7 @@ def lean_loads() -> None:
     load_overload.lean = True
     cache.load_overload = load_overload
     _link_modules_on_demand()
+    _runtime_from_the_cache()
     _on_first_compile()
 
 
@@ -240,6 +243,61 @@ def _link_modules_on_demand() -> None:
     _unserialize.lazy = True
     library._unserialize = classmethod(_unserialize)
     library._get_module_for_linking = _get_module_for_linking
+
+
+def _runtime_from_the_cache() -> None:
+    """Load the machine code of numba's runtime functions from the kernel cache.
+
+    Before the first kernel runs, numba compiles its runtime's functions (reference counts
+    and the like: an LLVM module it builds, optimizes and compiles, about 0.015 s of CPU)
+    in every process. The first time, here, they are compiled as numba does but keeping
+    their object code, which is written to the kernel cache directory, keyed on numba's and
+    llvmlite's versions and the CPU; later processes load it as a cached kernel's. Nothing
+    changes where numba's internals are not where this expects them, or without a cache
+    directory.
+    """
+    try:
+        from numba.core.runtime import nrtdynmod
+    except ImportError:
+        return
+    compile_functions = getattr(nrtdynmod, "compile_nrt_functions", None)
+    if getattr(compile_functions, "cached", False) or not hasattr(nrtdynmod, "create_nrt_module"):
+        return
+
+    def compile_nrt_functions(ctx):
+        codegen = ctx.codegen()
+        path = _runtime_path(codegen)
+        if path is None:
+            return compile_functions(ctx)
+        try:
+            return codegen.unserialize_library(pickle.loads(path.read_bytes()))
+        except Exception:  # noqa: BLE001  (none yet, or not loadable: compile it)
+            pass
+        module, library = nrtdynmod.create_nrt_module(ctx)
+        library.enable_object_caching()
+        library.add_ir_module(module)
+        library.finalize()
+        with contextlib.suppress(Exception):
+            data = pickle.dumps(library.serialize_using_object_code())
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        return library
+
+    compile_nrt_functions.cached = True
+    nrtdynmod.compile_nrt_functions = compile_nrt_functions
+
+
+def _runtime_path(codegen) -> Path | None:
+    """Where the runtime's object code is kept, or None (no cache directory)."""
+    import llvmlite
+    import numba
+
+    where = os.environ.get("NUMBA_CACHE_DIR")
+    if not where or not os.path.isdir(where):
+        return None
+    key = repr((numba.__version__, llvmlite.__version__, codegen.magic_tuple()))
+    return Path(where) / f"aifabric-runtime-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pkl"
 
 
 def elf_defined_symbols(data) -> set[str] | None:
