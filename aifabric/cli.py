@@ -60,6 +60,16 @@ def loaded() -> None:
         gc.enable()
 
 
+NOTHING_TO_TEAR_DOWN: list[bool] = []  # `nothing_to_tear_down` was called
+
+
+def nothing_to_tear_down() -> None:
+    """Said by a command that has written all it writes and left nothing running (no
+    thread, no child process, no file open): the program may end at once when it returns
+    (`aifabric.__main__.command_line`)."""
+    NOTHING_TO_TEAR_DOWN.append(True)
+
+
 class Command(click.Command):
     """A command that collects garbage from its start (`loaded`)."""
 

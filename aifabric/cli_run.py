@@ -12,7 +12,15 @@ import time
 
 import click
 
-from aifabric.cli import emit_json, emulated_switches, json_option, loaded, main, notice_compiles
+from aifabric.cli import (
+    emit_json,
+    emulated_switches,
+    json_option,
+    loaded,
+    main,
+    nothing_to_tear_down,
+    notice_compiles,
+)
 from aifabric.params import choice
 
 
@@ -226,6 +234,8 @@ def run(
             _print_summary(sc, summary)
     if summary["status"] != "complete" and summary.get("interrupted"):
         ctx.exit(EXIT_INTERRUPTED)
+    if engine_name == "sim":  # the run is written, and the simulator keeps nothing running
+        nothing_to_tear_down()
 
 
 def _per_s(rate: float) -> str:

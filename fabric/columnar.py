@@ -177,7 +177,12 @@ def ports_tables(interval_ns: int, t_ns, port, scale: float, series: dict[str, A
 def _per_port(pa, names, ids, samples: int):
     """A dictionary column of `names[ids[k]]`, each repeated for the port's `samples` rows;
     the dictionary holds only the names used."""
-    used, index = np.unique(np.asarray(ids), return_inverse=True)
+    ids = np.asarray(ids)
+    # np.unique(ids, return_inverse=True), without its sort (the ids index `names`)
+    present = np.zeros(len(names), dtype=bool)
+    present[ids] = True
+    used = np.flatnonzero(present)
+    index = (np.cumsum(present) - 1)[ids]
     indices = _arrow(pa, np.repeat(index.astype(np.int32), samples))
     return pa.DictionaryArray.from_arrays(indices, _strings(pa, [names[int(i)] for i in used]))
 

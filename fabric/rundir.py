@@ -98,6 +98,7 @@ import platform
 import socket
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -139,8 +140,25 @@ def write_json(path: Path, data: Any) -> None:
     replace_atomic(path, w)
 
 
+# zlib's level for deflated .npz files (np.savez_compressed takes zlib's default, 6): on
+# the port series of bench_htsim's incast, 3 times faster (9 against 29 ms of CPU) for 10%
+# more bytes (146 against 133 kB); 14% more on the demo's
+NPZ_LEVEL = 4
+
+
+def savez_deflated(file, **arrays) -> None:
+    """np.savez_compressed(file, **arrays) at zlib level NPZ_LEVEL: the same members, each
+    array's .npy deflated; np.load reads either."""
+    with zipfile.ZipFile(
+        file, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=NPZ_LEVEL, allowZip64=True
+    ) as zf:
+        for name, value in arrays.items():
+            with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value))
+
+
 def write_npz(path: Path, arrays: dict[str, Any], *, compress: bool = False) -> None:
-    save = np.savez_compressed if compress else np.savez
+    save = savez_deflated if compress else np.savez
 
     def w(tmp):
         with open(tmp, "wb") as fh:

@@ -188,8 +188,10 @@ class LiveCounters:
     def __call__(self) -> dict:
         sim = self.sim
         for chunk in sim.sample_chunks[self._drained :]:
+            # at the types of the sums: np.add.at on the chunks' narrow types takes 5 times as long
+            ports = chunk["port_index"].astype(np.intp)
             for row, name in enumerate(_LIVE_NAMES):
-                np.add.at(self._base[row], chunk["port_index"], chunk[name])
+                np.add.at(self._base[row], ports, chunk[name].astype(np.int64))
         self._drained = len(sim.sample_chunks)
         rows = int(sim.g[L.G_SAMPLES])
         sums = self._base + sim.smp[_LIVE_SERIES, :rows].sum(axis=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,50 @@ def test_commands_work_with_the_garbage_collector_on(tmp_path):
     run = probe(seen + command("run", str(ONE_FLOW), "-o", str(tmp_path / "run")))
     assert run.splitlines()[-1] == "run: True"
     assert probe(seen + command("probe")).splitlines()[-1] == "probe: True"
+
+
+# `aifabric ARGS` as the program runs it (`python -m aifabric`), saying on stderr when its
+# exit handlers run, which modules were loaded by then, and whether Python tore itself down
+PROGRAM = (
+    "import atexit, os, runpy, sys\n"
+    "def finalizing(event, args, write=os.write):  # Python's teardown (documented events)\n"
+    "    if event in ('cpython.PyInterpreterState_Clear', 'cpython._PySys_ClearAuditHooks'):\n"
+    "        write(2, b'torn down\\n')\n"
+    "sys.addaudithook(finalizing)\n"
+    "def exiting():\n"
+    "    seen = [m for m in ('scipy', 'yaml', 'numba') if m in sys.modules]\n"
+    "    sys.stderr.write(f'exit handlers ran, loaded: {seen}\\n')\n"
+    "atexit.register(exiting)\n"
+    "sys.argv = ['aifabric', *sys.argv[1:]]\n"
+    "runpy.run_module('aifabric', run_name='__main__')\n"
+)
+
+
+def program(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", PROGRAM, *args], cwd=cwd, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+
+
+def test_a_finished_run_ends_without_pythons_teardown_after_its_exit_handlers(tmp_path):
+    """`aifabric run` on the simulator, done, ends the process at once: the exit handlers
+    run and the summary is all there, but Python does not tear itself down; a command that
+    did not say so, or failed, exits as usual."""
+    done = program("run", str(ONE_FLOW), "-o", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].startswith("run directory")
+    assert "exit handlers ran" in done.stderr and "torn down" not in done.stderr
+    version = program("--version")
+    assert version.returncode == 0 and version.stdout.strip()
+    assert "exit handlers ran" in version.stderr and "torn down" in version.stderr
+    refused = program("run", str(ONE_FLOW), "-o", str(tmp_path / "run"))  # exists: refused
+    assert refused.returncode != 0 and "torn down" in refused.stderr
+
+
+def test_the_program_loads_numba_without_scipy_or_yaml_unless_numba_has_a_config_file(tmp_path):
+    run = program("run", str(ONE_FLOW), "-o", str(tmp_path / "run"))
+    assert "loaded: ['numba']" in run.stderr, run.stderr
+    (tmp_path / ".numba_config.yaml").write_text("{}\n")
+    run = program("run", str(ONE_FLOW), "-o", str(tmp_path / "again"), cwd=tmp_path)
+    assert "loaded: ['yaml', 'numba']" in run.stderr, run.stderr

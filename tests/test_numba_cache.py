@@ -172,3 +172,104 @@ def test_an_inlined_function_is_copied_in_time_linear_in_its_size(tmp_path):
     # 2 call sites x 2 copies of about 60 x 3 variables each; per block (about 120 blocks)
     # it was over 100 times that
     assert copies < 2 * 2 * 60 * 3 * 5, copies
+
+
+def _kernel_twice(tmp_path, name: str, source: str, first: str, then: str) -> list[str]:
+    """`first`, then `then`, each in a Python that has imported the kernel module `name`
+    (`source`) after the project's hooks, on one cache directory: the second's output."""
+    (tmp_path / f"{name}.py").write_text(source)
+    head = (
+        "import sys\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import aifabric.fabric.routing\n"  # a kernel module: installs the project's hooks
+        f"import {name}\n"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    subprocess.run([sys.executable, "-c", head + first], env=env, check=True)  # compiles
+    return subprocess.run(
+        [sys.executable, "-c", head + then], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+
+
+_CACHED = """
+from numba import njit
+
+@njit(cache=True)
+def square(x):
+    return x * x
+"""
+
+
+def test_a_cached_kernel_loads_without_parsing_its_bitcode_until_something_links_it(tmp_path):
+    """A kernel from the cache runs with its module's bitcode unparsed; its engine knows the
+    names the module defines (from the object file's symbol table: the same names the
+    bitcode defines), and a function compiled later that calls it links it as before."""
+    check = (
+        "from llvmlite import binding as ll\n"
+        "from numba import njit\n"
+        "got = cached.square(4)\n"
+        "lib = cached.square.overloads[cached.square.signatures[0]].library\n"
+        "bitcode = lib.__dict__.get('_aifabric_bitcode')\n"
+        "module = ll.parse_bitcode(bitcode)\n"
+        "defined = {g.name for gs in (module.functions, module.global_variables) for g in gs\n"
+        "           if not g.is_declaration}\n"
+        "engine = lib._codegen._engine\n"
+        "known = all(engine.is_symbol_defined(n) for n in defined)\n"
+        "@njit\n"
+        "def plus_one(x):\n"
+        "    return cached.square(x) + 1\n"
+        "print(got, bool(defined), known, plus_one(5), '_aifabric_bitcode' in lib.__dict__)\n"
+    )
+    out = _kernel_twice(tmp_path, "cached", _CACHED, "cached.square(3)\n", check)
+    assert out == ["16", "True", "True", "26", "False"]
+
+
+def test_the_defined_symbols_of_an_object_file_are_read_from_its_symbol_table():
+    """What a module defines but its private globals (which no other module can name)."""
+    assert _numba_cache.elf_defined_symbols(b"not an object file") is None
+    from llvmlite import binding as ll
+
+    ll.initialize_native_target()
+    ll.initialize_native_asmprinter()
+    module = ll.parse_assembly(
+        "@table = global [2 x i64] [i64 1, i64 2]\n"
+        "@hidden = private constant i64 7\n"
+        "declare i64 @elsewhere(i64)\n"
+        "define i64 @f(i64 %x) {\n"
+        "  %y = call i64 @elsewhere(i64 %x)\n"
+        "  %z = load i64, i64* @hidden\n"
+        "  %w = add i64 %y, %z\n"
+        "  ret i64 %w\n"
+        "}\n"
+        "define internal i64 @g(i64 %x) {\n  ret i64 %x\n}\n"
+    )
+    target = ll.Target.from_triple(ll.get_process_triple()).create_target_machine()
+    if target.triple.split("-")[0] not in ("x86_64", "aarch64"):
+        return
+    assert _numba_cache.elf_defined_symbols(target.emit_object(module)) == {"table", "f", "g"}
+
+
+_ALLOCATES = """
+import numpy as np
+from numba import njit
+
+@njit(cache=True)
+def ones(n):
+    return np.ones(n)
+"""
+
+
+def test_the_runtimes_functions_are_compiled_once_then_loaded_from_the_cache(tmp_path):
+    """numba compiles its runtime's functions in every process; the first process keeps
+    their machine code in the cache directory, and the next runs a kernel that allocates
+    (and so uses them) without compiling them."""
+    check = (
+        "from numba.core.runtime import nrtdynmod\n"
+        "def compiling(ctx):\n"
+        "    raise AssertionError('compiled the runtime again')\n"
+        "nrtdynmod.create_nrt_module = compiling\n"
+        "print(allocates.ones(4).sum())\n"
+    )
+    out = _kernel_twice(tmp_path, "allocates", _ALLOCATES, "allocates.ones(3)\n", check)
+    assert out == ["4.0"]
+    assert len(list((tmp_path / "cache").glob("aifabric-runtime-*.pkl"))) == 1

@@ -117,10 +117,10 @@ def test_a_second_interrupt_while_a_file_is_written_leaves_no_temporary(small, t
     out = tmp_path / "run"
     script = f"""
 import os, signal, sys
-import numpy as np
 import aifabric.engines as engines
+import aifabric.fabric.rundir as rundir
 from aifabric.cli import main
-savez = np.savez_compressed  # how ports.npz is written
+savez = rundir.savez_deflated  # how ports.npz is written
 def interrupted(fh, **arrays):
     if "interval_ns" in arrays:
         fh.write(b"x" * 100_000)
@@ -128,7 +128,7 @@ def interrupted(fh, **arrays):
         os.kill(os.getpid(), signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
     return savez(fh, **arrays)
-np.savez_compressed = interrupted
+rundir.savez_deflated = interrupted
 main(["run", {str(small)!r}, "-o", {str(out)!r}])
 """
     proc = subprocess.run(

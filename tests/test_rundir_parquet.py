@@ -132,6 +132,31 @@ def test_ports_npz_keeps_entries_narrow_and_deflated_and_reads_them_back_wide(tw
     assert (np.diff(ps.entries["tx_bytes"]) < 0).any()
 
 
+def test_ports_npz_is_what_numpy_writes_but_for_the_zlib_level(monkeypatch):
+    """savez_deflated at zlib's default level writes np.savez_compressed's bytes; at
+    NPZ_LEVEL, members np.load reads back equal."""
+    import io
+
+    from aifabric.fabric import rundir
+
+    rng = np.random.default_rng(1)
+    tx = rng.poisson(0.5, 50_000) * rng.integers(0, 9000, 50_000)  # mostly zeros
+    arrays = {"interval_ns": 10_000, "tx_bytes": tx.astype(np.uint16)}
+    numpy_wrote, ours = io.BytesIO(), io.BytesIO()
+    np.savez_compressed(numpy_wrote, **arrays)
+    monkeypatch.setattr(rundir, "NPZ_LEVEL", 6)
+    rundir.savez_deflated(ours, **arrays)
+    assert ours.getvalue() == numpy_wrote.getvalue()
+    monkeypatch.undo()
+    ours = io.BytesIO()
+    rundir.savez_deflated(ours, **arrays)
+    assert ours.getvalue() != numpy_wrote.getvalue()
+    ours.seek(0)
+    back = np.load(ours)
+    assert back["tx_bytes"].dtype == np.uint16
+    assert np.array_equal(back["tx_bytes"], arrays["tx_bytes"]) and back["interval_ns"] == 10_000
+
+
 def test_collectives_parquet_has_nulls_where_an_op_has_no_time(tmp_path):
     w = RunWriter(
         tmp_path / "r", "test", {"workload": {"jobs": [{"name": "a"}, {"pattern": "incast"}]}}
