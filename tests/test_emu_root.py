@@ -512,7 +512,9 @@ def test_a_replay_that_delivers_nothing_gives_up_partial_and_cleans_up(tmp_path,
 
     monkeypatch.setattr(replay, "STALL_MIN_S", 2.0)
     monkeypatch.setattr(replay, "STALL_RTOS", 2)
-    raw = {"pattern": "permutation", "gpus": 16, "size": "2MiB"}
+    # flows long enough that the fault at 20 us comes well before any could end, even
+    # when a loaded machine starts the replay's fault late (2 MiB ended first once)
+    raw = {"pattern": "permutation", "gpus": 16, "size": "8MiB"}
     probe = _scenario(raw)
     f = probe.fabric
     cut = int(probe.flows.dst[0])
