@@ -36,6 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import ks_2samp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -102,17 +103,6 @@ def outcomes(sim: Simulation) -> dict:
     return {"fct_us": [round(float(x), 4) for x in fct], **counters}
 
 
-def ks(a, b) -> float:
-    """The largest gap between the empirical distribution functions of a and b."""
-    a, b = np.sort(a), np.sort(b)
-    x = np.concatenate([a, b])
-    return float(
-        np.abs(
-            np.searchsorted(a, x, "right") / len(a) - np.searchsorted(b, x, "right") / len(b)
-        ).max()
-    )
-
-
 def side_by_side(before: dict, after: dict) -> None:
     """Print each case's completion-time quantiles and counters, before and after."""
     keys = ("simulated_ns", "events", "ecn_marked", "pfc_frames", "drops", "retransmitted_bytes")
@@ -124,7 +114,7 @@ def side_by_side(before: dict, after: dict) -> None:
         q = (0.5, 0.9, 0.99, 1.0)
         qa = " ".join(f"{x:9.2f}" for x in np.quantile(a, q)) if len(a) else "-"
         qb = " ".join(f"{x:9.2f}" for x in np.quantile(b, q)) if len(b) else "-"
-        gap = ks(a, b) if len(a) and len(b) else float("nan")
+        gap = ks_2samp(a, b).statistic if len(a) and len(b) else float("nan")
         print(f"{label}: {len(a)} -> {len(b)} flows done; KS {gap:.3f}")
         print(f"  FCT us p50 p90 p99 max  before {qa}")
         print(f"                          after  {qb}")
