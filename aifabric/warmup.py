@@ -10,9 +10,11 @@ capture read back and analysed, the traffic packetizer, the emulator's packet
 filler. It touches no kernel by name, so it keeps covering them whatever their
 internals become. When it is done it leaves a marker in the cache directory.
 
-A full compile (an empty cache directory) first compiles the kernels the simulator's
-event loop calls, on every core (`aifabric.sim.precompile`): the loop, compiled last,
-then loads them from the cache.
+A full compile (an empty cache directory) compiles the kernels the simulator's event loop
+calls in helper processes, one per core but this one (`aifabric.sim.precompile`), while
+the loop starts compiling here; before it types its calls it compiles a share of those
+left and waits for the rest, then loads them all from the cache (`aifabric.sim.pipeline`).
+The helpers then compile what the warm-up would reach only after the loop.
 
 A run that finds no marker (a new version's sources make a new, empty cache
 directory) warms up first, after one line saying what it is doing and about
@@ -38,8 +40,8 @@ from aifabric.fabric import _numba_cache
 
 MARKER = "aifabric-warm.json"
 ESTIMATE_FILE = "compile-seconds"
-DEFAULT_ESTIMATE_S = 80  # wall seconds of a full compile on 2 cores, numba 0.68 (76-77 measured
-# on 2 processes, 2026-12-05)
+DEFAULT_ESTIMATE_S = 60  # wall seconds of a full compile on 2 cores, numba 0.68 (58-59 measured
+# on 2 processes, 2026-12-06)
 TOPOLOGY = "lab-small"
 
 
@@ -195,14 +197,23 @@ def run(
     t0, cpu0 = time.perf_counter(), _cpu_s()
     with compile_notice(stream, announce=warm) as notice:
         if whole:
+            from aifabric.sim import pipeline
+
             notice.on_start()  # helpers' compiles count as compiling here
             try:
-                callees_everywhere(should_stop, processes)
+                with callees_everywhere(should_stop, processes) as finish:
+                    # the loop starts compiling in the first scenario and joins the
+                    # helpers before it types its calls (aifabric.sim.pipeline)
+                    pipeline.BEFORE_TYPING.append(finish)
+                    try:
+                        warm_up(should_stop)
+                    finally:
+                        if finish in pipeline.BEFORE_TYPING:
+                            pipeline.BEFORE_TYPING.remove(finish)
             finally:
                 notice.on_end()
-            if should_stop():
-                raise Stopped
-        warm_up(should_stop)
+        else:
+            warm_up(should_stop)
     wall, cpu = time.perf_counter() - t0, _cpu_s() - cpu0
     if whole and notice.compiled_s > wall / 2:
         _write(_numba_cache.cache_root() / ESTIMATE_FILE, f"{wall:.1f}\n")
@@ -214,22 +225,40 @@ def run(
     return wall
 
 
-def callees_everywhere(should_stop=lambda: False, processes: int | None = None) -> None:
-    """Compile the kernels the simulator's event loop calls (`aifabric.sim.precompile`)
-    here and in `processes - 1` helper processes (default: one per core), sharing them as
-    they go; return when all are in the cache. A helper is `python -m aifabric.warmup
-    --callees ...`, not a fork: nothing of the caller's program runs again in it. One
-    that cannot start, or fails, leaves its share to the loop's own compile; one still
-    at work when `should_stop()` is stopped."""
+@contextlib.contextmanager
+def callees_everywhere(should_stop=lambda: False, processes: int | None = None):
+    """Compile the kernels the simulator's event loop calls (`aifabric.sim.precompile`) in
+    `processes - 1` helper processes (default: one per core), and here when the caller
+    calls the function this yields: it takes its share of what is left and returns when
+    every callee is in the cache (once; later calls return at once). Leaving the context
+    does the same, so the callees are compiled when it ends normally. A helper is
+    `python -m aifabric.warmup --callees ...`, not a fork: nothing of the caller's program
+    runs again in it. One that cannot start, or fails, leaves its share to this process
+    (or to the loop's own compile); one still at work when `should_stop()`, or when the
+    context ends on an error, is stopped."""
     import subprocess
 
-    from aifabric.sim.precompile import callees, cores, work
+    from aifabric.sim.precompile import callees, compiled, cores, done_file, work
 
     names = callees()
     helpers = []
+    finished = []
+
+    def finish() -> None:
+        if finished:
+            return
+        finished.append(True)
+        work(counter, names, small_simulation, should_stop)
+        # every callee compiled, or no helper left to compile one it took
+        while compiled(counter) < len(names) and not should_stop():
+            if all(p.poll() is not None for p in helpers):
+                return
+            time.sleep(0.05)
+
     with tempfile.TemporaryDirectory(prefix="aifabric-compile-") as tmp:
         counter = str(Path(tmp) / "next")
         Path(counter).write_text("0")
+        Path(done_file(counter)).write_text("0")
         command = [sys.executable, "-m", "aifabric.warmup", "--callees", counter, *names]
         try:
             for _ in range(min(processes or cores(), len(names)) - 1):
@@ -242,8 +271,9 @@ def callees_everywhere(should_stop=lambda: False, processes: int | None = None) 
                             stderr=subprocess.DEVNULL,
                         )
                     )
-            work(counter, names, small_simulation, should_stop)
-            for p in helpers:
+            yield finish
+            finish()
+            for p in helpers:  # what a helper compiles after the callees (`_helper`)
                 while p.poll() is None and not should_stop():
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         p.wait(0.2)
@@ -379,11 +409,33 @@ def main() -> None:
     """`python -m aifabric.warmup`: what `aifabric warmup` does; with `--callees COUNTER
     NAME ...`, a helper of `callees_everywhere`."""
     if sys.argv[1:2] == ["--callees"]:
-        from aifabric.sim.precompile import work
-
-        work(sys.argv[2], sys.argv[3:], small_simulation)
+        _helper(sys.argv[2], sys.argv[3:])
         return
     run()
+
+
+def _helper(counter: str, names: list[str]) -> None:
+    """A helper of a full compile: the loop's callees with the other processes, then, while
+    the loop itself compiles, what the warm-up would compile only after it: the loop's
+    entry points for the Python layer and a capture's reading."""
+    import numpy as np
+
+    from aifabric.analysis.capture import read_capture
+    from aifabric.analysis.metrics import capture_metrics
+    from aifabric.sim import layout as L
+    from aifabric.sim.pcap import FrameBuilder, write_pcap
+    from aifabric.sim.precompile import python_layer_kernels, work
+
+    work(counter, names, small_simulation)
+    sim = small_simulation()
+    python_layer_kernels(sim)
+    rec = np.zeros(L.CP_N, dtype=np.int64)
+    rec[L.CP_PORT] = sim.fabric.nic_port[sim.flows.src[0]]
+    rec[L.CP_KIND], rec[L.CP_BYTES] = L.K_DATA, 1000
+    frame = FrameBuilder(sim.fabric, sim.flows, sim.routing.ip, sim.mtu).frame(rec)
+    with tempfile.TemporaryDirectory(prefix="aifabric-compile-") as tmp:
+        write_pcap(Path(tmp) / "one.pcap", [(0, frame)])
+        capture_metrics(read_capture(Path(tmp) / "one.pcap"), series=True)
 
 
 if __name__ == "__main__":

@@ -227,6 +227,7 @@ from aifabric.sim.layout import (
     ST_SENT,
     State,
 )
+from aifabric.sim.pipeline import LoopCompiler
 from aifabric.sim.queue import depth_bytes, dequeue, enqueue, settle
 
 
@@ -1477,7 +1478,7 @@ def any_flow_underway(S):
 # the loop -----------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, pipeline_class=LoopCompiler)
 def run(S_counted, t_stop, max_events):
     """Process events in time order; returns why it stopped (see layout.R_*)."""
     S = borrowed(S_counted)

@@ -1,18 +1,20 @@
-"""Compile the event loop's callees in several processes before the loop itself.
+"""Compile the event loop's callees in several processes, beside the loop itself.
 
 numba compiles `kernel.run` in one piece, and every kernel it calls (`kick`,
 `send_control`, `retransmit` ...) while it types it: on one core, one after another.
 Those callees do not depend on each other's machine code until a caller links them, and
 numba caches each one with the bitcode a caller links in, so other processes can compile
-them first, into the same cache directory, and the loop's own compile then loads them.
+them, into the same cache directory, while the loop's own compile does its untyped
+passes; when it reaches typing it takes a share of what is left and waits for the rest
+(`aifabric.sim.pipeline`), then loads them all from the cache.
 
 `callees()` lists them, the largest first (a function's size counted with everything it
-inlines); `compile_callee` compiles one for the loop's state (`kernel.borrowed(S)`) and
-int64 arguments, the types the loop calls them with (a kernel called with other types
-compiles again when the loop is typed: slower, never wrong; tests/test_warmup.py checks
-that every large kernel compiles once). Processes share the list through a counter in a
-file (`work`); aifabric.warmup starts them.
-"""
+inlines); `compile_callee` compiles one for the loop's state (`kernel.borrowed(S)`), a
+field's type for a parameter named as a field, and int64 for the rest: the types the loop
+calls them with (a kernel called with other types compiles again when the loop is typed:
+slower, never wrong; tests/test_warmup.py checks that every large kernel compiles once).
+Processes share the list through a counter in a file (`work`), and count what they have
+compiled in another (`compiled`); aifabric.warmup starts them."""
 
 from __future__ import annotations
 
@@ -20,11 +22,19 @@ import fcntl
 import inspect
 import os
 
-from aifabric.sim import kernel
-
 # the loop itself, what it calls first to type the rest, and the two callees it calls with
 # int32 or constant arguments
-EXCLUDED = ("run", "borrowed", "record", "shortest_queue")
+EXCLUDED = ("kernel.run", "kernel.borrowed", "kernel.record", "kernel.shortest_queue")
+# the modules whose kernels the loop calls by name: its own, and the hooks every kind of
+# congestion control sits behind (what those call compiles inside them, for the types used)
+MODULES = ("kernel", "congestion")
+ALSO = ("heap.advance",)  # the event list's rare refill, called by the loop's `take`
+
+
+def _module(name: str):
+    import importlib
+
+    return importlib.import_module(f"aifabric.sim.{name}")
 
 
 def _dispatchers(module) -> dict[str, object]:
@@ -61,14 +71,22 @@ def _size(d, seen: set) -> int:
     return lines
 
 
+def _takes_state(d) -> bool:
+    return next(iter(inspect.signature(d.py_func).parameters), None) == "S"
+
+
 def callees() -> list[str]:
-    """The kernels of kernel.py the loop calls rather than inlines that take the state
-    first, largest first."""
+    """The kernels (`module.name`) of `MODULES` that the loop calls rather than inlines and
+    that take the state first, and `ALSO`: largest first."""
     found = []
-    for name, d in _dispatchers(kernel).items():
-        params = list(inspect.signature(d.py_func).parameters)
-        if name not in EXCLUDED and not _inlined(d) and params[:1] == ["S"]:
-            found.append((-_size(d, set()), name))
+    for m in MODULES:
+        for name, d in _dispatchers(_module(m)).items():
+            qualified = f"{m}.{name}"
+            if qualified not in EXCLUDED and not _inlined(d) and _takes_state(d):
+                found.append((-_size(d, set()), qualified))
+    for qualified in ALSO:
+        m, _, name = qualified.partition(".")
+        found.append((-_size(getattr(_module(m), name), set()), qualified))
     return [name for _, name in sorted(found)]
 
 
@@ -76,17 +94,27 @@ def state_type(sim):
     """The numba type of `kernel.borrowed(S)` for a simulation's state."""
     import numba
 
+    from aifabric.sim import kernel
+
     t = numba.typeof(sim._state())
     kernel.borrowed.compile((t,))
     return kernel.borrowed.overloads[(t,)].signature.return_type
 
 
 def compile_callee(name: str, state) -> None:
+    """Compile `module.name` for the argument types the loop calls it with: the state for
+    `S`, a field's type for a parameter named as one of the state's fields, else int64."""
     from numba import types
 
-    d = getattr(kernel, name)
-    n = len(inspect.signature(d.py_func).parameters)
-    d.compile((state, *(types.int64,) * (n - 1)))
+    m, _, fn = name.rpartition(".")
+    d = getattr(_module(m), fn)
+    fields = dict(zip(state.fields, state.types, strict=True))
+    d.compile(
+        tuple(
+            state if p == "S" else fields.get(p, types.int64)
+            for p in inspect.signature(d.py_func).parameters
+        )
+    )
 
 
 def take(counter: str) -> int:
@@ -100,9 +128,24 @@ def take(counter: str) -> int:
     return i  # the lock goes with the file's closing
 
 
+def done_file(counter: str) -> str:
+    """The file counting the callees compiled so far, beside the counter of those taken."""
+    return counter + ".done"
+
+
+def compiled(counter: str) -> int:
+    """How many callees the processes sharing `counter` have compiled."""
+    try:
+        with open(done_file(counter)) as fh:
+            return int(fh.read() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
 def work(counter: str, names: list[str], make_sim, should_stop=lambda: False) -> None:
-    """Compile the callees `names[take(counter)]` until none is left (or `should_stop()`):
-    what each process of a full compile does, with the others."""
+    """Compile the callees `names[take(counter)]` until none is left (or `should_stop()`),
+    counting each one done (`compiled`): what each process of a full compile does, with
+    the others."""
     state = None
     while not should_stop():
         i = take(counter)
@@ -111,6 +154,21 @@ def work(counter: str, names: list[str], make_sim, should_stop=lambda: False) ->
         if state is None:
             state = state_type(make_sim())
         compile_callee(names[i], state)
+        take(done_file(counter))
+
+
+def python_layer_kernels(sim) -> None:
+    """Compile the loop's two entry points for the Python layer (`purge_port`, `sample`:
+    the state as the driver holds it, int64 arguments), which a run otherwise compiles
+    after the loop."""
+    import numba
+    from numba import types
+
+    from aifabric.sim import kernel
+
+    counted = numba.typeof(sim._state())
+    kernel.purge_port.compile((counted, types.int64, types.int64))
+    kernel.sample.compile((counted, types.int64))
 
 
 def cores() -> int:

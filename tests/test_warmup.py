@@ -216,24 +216,68 @@ def test_every_large_kernel_compiles_once():
 
 
 def test_the_loops_callees_are_the_kernels_it_calls_largest_first():
-    """What a full compile shares among processes: kernels of kernel.py the event loop
-    calls rather than inlines, taking the state first, the loop itself left out; `kick`
-    (which inlines a port's whole frame start) before the small ones."""
+    """What a full compile shares among processes: kernels of kernel.py and of the
+    congestion-control hooks that the event loop calls rather than inlines, taking the state
+    first, and the event list's refill; the loop itself left out; `kick` (which inlines a
+    port's whole frame start) before the small ones."""
     import inspect
 
-    from aifabric.sim import kernel, precompile
+    from aifabric.sim import congestion, heap, kernel, precompile
 
     names = precompile.callees()
-    source = inspect.getsource(kernel)
-    assert "run" not in names and "borrowed" not in names and len(names) > 15
+    source = "".join(inspect.getsource(m) for m in (kernel, congestion, heap))
+    assert "kernel.run" not in names and "kernel.borrowed" not in names and len(names) > 25
+    assert len(set(names)) == len(names)
     for name in names:
-        d = getattr(kernel, name)
+        module, _, fn = name.partition(".")
+        d = getattr({"kernel": kernel, "congestion": congestion}.get(module) or heap, fn)
         assert d.targetoptions.get("inline") != "always", name
-        assert list(inspect.signature(d.py_func).parameters)[0] == "S", name
-        assert f"{name}(S" in source.replace(f"def {name}(S", ""), name  # called somewhere
-    assert names[0] == "kick" and names.index("kick") < names.index("send_ack")
+        first = list(inspect.signature(d.py_func).parameters)[0]
+        assert first == "S" or name == "heap.advance", name
+        assert f"{fn}({first}" in source.replace(f"def {fn}({first}", ""), name  # called
+    assert names[0] == "kernel.kick" and names.index("kernel.kick") < names.index("kernel.send_ack")
+    assert {"congestion.on_cnp", "congestion.on_timer", "heap.advance"} <= set(names)
     inlined = {n for n, d in vars(kernel).items() if getattr(d, "targetoptions", {}).get("inline")}
-    assert not inlined & set(names) and "start_frame" in inlined
+    assert not inlined & {n.partition(".")[2] for n in names} and "start_frame" in inlined
+
+
+def test_a_callee_compiles_for_the_types_the_loop_passes():
+    """`compile_callee` types `S` as the loop's state, a parameter named as one of the
+    state's fields as that field, the rest as int64: what the loop passes."""
+    from numba import types
+
+    from aifabric.sim import congestion, heap, precompile
+
+    state = precompile.state_type(warmup.small_simulation())
+    fields = dict(zip(state.fields, state.types, strict=True))
+    precompile.compile_callee("heap.advance", state)
+    precompile.compile_callee("congestion.on_timer", state)
+    assert (fields["ev"], fields["g"]) in heap.advance.signatures
+    assert (state, types.int64, types.int64) in congestion.on_timer.signatures
+
+
+def test_a_step_queued_for_the_loop_runs_after_its_untyped_passes_before_typing():
+    """`pipeline.LoopCompiler` (the event loop's pipeline) runs what `BEFORE_TYPING`
+    holds once, when the untyped passes are done and no call has been typed: a callee is
+    not compiled yet. The next compile finds nothing queued."""
+    from numba import njit
+
+    from aifabric.sim import kernel, pipeline
+
+    @njit
+    def callee(x):
+        return x + 1
+
+    @njit(pipeline_class=pipeline.LoopCompiler)
+    def loop(x):
+        return callee(x) * 2
+
+    seen = []
+    pipeline.BEFORE_TYPING.append(lambda: seen.append(len(callee.signatures)))
+    assert loop(3) == 8
+    assert seen == [0] and not pipeline.BEFORE_TYPING and len(callee.signatures) == 1
+    assert loop(2.5) == 7.0 and seen == [0]
+    assert kernel.run._compiler.pipeline_class is pipeline.LoopCompiler
 
 
 def test_processes_sharing_the_callees_take_each_once(tmp_path):
