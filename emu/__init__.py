@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 
+import aifabric.fabric  # noqa: F401  (sets the numba cache directory first)
+
 
 def available(switch: str = "router") -> str | None:
     """None when the engine can run on this machine with `switch`es, else one sentence why not."""

@@ -7,6 +7,7 @@ policy (ecn.py), the PFC policy (pfc.py) and DCQCN senders (dcqcn.py).
 `aifabric.fabric.scenario.Scenario` into a run directory.
 """
 
+import aifabric.fabric  # noqa: F401  (sets the numba cache directory first)
 from aifabric.sim.driver import Progress, Simulation
 
 __all__ = ["Progress", "Simulation"]

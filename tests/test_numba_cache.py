@@ -124,6 +124,35 @@ def test_kernels_compile_into_the_keyed_directory(tmp_path):
     assert out == str(tmp_path / "mine")
 
 
+def test_whichever_project_module_is_imported_first_numba_uses_the_keyed_directory(tmp_path):
+    """numba reads NUMBA_CACHE_DIR once, when it is first imported: a module importing
+    numba before `aifabric.fabric` has set it would compile into `__pycache__` beside the
+    sources, keyed on file times only (the stale-kernel hazard the keyed directory rules
+    out). Each module that imports numba, imported first in a fresh interpreter."""
+    from aifabric.fabric.checkout import source_files
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    code = (
+        "import importlib, os, sys\n"
+        "importlib.import_module(sys.argv[1])\n"
+        "import numba\n"
+        "print(numba.config.CACHE_DIR == os.environ.get('NUMBA_CACHE_DIR', '-'))\n"
+    )
+    names = [
+        name for name, path in source_files(ROOT) if _numba_cache.imports_numba(path.read_bytes())
+    ]
+    assert "aifabric.sim.kernel" in names and "aifabric.sim.driver" in names
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", code, name], env=env, stdout=subprocess.PIPE, text=True
+        )
+        for name in names
+    }
+    wrong = [name for name, p in procs.items() if p.communicate()[0].strip() != "True"]
+    assert not wrong
+
+
 _INLINEE = """
 from numba import njit
 
