@@ -21,8 +21,9 @@ such file prints them side by side: the quantiles of the completion times, the l
 gap between the two distributions (Kolmogorov-Smirnov) and the counters.
 `--buffer-model` runs every switch with that buffer model (static: the
 per-port model every fingerprint saved before the shared-buffer model holds).
-`--old-conventions` runs every case with one ACK per flow and flows
-finishing at the receiver (what the simulator did before those became
+`--without-events` leaves the event counter out of the digest (a change that schedules
+fewer events for the same results). `--old-conventions` runs every case with one ACK per
+flow and flows finishing at the receiver (what the simulator did before those became
 parameters), to compare with a file saved before.
 """
 
@@ -55,6 +56,7 @@ NEW_SERIES = ("cnp_sent",)
 # not hashed: the flow table's busbw factors, NCCL protocols and predicted times, copied into
 # the records (no simulated result)
 UNHASHED_COLLECTIVE_COLUMNS = ("busbw_factor", "protocol", "predicted_ns")
+UNHASHED_COUNTERS: list = []  # counters left out of the digest (--without-events)
 
 
 def hashed(parts: dict) -> str:
@@ -87,7 +89,11 @@ def digest(sim: Simulation) -> tuple[str, str]:
         "ports": {k: v for k, v in series.items() if k not in NEW_SERIES},
         "collectives": {k: v for k, v in coll.items() if k not in UNHASHED_COLLECTIVE_COLUMNS},
         "captures": {"records": sim.captures()},
-        "counters": {k: v for k, v in sim.counters().items() if isinstance(v, int)},
+        "counters": {
+            k: v
+            for k, v in sim.counters().items()
+            if isinstance(v, int) and k not in UNHASHED_COUNTERS
+        },
     }
     new = {"ports": {k: v for k, v in series.items() if k in NEW_SERIES}}
     return hashed(parts), hashed(new)
@@ -188,6 +194,11 @@ def main() -> None:
     ap.add_argument("--loss-recovery", choices=["go-back-n", "selective"])
     ap.add_argument("--buffer-model", choices=["shared", "static"])
     ap.add_argument("--old-conventions", action="store_true")
+    ap.add_argument(
+        "--without-events",
+        action="store_true",
+        help="leave the event counter out (a change that schedules fewer, same results)",
+    )
     ap.add_argument("--outcomes", type=Path, help="write each case's FCTs and counters")
     ap.add_argument("--against", type=Path, help="an earlier --outcomes file to compare")
     args = ap.parse_args()
@@ -197,6 +208,8 @@ def main() -> None:
         OVERRIDE["loss_recovery"] = args.loss_recovery
     if args.old_conventions:
         OVERRIDE.update(OLD_CONVENTIONS)
+    if args.without_events:
+        UNHASHED_COUNTERS.append("events")
     out, seen = {}, {}
     for label, make in cases():
         sim = make()

@@ -210,7 +210,8 @@ class Simulation:
 
         pt = zeros_aligned((f.n_ports, L.PT_N), np.int64)
         pmax = np.zeros(f.n_ports, dtype=np.float64)
-        for col in (L.PT_HEAD0, L.PT_TAIL0, L.PT_HEAD1, L.PT_TAIL1, L.PT_TXEV_PS, L.PT_PFC_PENDING):
+        minus_one = (L.PT_HEAD0, L.PT_TAIL0, L.PT_HEAD1, L.PT_TAIL1, L.PT_TXEV_PS, L.PT_PFC_PENDING)
+        for col in (*minus_one, L.PT_WAKE_PS):
             pt[:, col] = -1
         pt[:, L.PT_ALIVE] = 1
         pt[:, L.PT_RATE_BPS] = f.port_rate_bps

@@ -203,6 +203,7 @@ from aifabric.sim.layout import (
     PT_S_TX_BYTES,
     PT_SHARED,
     PT_TXEV_PS,
+    PT_WAKE_PS,
     PT_XOFF,
     R_DONE,
     R_DRAIN_CAPTURE,
@@ -369,8 +370,38 @@ def want_tx(S, p, t):
 @njit(cache=True)
 def wait_tx(pt, ev, g, p, t):
     """`want_tx` by a call, where a port waits (a pause, a PFC frame sent, a flow without a
-    path): rare on a hop's path, and each of `start_frame`'s copies has less to compile."""
-    tx_event(pt, ev, g, p, t)
+    path): rare on a hop's path, and each of `start_frame`'s copies has less to compile.
+
+    A port paused by PFC waits until the pause ends, often hundreds of microseconds ahead,
+    and most pauses are lifted early (an XON) and taken again: an event per pause would
+    leave one superseded event per pause in the far heap (250,000 on a k=16 permutation).
+    So one event this pushed and still to come (its time in PT_WAKE_PS) carries any look
+    asked this way for the same time or later: when it comes up, the loop pushes the
+    port's live look (`carry`). An earlier look gets an event of its own, and the carrier
+    stays. Events of one time run in an order that does not depend on when they were
+    pushed, so the port looks at the same times as with an event each."""
+    if pt[p, PT_TXEV_PS] == t:
+        return
+    pt[p, PT_TXEV_PS] = t
+    w = pt[p, PT_WAKE_PS]
+    if 0 <= w <= t:
+        return
+    if w < 0:
+        pt[p, PT_WAKE_PS] = t
+    push(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
+
+
+@njit(cache=True, inline="always")
+def carry(pt, ev, g, p, now):
+    """An EV_TX of port p came up at `now`: if it was the one `wait_tx` pushed last and the
+    port's live look is later, push that look (an event of its own, or a copy of one the
+    loop then passes over: two EV_TX of one port and time run as one)."""
+    if pt[p, PT_WAKE_PS] == now:
+        pt[p, PT_WAKE_PS] = -1
+        t = pt[p, PT_TXEV_PS]
+        if t > now:
+            pt[p, PT_WAKE_PS] = t
+            push(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
 
 
 @njit(cache=True, inline="always")
@@ -1530,6 +1561,7 @@ def run(S_counted, t_stop, max_events):
                 if arrive_at_switch(S, a, p, q, now):
                     port = q
         elif kind == EV_TX:
+            carry(pt, ev, g, a, now)
             if pt[a, PT_TXEV_PS] == now:  # else a later `want_tx` superseded it
                 pt[a, PT_TXEV_PS] = -1
                 port = a

@@ -178,8 +178,9 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     PT_HDRM_BYTES,  # shared: lossless bytes from this port's link held in its headroom
     PT_XON_OFFSET_BYTES,  # shared: resume this far below the dynamic threshold
     PT_RNG,  # the port's random-number generator state (ECN marking: aifabric.sim.ecn)
+    PT_WAKE_PS,  # time of the port's EV_TX pushed by `kernel.wait_tx`, still to come; -1 none
     PT_N,
-) = range(46)
+) = range(47)
 
 # flows (fl[f, ...]); rates in fr[f, ...]
 (

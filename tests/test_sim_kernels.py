@@ -530,6 +530,43 @@ def test_purge_drops_a_ports_queues_as_the_reference_does(room, recovery, model)
     assert [int(sim.pt[k, L.PT_PFC_PENDING]) for k in resumes] == [0] * len(resumes)
 
 
+def test_a_port_paused_again_and_again_keeps_one_wake_up_event_ahead(tmp_path):
+    """A port paused by PFC asks to look again when the pause ends, hundreds of
+    microseconds ahead; most pauses are lifted by an XON and taken again. Each such look
+    must not leave an event of its own behind in the far heap: one event still to come
+    carries the later ones (`kernel.wait_tx`, `carry`). A permutation on fat-tree-k8
+    with small per-port buffers pauses thousands of times; at every point at most one
+    EV_TX per port lies beyond the near window and at most two in all (before: one left
+    per pause, up to 73 on one port)."""
+    from aifabric.scenarios import scenario_from_dict
+    from aifabric.sim.engine import simulation_for
+
+    n = 128
+    perm = np.random.default_rng(3).permutation(n)
+    while (perm == np.arange(n)).any():
+        perm = np.roll(perm, 1)
+    rows = [f"{i}->{perm[i]} id {i + 1} start 0 size 500000" for i in range(n)]
+    (tmp_path / "m.cm").write_text("\n".join([f"Nodes {n}", f"Connections {n}", *rows]) + "\n")
+    raw = {
+        "scenario": {"topology": "fat-tree-k8", "workload": "./m.cm"},
+        "queue": {"model": "static", "pfc_xoff": "40000B", "pfc_xon": "20000B"},
+        "congestion_control": {"kind": "none"},
+    }
+    sim = simulation_for(scenario_from_dict(raw, "pauses", folder=tmp_path))
+    most_far = most = 0
+    for t_ns in range(10_000, 400_000, 10_000):
+        done = sim.run(until_ns=t_ns)
+        ev = pending(sim.ev, sim.g)
+        tx = ev[ev[:, L.E_KIND] == L.EV_TX]
+        far = tx[tx[:, L.E_TIME_PS] > int(sim.g[L.G_NOW_PS]) + NEAR_WINDOW_PS, L.E_A]
+        most = max(most, np.bincount(tx[:, L.E_A]).max(initial=0))
+        most_far = max(most_far, np.bincount(far).max(initial=0))
+        if done:
+            break
+    assert done and sim.counters()["pfc_frames"] > 1000
+    assert most_far == 1 and most <= 2
+
+
 def reference_grants(nbytes, chunk, window, delivered, granted):
     """The grants a clear-to-send receiver sends now: whole chunks (the last one short)
     while at most `window` chunks are granted and not yet received."""
