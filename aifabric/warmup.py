@@ -14,7 +14,9 @@ A full compile (an empty cache directory) compiles the kernels the simulator's e
 calls in helper processes, one per core but this one (`aifabric.sim.precompile`), while
 the loop starts compiling here; before it types its calls it compiles a share of those
 left and waits for the rest, then loads them all from the cache (`aifabric.sim.pipeline`).
-The helpers then compile what the warm-up would reach only after the loop.
+All are compiled for a simulation without flows (`bare_simulation`), which needs no
+routing kernel first. The helpers then compile what the warm-up would reach only after
+the loop: routing, the Python layer's entry points to the loop, a capture's reading.
 
 A run that finds no marker (a new version's sources make a new, empty cache
 directory) warms up first, after one line saying what it is doing and about
@@ -40,8 +42,8 @@ from aifabric.fabric import _numba_cache
 
 MARKER = "aifabric-warm.json"
 ESTIMATE_FILE = "compile-seconds"
-DEFAULT_ESTIMATE_S = 60  # wall seconds of a full compile on 2 cores, numba 0.68 (58-59 measured
-# on 2 processes, 2026-12-06)
+DEFAULT_ESTIMATE_S = 60  # wall seconds of a full compile on 2 cores, numba 0.68 (56-57 measured
+# on 2 processes, 2026-12-05)
 TOPOLOGY = "lab-small"
 
 
@@ -202,10 +204,11 @@ def run(
             notice.on_start()  # helpers' compiles count as compiling here
             try:
                 with callees_everywhere(should_stop, processes) as finish:
-                    # the loop starts compiling in the first scenario and joins the
-                    # helpers before it types its calls (aifabric.sim.pipeline)
+                    # the loop starts compiling now and joins the helpers before it types
+                    # its calls (aifabric.sim.pipeline)
                     pipeline.BEFORE_TYPING.append(finish)
                     try:
+                        compile_loop(bare_simulation())
                         warm_up(should_stop)
                     finally:
                         if finish in pipeline.BEFORE_TYPING:
@@ -248,7 +251,7 @@ def callees_everywhere(should_stop=lambda: False, processes: int | None = None):
         if finished:
             return
         finished.append(True)
-        work(counter, names, small_simulation, should_stop)
+        work(counter, names, bare_simulation, should_stop)
         # every callee compiled, or no helper left to compile one it took
         while compiled(counter) < len(names) and not should_stop():
             if all(p.poll() is not None for p in helpers):
@@ -290,9 +293,32 @@ def _cpu_s() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def bare_simulation():
+    """A simulation of the warm-up's topology without flows: the state's types, as a run's,
+    with no flow to route (no routing kernel to compile first): what the event loop and
+    its callees are compiled for, here and in the helpers."""
+    import numpy as np
+
+    from aifabric.sim import Simulation
+    from aifabric.topologies import load_fabric
+    from aifabric.traffic.flows import FlowTable
+
+    none = {"src": np.zeros(0, np.int32), "dst": np.zeros(0, np.int32), "bytes": np.zeros(0)}
+    return Simulation(load_fabric(TOPOLOGY), FlowTable.build(none, ([0], []), {}))
+
+
+def compile_loop(sim) -> None:
+    """Compile the event loop for the argument types `Simulation.run` calls it with."""
+    import numba
+    from numba import types
+
+    from aifabric.sim import kernel
+
+    kernel.run.compile((numba.typeof(sim._state()), types.int64, types.int64))
+
+
 def small_simulation():
-    """The simulation of the first warm-up scenario, built and not run: what the
-    event loop's callees are compiled for, here and in the helpers."""
+    """The simulation of the first warm-up scenario, built and not run."""
     from aifabric.fabric.routing import POLICIES
     from aifabric.scenarios import scenario_from_dict
     from aifabric.sim.engine import simulation_for
@@ -416,8 +442,8 @@ def main() -> None:
 
 def _helper(counter: str, names: list[str]) -> None:
     """A helper of a full compile: the loop's callees with the other processes, then, while
-    the loop itself compiles, what the warm-up would compile only after it: the loop's
-    entry points for the Python layer and a capture's reading."""
+    the loop itself compiles, what the warm-up would compile only after it: routing
+    flows, the loop's entry points for the Python layer and a capture's reading."""
     import numpy as np
 
     from aifabric.analysis.capture import read_capture
@@ -426,7 +452,7 @@ def _helper(counter: str, names: list[str]) -> None:
     from aifabric.sim.pcap import FrameBuilder, write_pcap
     from aifabric.sim.precompile import python_layer_kernels, work
 
-    work(counter, names, small_simulation)
+    work(counter, names, bare_simulation)
     sim = small_simulation()
     python_layer_kernels(sim)
     rec = np.zeros(L.CP_N, dtype=np.int64)

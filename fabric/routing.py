@@ -539,6 +539,9 @@ class Routing:
                 return np.full(n, default, dtype=np.int64)
             return np.broadcast_to(np.asarray(x, dtype=np.int64), (n,)).copy()
 
+        if n == 0:  # nothing to route (and no kernel to compile for it)
+            empty = np.zeros(0, dtype=np.int32)
+            return Paths(ptr=np.zeros(1, dtype=np.int64), ports=empty, reachable=empty.astype(bool))
         mode = _MODE[self.policy]
         rnd = np.zeros((n, MAX_HOPS), dtype=np.uint32)
         if rng is not None:

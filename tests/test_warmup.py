@@ -256,6 +256,18 @@ def test_a_callee_compiles_for_the_types_the_loop_passes():
     assert (state, types.int64, types.int64) in congestion.on_timer.signatures
 
 
+def test_the_loop_compiles_for_a_simulation_without_flows_as_for_a_run():
+    """A full compile starts the loop, and its callees, on a simulation with no flows, which
+    routes nothing (no routing kernel compiles before the loop): its state has the types
+    of a run's state, so a run loads that machine code."""
+    import numba
+
+    bare, small = warmup.bare_simulation(), warmup.small_simulation()
+    assert len(bare.flows) == 0 and len(small.flows) > 0
+    assert numba.typeof(bare._state()) == numba.typeof(small._state())
+    assert bare.path_ptr.tolist() == [0]
+
+
 def test_a_step_queued_for_the_loop_runs_after_its_untyped_passes_before_typing():
     """`pipeline.LoopCompiler` (the event loop's pipeline) runs what `BEFORE_TYPING`
     holds once, when the untyped passes are done and no call has been typed: a callee is
