@@ -233,7 +233,8 @@ def callees_everywhere(should_stop=lambda: False, processes: int | None = None):
     """Compile the kernels the simulator's event loop calls (`aifabric.sim.precompile`) in
     `processes - 1` helper processes (default: one per core), and here when the caller
     calls the function this yields: it takes its share of what is left and returns when
-    every callee is in the cache (once; later calls return at once). Leaving the context
+    every callee is in the cache (once; later calls return at once), or raises `Stopped`
+    if `should_stop()`. Leaving the context
     does the same, so the callees are compiled when it ends normally. A helper is
     `python -m aifabric.warmup --callees ...`, not a fork: nothing of the caller's program
     runs again in it. One that cannot start, or fails, leaves its share to this process
@@ -257,6 +258,8 @@ def callees_everywhere(should_stop=lambda: False, processes: int | None = None):
             if all(p.poll() is not None for p in helpers):
                 return
             time.sleep(0.05)
+        if should_stop():  # inside the loop's compile: it ends here, before typing
+            raise Stopped
 
     with tempfile.TemporaryDirectory(prefix="aifabric-compile-") as tmp:
         counter = str(Path(tmp) / "next")

@@ -291,6 +291,20 @@ def test_a_step_queued_for_the_loop_runs_after_its_untyped_passes_before_typing(
     assert loop(2.5) == 7.0 and seen == [0]
     assert kernel.run._compiler.pipeline_class is pipeline.LoopCompiler
 
+    def stop():
+        raise warmup.Stopped
+
+    pipeline.BEFORE_TYPING.append(stop)  # a warm-up asked to stop: the compile ends there
+    with pytest.raises(warmup.Stopped):
+        loop(complex(1, 1))  # types not compiled yet
+    assert loop(complex(1, 1)) == complex(4, 2) and not pipeline.BEFORE_TYPING
+
+
+def test_a_full_compile_asked_to_stop_ends_before_the_loop_types_its_calls():
+    with pytest.raises(warmup.Stopped):  # noqa: SIM117 (the context's exit is tested too)
+        with warmup.callees_everywhere(lambda: True, processes=1) as finish:
+            finish()
+
 
 def test_processes_sharing_the_callees_take_each_once(tmp_path):
     """The counter the compiling processes share: three processes taking indices at once
