@@ -234,8 +234,8 @@ def callees_everywhere(should_stop=lambda: False, processes: int | None = None):
     `processes - 1` helper processes (default: one per core), and here when the caller
     calls the function this yields: it takes its share of what is left and returns when
     every callee is in the cache (once; later calls return at once), or raises `Stopped`
-    if `should_stop()`. Leaving the context
-    does the same, so the callees are compiled when it ends normally. A helper is
+    if `should_stop()`. Leaving the context does the same, then waits for the helpers'
+    work after the callees, so everything is compiled when it ends normally. A helper is
     `python -m aifabric.warmup --callees ...`, not a fork: nothing of the caller's program
     runs again in it. One that cannot start, or fails, leaves its share to this process
     (or to the loop's own compile); one still at work when `should_stop()`, or when the
