@@ -524,12 +524,15 @@ def test_a_replay_that_delivers_nothing_gives_up_partial_and_cleans_up(tmp_path,
     t0 = time.monotonic()
     summary, run = _run(tmp_path, sc, scale=200, timeout_s=600)
     took = time.monotonic() - t0
-    assert run.status == "partial"
+    flows = run.flows()
+    cut_off = (sc.flows.dst == cut) | (sc.flows.src == cut)
+    # it ended complete twice in about twenty full runs (a fresh clone, a fresh machine),
+    # not reproduced alone: say when the fault was applied and when the flows it cuts ended
+    why = (run.status, run.meta.get("message"), summary.get("faults"), flows["end_ns"][cut_off])
+    assert run.status == "partial", why
     assert "delivered nothing for" in run.meta["message"]
     assert "gave up" in run.meta["message"]
     assert took < 120  # the stall limit ended it, not the 600 s timeout
-    flows = run.flows()
-    cut_off = (sc.flows.dst == cut) | (sc.flows.src == cut)
     assert (flows["end_ns"][cut_off] == -1).all()
     assert (flows["end_ns"][~cut_off] >= 0).all()  # the rest completed
     assert set(linux_children()) <= before
