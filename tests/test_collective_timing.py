@@ -60,18 +60,25 @@ CASES = [
 ]
 
 
-# How far the simulator may be from the model. Rings: 10% (measured within 10% at 16 and
-# 128 ranks, every size and protocol). Trees (NCCL's double binary tree, the op's flows
-# from a NIC sharing its protocol's rate, each connection NCCL's buffer): 16 of the 18
-# cases at 16 and 128 ranks within 10%; outside it Simple at 128 ranks and 64 KiB (+15%:
-# the model is below the causal floor, `test_a_trees_first_piece_takes_what_the_model_
-# leaves_out`) and LL128 at 16 ranks and 1 MiB (-16%: the two trees overlap latency and
-# transfer, which the model adds).
-TOLERANCE = {"ring": (0.10, 0.10), "tree": (0.20, 0.20)}  # (faster, slower)
+# How far the simulator may be from the model: 10%, as the issue asks, for every ring and
+# every tree but two. Trees (NCCL's double binary tree, the op's flows from a NIC sharing
+# its protocol's rate, each connection NCCL's buffer), measured on 2026-12-05: 19 of the
+# 21 cases at 16 and 128 ranks within 10% (0.918x-1.093x). The two outside it:
+# - Simple at 128 ranks and 64 KiB, 1.145x: the model is below the causal floor (the
+#   first piece's 7 levels up and down, `test_a_trees_first_piece_takes_what_the_model_
+#   leaves_out`), so no causal simulator can come within 10% of it there;
+# - LL128 at 16 ranks and 1 MiB, 0.844x: the two trees overlap latency and transfer,
+#   which the model adds.
+TOLERANCE = (0.10, 0.10)  # (faster, slower)
+OUTSIDE = {
+    ("tree", "simple", 128, 64 * KiB): (0.10, 0.17),
+    ("tree", "ll128", 16, MiB): (0.18, 0.10),
+}
 
 
-def check_time(algorithm, got, want):
-    faster, slower = TOLERANCE[algorithm]
+def check_time(got, want, case=()):
+    """`case`: (algorithm, protocol, ranks, size), for the two cases OUTSIDE the 10%."""
+    faster, slower = OUTSIDE.get(case, TOLERANCE)
     assert want * (1 - faster) <= got <= want * (1 + slower), (got, want)
 
 
@@ -82,7 +89,8 @@ def test_uncongested_ops_take_nccls_model_time(medium, kind, algorithm, protocol
     n = 16
     got, flows = simulate(medium, kind, algorithm, protocol, n, size)
     assert flows.op_protocol.tolist() == [protocol] and flows.op_algorithm.tolist() == [algorithm]
-    check_time(algorithm, got, nccl_model_us(kind, algorithm, protocol, n, size, line_bps(medium)))
+    want = nccl_model_us(kind, algorithm, protocol, n, size, line_bps(medium))
+    check_time(got, want, (algorithm, protocol, n, size))
 
 
 @pytest.mark.slow
@@ -90,7 +98,8 @@ def test_uncongested_ops_take_nccls_model_time(medium, kind, algorithm, protocol
 @pytest.mark.parametrize("n, size", [(16, 256 * MiB), (128, 64 * KiB), (128, MiB), (128, 16 * MiB)])
 def test_uncongested_ops_take_nccls_model_time_large(medium, kind, algorithm, protocol, n, size):
     got, _ = simulate(medium, kind, algorithm, protocol, n, size)
-    check_time(algorithm, got, nccl_model_us(kind, algorithm, protocol, n, size, line_bps(medium)))
+    want = nccl_model_us(kind, algorithm, protocol, n, size, line_bps(medium))
+    check_time(got, want, (algorithm, protocol, n, size))
 
 
 @pytest.mark.parametrize("size", [16 * MiB, pytest.param(256 * MiB, marks=pytest.mark.slow)])
@@ -134,7 +143,7 @@ def test_rings_over_an_ai_zone_take_nccls_model_time(kind, protocol):
     at NCCL's latency (measured 1.006x-1.017x the model; 20-60 CPU s each here)."""
     zone = topologies.load_fabric("ai-zone")
     got, _ = simulate(zone, kind, "ring", protocol, 3072, 64 * KiB)
-    check_time("ring", got, nccl_model_us(kind, "ring", protocol, 3072, 64 * KiB, line_bps(zone)))
+    check_time(got, nccl_model_us(kind, "ring", protocol, 3072, 64 * KiB, line_bps(zone)))
 
 
 @pytest.mark.slow
@@ -159,7 +168,7 @@ def test_auto_runs_what_nccls_model_picks(medium):
         )
         got, flows = simulate(medium, "allreduce", "auto", "auto", 16, size)
         assert (flows.op_algorithm[0], flows.op_protocol[0]) == want
-        check_time(want[0], got, nccl_model_us("allreduce", *want, 16, size, line))
+        check_time(got, nccl_model_us("allreduce", *want, 16, size, line))
 
 
 def causal_floor_us(kind, algorithm, protocol, n, size, flows, fabric) -> float:
