@@ -379,25 +379,28 @@ def wait_tx(pt, ev, g, p, t):
     asked this way for the same time or later: when it comes up, the loop pushes the
     port's live look (`carry`). An earlier look gets an event of its own, and the carrier
     stays. Events of one time run in an order that does not depend on when they were
-    pushed, so the port looks at the same times as with an event each."""
+    pushed, so the port looks at the same times as with an event each.
+
+    A carrier is still to come while its time is later than now: one at now or before
+    has come up (or is about to, and pushing an event of the same time is harmless)."""
     if pt[p, PT_TXEV_PS] == t:
         return
     pt[p, PT_TXEV_PS] = t
     w = pt[p, PT_WAKE_PS]
-    if 0 <= w <= t:
+    if g[G_NOW_PS] < w <= t:
         return
-    if w < 0:
+    if w <= g[G_NOW_PS]:
         pt[p, PT_WAKE_PS] = t
     push(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
 
 
 @njit(cache=True, inline="always")
 def carry(pt, ev, g, p, now):
-    """An EV_TX of port p came up at `now`: if it was the one `wait_tx` pushed last and the
-    port's live look is later, push that look (an event of its own, or a copy of one the
-    loop then passes over: two EV_TX of one port and time run as one)."""
+    """An EV_TX of port p came up at `now` that the port's live look no longer matches:
+    if it was the carrier `wait_tx` pushed and the live look is later, push that look (an
+    event of its own, or a copy of one the loop then passes over: two EV_TX of one port
+    and time run as one)."""
     if pt[p, PT_WAKE_PS] == now:
-        pt[p, PT_WAKE_PS] = -1
         t = pt[p, PT_TXEV_PS]
         if t > now:
             pt[p, PT_WAKE_PS] = t
@@ -1561,10 +1564,11 @@ def run(S_counted, t_stop, max_events):
                 if arrive_at_switch(S, a, p, q, now):
                     port = q
         elif kind == EV_TX:
-            carry(pt, ev, g, a, now)
-            if pt[a, PT_TXEV_PS] == now:  # else a later `want_tx` superseded it
+            if pt[a, PT_TXEV_PS] == now:
                 pt[a, PT_TXEV_PS] = -1
                 port = a
+            else:  # a later look superseded it; it may carry that look (`wait_tx`)
+                carry(pt, ev, g, a, now)
         elif kind == EV_FLOW_START:
             start_flow(S, a, now)
         elif kind == EV_RELEASE:

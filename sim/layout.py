@@ -178,7 +178,7 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     PT_HDRM_BYTES,  # shared: lossless bytes from this port's link held in its headroom
     PT_XON_OFFSET_BYTES,  # shared: resume this far below the dynamic threshold
     PT_RNG,  # the port's random-number generator state (ECN marking: aifabric.sim.ecn)
-    PT_WAKE_PS,  # time of the port's EV_TX pushed by `kernel.wait_tx`, still to come; -1 none
+    PT_WAKE_PS,  # time of the last EV_TX `kernel.wait_tx` pushed: to come while later than now
     PT_N,
 ) = range(47)
 
