@@ -238,6 +238,16 @@ def run(
         nothing_to_tear_down()
 
 
+def partitions_line(part: dict) -> str:
+    """run.json's summary.partitions, for the terminal."""
+    if part["partitions"] > 1:
+        return (
+            f"{part['partitions']}, windows of {part['lookahead_ns']:,.0f} ns "
+            f"({part['windows']:,} windows)"
+        )
+    return f"1 ({part['asked']} asked): {part['why']}"
+
+
 def _per_s(rate: float) -> str:
     """A rate for the summary: 12.34 M, 56.7 k or 89."""
     if rate >= 1e6:
@@ -295,6 +305,10 @@ def _print_summary(sc, s: dict) -> None:
             f"{_per_s(s['packet_hops_per_s'])} packet-hops/s "
             f"({s['events']:,} events in {s['simulator_wall_s']:.2f} s)"
         )
+    part = s.get("partitions")
+    asked = part.get("asked", 1) if part else 1
+    if part and (part["partitions"] > 1 or (asked != "auto" and asked > 1)):
+        click.echo(f"partitions        {partitions_line(part)}")
     for f in s.get("faults", []):
         when = format_time(f["at_ns"])
         if (f["applied_ns"], f["settled_ns"]) != (f["at_ns"], f["at_ns"]):

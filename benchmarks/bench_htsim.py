@@ -1,6 +1,7 @@
 """aifabric against htsim's RoCE model on the same work, side by side.
 
     python benchmarks/bench_htsim.py [k8 k16 incast] [--htsim PATH] [--repeat N] [--warm]
+        [--partitions N|auto]
 
 The reference is htsim_roce from Broadcom/csg-htsim, built outside this repository
 (in its `sim/`: `make libhtsim.a`, then in `sim/datacenter`: `make htsim_roce`) and
@@ -26,6 +27,8 @@ peak memory, and the ratio reference / aifabric (above 1: aifabric is faster).
 sweep worker runs it. Beside the times, each prints what it simulated (flows
 finished and the last one's end, from the first run: htsim's varies a little from
 run to run, aifabric's does not), so a reader sees both did the same work.
+aifabric runs on one partition (one core, as htsim) unless `--partitions` says
+otherwise: `--partitions 2` for its wall time on two cores (its results are the same).
 """
 
 from __future__ import annotations
@@ -85,12 +88,15 @@ def write_matrix(case: Case, path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def write_scenario(case: Case, matrix: Path, path: Path) -> None:
+def write_scenario(case: Case, matrix: Path, path: Path, partitions: str = "1") -> None:
     """An aifabric scenario running the matrix under htsim's conventions."""
     path.write_text(
         f"""[scenario]
 topology = "{case.topology}"
 workload = "./{matrix.name}"
+
+[simulator]
+partitions = {partitions if partitions != "auto" else '"auto"'}
 
 [queue]
 model = "static"
@@ -220,6 +226,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1, help="the permutations' seed")
     ap.add_argument("--warm", action="store_true", help="also time aifabric in a warm process")
+    ap.add_argument("--partitions", default="1", help="aifabric's partitions (N or auto)")
     args = ap.parse_args()
     binary = args.htsim and shutil.which(args.htsim)
     if not binary:
@@ -236,15 +243,17 @@ def main() -> None:
     print(f"reference: {binary}; {args.repeat} alternating runs each, medians")
     with tempfile.TemporaryDirectory(prefix="bench-htsim-") as tmp:
         for name in chosen:
-            compare(known[name], Path(tmp) / name, binary, args.repeat, args.warm)
+            compare(known[name], Path(tmp) / name, binary, args.repeat, args.warm, args.partitions)
 
 
-def compare(case: Case, work: Path, binary: str, repeat: int, warm: bool) -> None:
+def compare(
+    case: Case, work: Path, binary: str, repeat: int, warm: bool, partitions: str = "1"
+) -> None:
     """One case: alternating whole commands, then (with `warm`) aifabric in this process."""
     work.mkdir()
     matrix, scenario = work / f"{case.name}.cm", work / f"{case.name}.toml"
     write_matrix(case, matrix)
-    write_scenario(case, matrix, scenario)
+    write_scenario(case, matrix, scenario, partitions)
     run_aifabric(scenario, work)  # a first run: the kernel cache is warm after it
     ref, aif = [], []
     for _ in range(repeat):
@@ -252,7 +261,9 @@ def compare(case: Case, work: Path, binary: str, repeat: int, warm: bool) -> Non
         aif.append(run_aifabric(scenario, work))
     load = os.getloadavg()[0]
     flows = f"{len(case.pairs)} flows of {case.size:,} B"
-    print(f"{case.name}: {case.topology}, {flows} (load {load:.1f})")
+    print(
+        f"{case.name}: {case.topology}, {flows}, aifabric partitions {partitions} (load {load:.1f})"
+    )
     report("htsim_roce", ref)
     report("aifabric run", aif)
     ref_cpu = median(r.cpu_s for r in ref)

@@ -23,6 +23,7 @@ settings, varied keys or engine) in a folder that holds points is refused in one
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -43,10 +44,12 @@ RESULT_COLUMNS = ("point", "run_dir", "seed", "status", "error", "scenario_hash"
 
 
 def scenario_hash(scenario_dict: dict) -> str:
-    """A digest of what run.json records as the scenario (JSON, keys sorted)."""
+    """A digest of what run.json records as the scenario (JSON, keys sorted), but for the
+    simulator's partitions, which change how fast a run goes, never its results."""
     from aifabric.fabric.rundir import jsonable
 
-    text = json.dumps(scenario_dict, sort_keys=True, default=jsonable, separators=(",", ":"))
+    same = {k: v for k, v in scenario_dict.items() if k != "simulator"}
+    text = json.dumps(same, sort_keys=True, default=jsonable, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -76,6 +79,8 @@ def run_point(
     recorded = None
     try:
         sc = load_scenario(base, seed=seed, overrides=list(overrides))
+        if sc.partitions == "auto":  # a sweep's workers share the machine's cores already
+            sc = dataclasses.replace(sc, partitions=1)
         recorded = sc.to_dict()
         row["scenario_hash"] = scenario_hash(recorded)
         remove_own_attempt(path, owner)

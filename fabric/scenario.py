@@ -48,6 +48,7 @@ class Scenario:
     faults: tuple[Fault, ...] = ()
     sample_interval_ns: int = 10_000
     captures: tuple[str, ...] = ()  # ports to capture, by `Fabric.port_name`
+    partitions: int | str = "auto"  # the simulator's ([simulator] partitions)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -87,6 +88,7 @@ class Scenario:
             "hash_seed": self.hash_seed,
             "sample_interval_ns": self.sample_interval_ns,
             "captures": list(self.captures),
+            "simulator": {"partitions": self.partitions},
             "flows": len(self.flows),
             **self.extra,
         }

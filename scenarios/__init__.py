@@ -36,6 +36,8 @@ checked (an unknown key is an error, not silence):
                       domains; expanded into drain and up faults, one domain out at a time
     [nccl]            NCCL's latencies, bandwidth factors, buffers (aifabric.traffic.nccl
                       Table keys), any subset; a job's `nccl = {...}` overrides it
+    [simulator]       partitions = "auto" | N: the simulator's partitions, each on a core of
+                      its own (aifabric.sim.partition; results are the same for any number)
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from aifabric.traffic.generate import generate_scheduled
 
 TABLES = (
     "scenario", "workload", "nic", "ecmp", "queue", "congestion_control", "faults",
-    "maintenance", "nccl",
+    "maintenance", "nccl", "simulator",
 )  # fmt: skip
 SEED_KEYS = ("placement_seed", "qpn_seed", "hash_seed")
 SCENARIO_KEYS = (
@@ -74,6 +76,7 @@ SCENARIO_KEYS = (
     "captures",
 )  # fmt: skip
 FAULT_KEYS = ("link", "node", "at", "action")
+SIMULATOR_KEYS = ("partitions",)
 
 
 PRESETS = Presets("aifabric.scenarios", "presets", "scenario")
@@ -181,6 +184,18 @@ def scenario_from_dict(
     except AifabricError as e:
         raise SpecError(f"scenario {name}: {e}") from None
 
+    simulator = _check_keys(name, "simulator", raw.get("simulator", {}), SIMULATOR_KEYS)
+    partitions = simulator.get("partitions", "auto")
+    if partitions != "auto" and (
+        isinstance(partitions, bool)
+        or not isinstance(partitions, int)
+        or not 1 <= partitions <= 1024
+    ):
+        raise SpecError(
+            f'scenario {name}: simulator.partitions = {shown(partitions)} is neither "auto" '
+            "nor a whole number from 1 to 1024"
+        )
+
     faults = tuple(_fault(fabric, name, body) for body in _fault_list(raw.get("faults", []), name))
     flows, placed = generate_scheduled(
         fabric, workload, placement_seed, qpn_seed=seeds.get("qpn_seed"), sport=sport
@@ -213,6 +228,7 @@ def scenario_from_dict(
         faults=faults,
         sample_interval_ns=interval,
         captures=tuple(captures),
+        partitions=partitions,
         extra={
             "description": head.get("description", ""),
             **({"nccl": raw["nccl"]} if "nccl" in raw else {}),

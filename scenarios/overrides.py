@@ -56,7 +56,7 @@ def parse_assignment(text: str) -> tuple[str, Any]:
 def _known() -> dict[str, tuple[str, ...]]:
     """The keys each table of a scenario takes (from the modules that check them)."""
     from aifabric.fabric.cc import DEFAULTS as CC_DEFAULTS
-    from aifabric.scenarios import FAULT_KEYS, SCENARIO_KEYS
+    from aifabric.scenarios import FAULT_KEYS, SCENARIO_KEYS, SIMULATOR_KEYS
     from aifabric.scenarios.maintenance import KEYS as MAINTENANCE_KEYS
     from aifabric.topologies.spec import SCHEMA
     from aifabric.traffic.nccl import KEYS as NCCL_KEYS
@@ -75,6 +75,7 @@ def _known() -> dict[str, tuple[str, ...]]:
         "maintenance": MAINTENANCE_KEYS,
         "workload": tuple(dict.fromkeys((*job_keys, *WORKLOAD_KEYS, "preset"))),
         "nccl": NCCL_KEYS,
+        "simulator": SIMULATOR_KEYS,
     }
 
 

@@ -40,6 +40,7 @@ from aifabric.traffic.steps import first_latency_ns, stream_windows
 
 PS = L.PS_PER_NS
 CACHE_LINE = 64
+KEY_MAX = 2**62  # g[G_KEY_STOP] when the loop stops by time alone
 
 
 def packet_rows(n: int) -> np.ndarray:
@@ -104,6 +105,7 @@ class Simulation:
         faults: Iterable[Fault] = (),
         sample_interval_ns: int = 10_000,
         capture_ports: Iterable[int] = (),
+        partitions: int | str = 1,
     ):
         check_kind(cc)
         if sample_interval_ns <= 0:
@@ -115,6 +117,11 @@ class Simulation:
         if ecmp == "adaptive":
             self.params["loss_recovery"] = adaptive_loss_recovery(cc_params)
         self.seed = int(seed)
+        if partitions != "auto" and (not isinstance(partitions, int) or partitions < 1):
+            raise AifabricError(f'partitions must be "auto" or at least 1, got {partitions!r}')
+        self.partitions = partitions  # asked for (aifabric.sim.partition)
+        self.partitioned: dict = {"partitions": 1}  # what ran (`run`)
+        self.closed = False
         self.sample_interval_ns = int(sample_interval_ns)
         self._validate_flows()
         self.capture_ports = np.array(sorted(set(int(p) for p in capture_ports)), dtype=np.int64)
@@ -204,6 +211,7 @@ class Simulation:
         prm[L.P_ACK_EVERY] = 0 if p["ack_every"] == "flow" else p["ack_every"]
         prm[L.P_FINISH_AT_SENDER] = int(p["finish"] == "sender")
         prm[L.P_OVERHEAD_BYTES] = p["header_overhead"]
+        prm[L.P_QUOTA] = n  # done when every flow is (a partition's quota: sim/partition.py)
         fprm = np.zeros(L.FP_NFPRM, dtype=np.float64)
         fprm[L.FP_G] = p["g"]
         self.mtu = mtu
@@ -296,9 +304,11 @@ class Simulation:
         g = np.zeros(L.G_NG, dtype=np.int64)
         g[L.G_FREE] = 0
         g[L.G_NFREE] = n_pk
+        g[L.G_KEY_STOP] = KEY_MAX
         rows = int(max(4, min(256, 16_000_000 // (L.SM_N * 8 * max(f.n_ports, 1)))))
         smp = np.zeros((L.SM_N, rows, f.n_ports), dtype=np.int64)
         cap = np.zeros((65536 if len(self.capture_ports) else 32, L.CP_N), dtype=np.int64)
+        self.out = np.zeros((L.OUT_RESERVE, L.O_N), dtype=np.int64)  # a partition's: larger
 
         self.g, self.prm, self.fprm, self.pt, self.pmax = g, prm, fprm, pt, pmax
         self.fl, self.fr, self.nd, self.act, self.pk, self.pc = fl, fr, nd, act, pk, pc
@@ -437,7 +447,7 @@ class Simulation:
             fr=self.fr, nd=self.nd, act=self.act, pk=self.pk, pc=self.pc, ev=self.ev,
             path_ptr=self.path_ptr, path_port=self.path_port, dep_ptr=self.dep_ptr,
             dep=self.dep, smp=self.smp, cap=self.cap, net=r.net(), live=r.live(), nic_ip=r.ip,
-            load=self._load, rnd=self._rnd, gr=self.gr, gio=self.gio,
+            load=self._load, rnd=self._rnd, gr=self.gr, gio=self.gio, out=self.out,
         )  # fmt: skip
 
     # buffers ----------------------------------------------------------------------------
@@ -579,6 +589,8 @@ class Simulation:
         args = (self._state(), stop_ps, slice_events)
         if not kernel.run.signatures:  # load its machine code now, outside the timer
             kernel.run.compile(tuple(numba.typeof(a) for a in args))
+        if self.partitions != 1 and self._run_partitioned(until_ns, progress):
+            return True
         started = time.perf_counter()
         try:
             while True:
@@ -617,6 +629,39 @@ class Simulation:
                     progress(self.progress())
         finally:
             self.wall_s += time.perf_counter() - started
+
+    def _run_partitioned(self, until_ns, progress) -> bool:
+        """Run on `self.partitions` partitions (aifabric.sim.partition) if this run can be:
+        True once done; False (why in `self.partitioned`) to run on one."""
+        from aifabric.sim import partition
+
+        parts, why = partition.wanted(self, until_ns)
+        if why is None:
+            try:
+                run = partition.PartitionedRun(self, parts)
+            except partition.Fallback as e:
+                why = str(e)
+        if why is None:
+            try:
+                run.run(progress)
+            except partition.Fallback as e:
+                why = str(e)
+            except BaseException:  # stopped (Ctrl-C, SIGTERM): keep what was simulated
+                run.merge(stopped=True)
+                self.partitioned = {"partitions": run.n, "stopped": True}
+                raise
+            else:
+                run.merge()
+                self.wall_s += run.wall_s
+                self.partitioned = {
+                    "partitions": run.n,
+                    "lookahead_ns": run.lookahead / PS,
+                    "windows": run.windows,
+                    "outboxes_filled": run.spills,
+                }
+                return True
+        self.partitioned = {"partitions": 1, "asked": self.partitions, "why": why}
+        return False
 
     def stall_report(self) -> str:
         """One sentence: when the run stalled, which flows were stuck, where their packets were."""
@@ -660,6 +705,9 @@ class Simulation:
     # results -----------------------------------------------------------------------------
     def close(self) -> None:
         """Close the open sample interval and collect the buffers (call once, at the end)."""
+        if self.closed:
+            return
+        self.closed = True
         if int(self.g[L.G_SAMPLES]) >= self.smp.shape[1]:
             self._drain_samples()
         now = int(self.g[L.G_NOW_PS])

@@ -45,6 +45,7 @@ def simulation_for(scenario: Scenario) -> Simulation:
         faults=scenario.faults,
         sample_interval_ns=scenario.sample_interval_ns,
         capture_ports=scenario.capture_ports(),
+        partitions=scenario.partitions,
     )
 
 
@@ -289,6 +290,7 @@ def write_results(sim: Simulation, writer, ports, *, ran: bool = True) -> dict:
     summary["captures"] = captured
     summary["faults"] = [applied(sim.fabric, f) for f in sim.applied_faults]
     summary["transport"] = sim.transport()
+    summary["partitions"] = sim.partitioned
     writer.note(
         engine="sim",
         counters=sim.counters(),

@@ -43,6 +43,7 @@ from aifabric.sim.layout import (
     DO_REQUEST,
     E_A,
     E_B,
+    E_KEY,
     E_KIND,
     EV_ACK_RTO,
     EV_ARRIVE,
@@ -103,8 +104,11 @@ from aifabric.sim.layout import (
     G_FREE,
     G_HEAP,
     G_HOPS,
+    G_KEY_STOP,
+    G_LAST_KEY,
     G_NFREE,
     G_NOW_PS,
+    G_OUT,
     G_OVERFLOW,
     G_PFC,
     G_PROGRESS_T_PS,
@@ -142,6 +146,14 @@ from aifabric.sim.layout import (
     ND_CNT,
     ND_OFF,
     ND_RR,
+    O_A,
+    O_B,
+    O_KIND,
+    O_PART,
+    O_PC,
+    O_PK,
+    O_TIME_PS,
+    OUT_RESERVE,
     P_ACK_EVERY,
     P_ADAPTIVE,
     P_CC,
@@ -151,11 +163,14 @@ from aifabric.sim.layout import (
     P_MTU_BYTES,
     P_OVERHEAD_BYTES,
     P_PACKET_RESERVE,
+    P_PARTITIONED,
+    P_QUOTA,
     P_RTO_PS,
     P_SAMPLE_PS,
     P_SPRAY,
     P_STALL_PS,
     PC_ARG,
+    PC_N,
     PC_OFFSET_BYTES,
     PC_PSN,
     PFC_WIRE_BYTES,
@@ -164,6 +179,7 @@ from aifabric.sim.layout import (
     PK_FLOW,
     PK_HOP,
     PK_KIND,
+    PK_N,
     PK_NEXT,
     PK_NHOPS,
     PK_ROUTE,
@@ -174,6 +190,7 @@ from aifabric.sim.layout import (
     PT_CAPTURE,
     PT_DELAY_PS,
     PT_ECN_ON,
+    PT_FAR_PART,
     PT_FREE_AT_PS,
     PT_HEAD0,
     PT_HEAD1,
@@ -207,6 +224,7 @@ from aifabric.sim.layout import (
     PT_XOFF,
     R_DONE,
     R_DRAIN_CAPTURE,
+    R_DRAIN_OUT,
     R_DRAIN_SAMPLES,
     R_GROW_EVENTS,
     R_GROW_PACKETS,
@@ -332,6 +350,7 @@ def borrowed(S):
             _borrow(live.seeds), _borrow(live.crc_table),
         ),
         _borrow(S.nic_ip), _borrow(S.load), _borrow(S.rnd), _borrow(S.gr), _borrow(S.gio),
+        _borrow(S.out),
     )  # fmt: skip
 
 
@@ -475,7 +494,9 @@ def put_on_wire(S, p, i, now):
     pt[p, PT_FREE_AT_PS] = now + ser
     h = pk[i, PK_HOP] + 1
     q = pk[i, PK_ROUTE + h] if h < pk[i, PK_NHOPS] else -1
-    push(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
+    far = pt[p, PT_FAR_PART]
+    if far == 0:
+        push(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
     pt[p, PT_S_TX_BYTES] += pk[i, PK_WIRE_BYTES]
     g[G_HOPS] += 1
     if pt[p, PT_CAPTURE]:
@@ -483,6 +504,9 @@ def put_on_wire(S, p, i, now):
             S, p, pk[i, PK_KIND], pk[i, PK_FLOW], pc[i, PC_PSN], pk[i, PK_BYTES],
             pk[i, PK_CE], pc[i, PC_ARG], now,
         )  # fmt: skip
+    if far:
+        t = now + ser + pt[p, PT_DELAY_PS]
+        export(S, far - 1, t, np.int64(EV_ARRIVE), np.int64(i), arrive_hint(p, q))
 
 
 @njit(cache=True, inline="always")
@@ -491,12 +515,62 @@ def put_pfc_on_wire(S, p, quanta, now):
     g, pt, ev = S.g, S.pt, S.ev
     ser = serialization_ps(PFC_WIRE_BYTES, pt[p, PT_RATE_BPS])
     pt[p, PT_FREE_AT_PS] = now + ser
-    schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_PFC, p ^ 1, quanta)
+    far = pt[p, PT_FAR_PART]
+    if far:
+        t = now + ser + pt[p, PT_DELAY_PS]
+        export(S, far - 1, t, np.int64(EV_PFC), np.int64(p ^ 1), np.int64(quanta))
+    else:
+        schedule(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_PFC, p ^ 1, quanta)
     pt[p, PT_S_TX_BYTES] += PFC_WIRE_BYTES
     pt[p, PT_S_PFC] += 1
     g[G_PFC] += 1
     if pt[p, PT_CAPTURE]:
         record(S, p, K_PFC, -1, 0, 0, 0, quanta, now)
+
+
+@njit(cache=True)
+def export(S, part, t, kind, a, b):
+    """An event at time t for partition `part` (the far end of a link): into the outbox,
+    for the driver to hand over after this window (aifabric.sim.partition). An arrival
+    takes its packet along: its rows are copied and the row is free here."""
+    g, out = S.g, S.out
+    n = g[G_OUT]
+    if n >= out.shape[0]:  # the loop keeps OUT_RESERVE rows free; never reached
+        g[G_OVERFLOW] = 1
+        return
+    out[n, O_TIME_PS] = t
+    out[n, O_PART] = part
+    out[n, O_KIND] = kind
+    out[n, O_A] = a
+    out[n, O_B] = b
+    if kind == EV_ARRIVE:
+        for j in range(PK_N):
+            out[n, O_PK + j] = S.pk[a, j]
+        for j in range(PC_N):
+            out[n, O_PC + j] = S.pc[a, j]
+        release_packet(S, a)
+    g[G_OUT] = n + 1
+
+
+@njit(cache=True)
+def inject(S_counted, rows, n, part):
+    """Of the first n outbox rows of another partition, those for partition `part` (this
+    one): an arrival's packet gets a row here. The driver makes room first (packets and
+    events for n rows)."""
+    S = borrowed(S_counted)
+    pk, pc = S.pk, S.pc
+    for r in range(n):
+        if rows[r, O_PART] != part:
+            continue
+        kind = rows[r, O_KIND]
+        a = rows[r, O_A]
+        if kind == EV_ARRIVE:
+            a = alloc(S)
+            for j in range(PK_N):
+                pk[a, j] = rows[r, O_PK + j]
+            for j in range(PC_N):
+                pc[a, j] = rows[r, O_PC + j]
+        push(S.ev, S.g, rows[r, O_TIME_PS], kind, a, rows[r, O_B])
 
 
 # packets --------------------------------------------------------------------------------
@@ -1512,12 +1586,16 @@ def any_flow_underway(S):
 # the loop -----------------------------------------------------------------------------------
 
 
-@njit(cache=True, pipeline_class=LoopCompiler)
+@njit(cache=True, nogil=True, pipeline_class=LoopCompiler)
 def run(S_counted, t_stop, max_events):
-    """Process events in time order; returns why it stopped (see layout.R_*)."""
+    """Process events in (time, key) order; returns why it stopped (see layout.R_*). It
+    stops before an event later than t_stop, or of time t_stop with a key greater than
+    g[G_KEY_STOP]. Without the GIL: partitions run in threads (aifabric.sim.partition)."""
     S = borrowed(S_counted)
     g, prm, pt, fl, pk, ev, smp, cap = S.g, S.prm, S.pt, S.fl, S.pk, S.ev, S.smp, S.cap
-    n_flows = fl.shape[0]
+    n_flows = prm[P_QUOTA]
+    partitioned = prm[P_PARTITIONED]
+    key = g[G_LAST_KEY]
     done_events = 0
     event_rows = ev.shape[1] - prm[P_EVENT_RESERVE]  # the event list may hold this many
     packet_reserve = prm[P_PACKET_RESERVE]
@@ -1528,6 +1606,7 @@ def run(S_counted, t_stop, max_events):
             if not finish_purges(S, g[G_NOW_PS]):
                 return R_GROW_EVENTS
         if g[G_DONE] + g[G_STUCK] >= n_flows or g[G_HEAP] == 0:
+            g[G_LAST_KEY] = key
             return R_DONE
         if g[G_HEAP] > event_rows:
             return R_GROW_EVENTS
@@ -1537,9 +1616,12 @@ def run(S_counted, t_stop, max_events):
             return R_DRAIN_CAPTURE
         if g[G_SAMPLES] >= smp.shape[1]:
             return R_DRAIN_SAMPLES
+        if g[G_OUT] + OUT_RESERVE > S.out.shape[0]:
+            return R_DRAIN_OUT
         h, now = peek(ev, g)
-        if now > t_stop:
+        if now >= t_stop and (now > t_stop or ev[h, 0, E_KEY] > g[G_KEY_STOP]):
             return R_STOP
+        key = ev[h, 0, E_KEY]
         if done_events >= max_events:
             return R_LIMIT
         kind, a, b = take(ev, g, h)
@@ -1599,7 +1681,9 @@ def run(S_counted, t_stop, max_events):
                 send_ack(S, a, now)
         elif kind == EV_SAMPLE:
             close_sample(S, now)
-            if g[G_DONE] + g[G_STUCK] < n_flows:
+            if partitioned:  # the driver sees the whole run: it tells a stall
+                schedule(ev, g, now + prm[P_SAMPLE_PS], EV_SAMPLE, 0, 0)
+            elif g[G_DONE] + g[G_STUCK] < n_flows:
                 idle = g[G_HEAP] == 0  # nothing but sampling would ever happen again
                 if idle or now - g[G_PROGRESS_T_PS] > prm[P_STALL_PS]:
                     if any_flow_underway(S):

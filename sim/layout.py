@@ -13,7 +13,7 @@ from aifabric.fabric.routing import MAX_HOPS
 State = namedtuple(
     "State",
     "g prm fprm pt pmax fl fr nd act pk pc ev path_ptr path_port dep_ptr dep "
-    "smp cap net live nic_ip load rnd gr gio",
+    "smp cap net live nic_ip load rnd gr gio out",
 )
 """Everything the kernel reads and writes, by name (the columns of each array below):
 
@@ -32,6 +32,8 @@ State = namedtuple(
     load rnd             scratch for aifabric.fabric.routing.route_packet
     gr gio               streams (GR_*): a collective's connections, each carrying its steps
                          in order; gio holds each stream's inputs and outputs (streams)
+    out                  a partition's outbox (O_*): what it sent over a link into another
+                         partition (aifabric.sim.partition), for the next window
 """
 
 # event rows (ev[heap, i, :], aifabric.sim.heap); E_KEY orders events of the same time
@@ -84,8 +86,11 @@ TIE_ORDER = (
     G_WHEEL,  # pending events in the timing wheel's buckets (aifabric.sim.heap)
     G_CHUNKS,  # the wheel's chunks of rows ever taken (the rest of ev[POOL] is unused)
     G_FREE_CHUNK,  # 1 + the first chunk of the wheel's free list (0: none)
+    G_OUT,  # rows written to the outbox (out)
+    G_KEY_STOP,  # the loop stops before an event of time t_stop whose key is greater
+    G_LAST_KEY,  # the key of the event that made the flows done reach P_QUOTA
     G_NG,
-) = range(25)
+) = range(28)
 
 # parameters (prm[...], int64; rates bit/s, times ps)
 (
@@ -113,8 +118,11 @@ TIE_ORDER = (
     P_ACK_EVERY,  # the receiver ACKs every this many in-order data packets; 0: once per flow
     P_FINISH_AT_SENDER,  # 1: a flow ends when the ACK of its last byte reaches the sender
     P_OVERHEAD_BYTES,  # wire bytes of a packet besides its payload (cc header_overhead)
+    P_QUOTA,  # the loop returns R_DONE once this many flows are done or stuck (in a
+    # partition: those that end there, `aifabric.sim.partition`)
+    P_PARTITIONED,  # 1: one partition of several: sampling goes on; stalls are the driver's
     P_NPRM,
-) = range(25)
+) = range(27)
 # float parameters (fprm[...])
 FP_G, FP_NFPRM = range(2)
 
@@ -179,8 +187,9 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     PT_XON_OFFSET_BYTES,  # shared: resume this far below the dynamic threshold
     PT_RNG,  # the port's random-number generator state (ECN marking: aifabric.sim.ecn)
     PT_WAKE_PS,  # time of the last EV_TX `kernel.wait_tx` pushed: to come while later than now
+    PT_FAR_PART,  # 1 + the partition at the far end of its link, if not the port's own; else 0
     PT_N,
-) = range(47)
+) = range(48)
 
 # flows (fl[f, ...]); rates in fr[f, ...]
 (
@@ -336,6 +345,14 @@ SERIES = (
     R_STOP,
     R_STALLED,  # flows underway and nothing but sampling to come, or no data for P_STALL_PS
     R_OVERFLOW,  # see G_OVERFLOW: a bug, the run cannot go on
-) = range(9)
+    R_DRAIN_OUT,  # the outbox is (nearly) full
+) = range(10)
+
+# outbox rows (out[i, ...]): an event for another partition, and the packet it carries
+# (an EV_ARRIVE's pk and pc row; the receiving partition gives it a row of its own)
+O_TIME_PS, O_PART, O_KIND, O_A, O_B, O_PK = range(6)
+O_PC = O_PK + PK_N
+O_N = O_PC + PC_N
+OUT_RESERVE = 64  # outbox rows kept free before each event: more than one event sends
 
 PS_PER_NS = 1000

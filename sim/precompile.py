@@ -158,17 +158,21 @@ def work(counter: str, names: list[str], make_sim, should_stop=lambda: False) ->
 
 
 def python_layer_kernels(sim) -> None:
-    """Compile the loop's two entry points for the Python layer (`purge_port`, `sample`:
-    the state as the driver holds it, int64 arguments), which a run otherwise compiles
-    after the loop."""
+    """Compile the loop's entry points for the Python layer (`purge_port`, `sample`; and
+    for partitions `inject` and `earliest_ps`: the state as the driver holds it, int64
+    arguments), which a run otherwise compiles after the loop."""
     import numba
     from numba import types
 
-    from aifabric.sim import kernel
+    from aifabric.sim import heap, kernel
 
     counted = numba.typeof(sim._state())
-    kernel.purge_port.compile((counted, types.int64, types.int64))
-    kernel.sample.compile((counted, types.int64))
+    i64 = types.int64
+    kernel.purge_port.compile((counted, i64, i64))
+    kernel.sample.compile((counted, i64))
+    # partitions (aifabric.sim.partition): what the driver and the threads call
+    kernel.inject.compile((counted, types.int64[:, ::1], i64, i64))
+    heap.earliest_ps.compile((numba.typeof(sim.ev), numba.typeof(sim.g)))
 
 
 def cores() -> int:

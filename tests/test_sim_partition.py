@@ -1,0 +1,229 @@
+"""The simulator on several partitions (aifabric.sim.partition): the same results as on one,
+to the last counter and port sample, and one partition, saying why, where it cannot."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from aifabric import topologies, traffic
+from aifabric.cli import main
+from aifabric.fabric.errors import SpecError
+from aifabric.fabric.model import Role
+from aifabric.scenarios import load_scenario
+from aifabric.sim import Simulation, partition
+from aifabric.sim import layout as L
+
+
+@pytest.fixture(scope="module")
+def k8():
+    return topologies.load_fabric("fat-tree-k8")
+
+
+def flows(fabric, **spec):
+    return traffic.generate(fabric, traffic.workload_from_dict(spec, "w"), seed=1)
+
+
+def ran(fabric, table, parts, **kw) -> Simulation:
+    sim = Simulation(fabric, table, partitions=parts, **kw)
+    assert sim.run()
+    sim.close()
+    return sim
+
+
+def differences(one: Simulation, many: Simulation) -> list[str]:
+    """What differs between two runs' flow records, port series and counters."""
+    out = []
+    a, b = one.flow_records(), many.flow_records()
+    out += [k for k in a if not np.array_equal(np.asarray(a[k]), np.asarray(b[k]))]
+    pa, pb = one.port_series(), many.port_series()
+    out += [
+        f"ports.{k}"
+        for k in pa
+        if not np.array_equal(np.asarray(pa[k], np.int64), np.asarray(pb[k], np.int64))
+    ]
+    ca, cb = one.counters(), many.counters()
+    out += [f"counters.{k}" for k in ca if ca[k] != cb[k]]
+    return out
+
+
+CASES = {
+    "permutation": (dict(pattern="permutation", gpus=128, size="2MB"), {}),
+    "permutation, DCQCN": (dict(pattern="permutation", gpus=128, size="2MB"), dict(cc="dcqcn")),
+    "permutation, clear-to-send": (
+        dict(pattern="permutation", gpus=128, size="1MB"),
+        dict(cc="cts"),
+    ),
+    "permutation, finish at the receiver": (
+        dict(pattern="permutation", gpus=128, size="1MB"),
+        dict(cc_params={"finish": "receiver"}),
+    ),
+    "permutation, an ACK per packet": (
+        dict(pattern="permutation", gpus=64, size="1MB"),
+        dict(cc_params={"ack_every": 1}),
+    ),
+    "incast, DCQCN": (dict(pattern="incast", gpus=33, size="1MB"), dict(cc="dcqcn")),
+    "uniform, selective repeat": (
+        dict(pattern="uniform", gpus=32, size="256KB"),
+        dict(cc_params={"loss_recovery": "selective"}),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_any_number_of_partitions_gives_the_results_of_one(k8, case):
+    spec, kw = CASES[case]
+    table = flows(k8, **spec)
+    one = ran(k8, table, 1, **kw)
+    assert one.partitioned["partitions"] == 1
+    for parts in (2, 3, 4):
+        many = ran(k8, table, parts, **kw)
+        assert many.partitioned["partitions"] == parts, many.partitioned
+        assert many.partitioned["windows"] > 10
+        assert many.partitioned["outboxes_filled"] == 0
+        assert differences(one, many) == [], parts
+
+
+def test_a_partitioned_run_ends_at_its_last_flow_as_one_partition_does(k8):
+    """The run stops after the event that completes its last flow, in every partition:
+    the time, the events and the last sample row are those of one partition."""
+    table = flows(k8, pattern="permutation", gpus=128, size="512KB")
+    one = ran(k8, table, 1)
+    many = ran(k8, table, 4)
+    assert many.now_ns == one.now_ns == int(one.flow_records()["end_ns"].max())
+    assert many.counters()["events"] == one.counters()["events"]
+    assert many.sample_rows == one.sample_rows
+
+
+def test_a_run_that_drops_runs_again_on_one_partition(k8):
+    """Lossy (PFC off, small buffers): a drop sends the sender's timeout across the cut,
+    which partitions cannot do exactly; the run goes on one partition and says why."""
+    sc = load_scenario("incast-lossy")
+    table = sc.flows
+    kw = dict(cc=sc.cc, cc_params=sc.cc_params)
+    one = ran(sc.fabric, table, 1, **kw)
+    assert one.counters()["drops"] > 0
+    many = ran(sc.fabric, table, 2, **kw)
+    assert many.partitioned == {"partitions": 1, "asked": 2, "why": "a packet was dropped"}
+    assert differences(one, many) == []
+
+
+def test_collectives_run_on_one_partition_saying_why(k8):
+    table = traffic.generate(
+        k8,
+        traffic.workload_from_dict(
+            dict(collective="allreduce", algorithm="ring", size="1MiB", gpus=16), "ar"
+        ),
+        seed=1,
+    )
+    sim = ran(k8, table, 2)
+    assert sim.partitioned["partitions"] == 1
+    assert "wait on other flows" in sim.partitioned["why"]
+
+
+def test_auto_leaves_a_small_run_on_one_partition(k8, monkeypatch):
+    monkeypatch.setattr(partition, "cores", lambda: 4)
+    sim = ran(k8, flows(k8, pattern="permutation", gpus=128, size="64KB"), "auto")
+    assert sim.partitioned["partitions"] == 1
+    assert "small run (128 flows" in sim.partitioned["why"]
+
+
+def test_racks_are_cut_into_partitions_of_as_many_nics(k8):
+    for parts in (2, 3, 4):
+        part = partition.assign(k8, parts)
+        assert (part >= 0).all() and set(part.tolist()) == set(range(parts))
+        nics = np.bincount(part[k8.node_role == Role.NIC], minlength=parts)
+        assert nics.max() - nics.min() <= 16, nics  # whole racks of 16... or 4 NICs
+        # a NIC is where its leaf is
+        nic = np.flatnonzero(k8.node_role == Role.NIC)
+        assert (part[nic] == part[k8.nic_switch[nic]]).all()
+    part = partition.assign(k8, 2)
+    far = partition.far_parts(k8, part)
+    cut = far > 0
+    assert cut.any() and not cut[k8.nic_port[nic]].any()  # no NIC link is cut
+    assert (far[cut] - 1 == part[k8.port_peer[cut]]).all()
+    assert partition.lookahead_ps(k8, part) == int(k8.port_delay_ns[cut].min()) * L.PS_PER_NS
+
+
+def test_partitions_in_a_scenario_and_on_the_command_line(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(
+        '[scenario]\ntopology = "fat-tree-k8"\n'
+        '[workload]\npattern = "permutation"\ngpus = 128\nsize = "256KB"\n'
+        "[simulator]\npartitions = 2\n"
+    )
+    assert load_scenario(path).partitions == 2
+    assert load_scenario(path, overrides={"simulator.partitions": 1}).partitions == 1
+    for bad in (0, -1, "many", 2.5, True):
+        with pytest.raises(SpecError, match="simulator.partitions"):
+            load_scenario(path, overrides={"simulator.partitions": bad})
+    result = CliRunner().invoke(main, ["run", str(path), "-o", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "partitions        2, windows of 500 ns" in result.output
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["results"]["summary"]["partitions"]["partitions"] == 2
+    assert meta["scenario"]["simulator"] == {"partitions": 2}
+    result = CliRunner().invoke(
+        main, ["run", str(path), "-o", str(tmp_path / "one"), "--set", "simulator.partitions=1"]
+    )
+    assert result.exit_code == 0, result.output
+    one = tmp_path / "one"
+    assert (one / "flows.parquet").read_bytes() == (tmp_path / "run" / "flows.parquet").read_bytes()
+    assert (one / "ports.parquet").read_bytes() == (tmp_path / "run" / "ports.parquet").read_bytes()
+
+
+def test_a_simulation_refuses_partitions_it_cannot_have(k8):
+    table = flows(k8, pattern="permutation", gpus=16, size="64KB")
+    for bad in (0, "two", 1.5):
+        with pytest.raises(Exception, match="partitions must be"):
+            Simulation(k8, table, partitions=bad)
+
+
+def test_a_scenario_preset_runs_identically_on_partitions():
+    """A preset with PFC pauses across the cut (incast-pfc): the same on 3 partitions."""
+    sc = load_scenario("incast-pfc")
+    kw = dict(cc=sc.cc, cc_params=sc.cc_params, sample_interval_ns=sc.sample_interval_ns)
+    one = ran(sc.fabric, sc.flows, 1, **kw)
+    many = ran(sc.fabric, sc.flows, 3, **kw)
+    assert one.counters()["pfc_frames"] > 0
+    assert many.partitioned["partitions"] == 3, many.partitioned
+    assert differences(one, many) == []
+
+
+def test_an_outbox_that_fills_keeps_its_rows_aside_and_loses_none(k8, monkeypatch):
+    """Outboxes of a few rows: most of a window's frames into another partition are kept
+    aside by the driver and taken first by their partition, and nothing changes."""
+    table = flows(k8, pattern="permutation", gpus=128, size="256KB")
+    one = ran(k8, table, 1)
+    monkeypatch.setattr(partition, "MAX_OUT_ROWS", L.OUT_RESERVE + 4)
+    for spinning in (True, False):
+        monkeypatch.setattr(partition, "cores", lambda spinning=spinning: 4 if spinning else 1)
+        many = ran(k8, table, 2)
+        assert many.partitioned["partitions"] == 2
+        assert many.partitioned["outboxes_filled"] > 10
+        assert differences(one, many) == [], spinning
+
+
+def test_a_sweep_point_is_the_same_point_on_any_number_of_partitions(tmp_path):
+    """Partitions change a run's speed, never its results: a sweep reuses a point run on
+    another number of them, and its workers (which share the machine's cores already) run
+    "auto" on one."""
+    from aifabric.experiments.runner import run_point, scenario_hash
+
+    path = tmp_path / "p.toml"
+    path.write_text(
+        '[scenario]\ntopology = "lab-small"\n'
+        '[workload]\npattern = "permutation"\ngpus = 16\nsize = "64KB"\n'
+    )
+    sc = load_scenario(path)
+    assert sc.partitions == "auto"
+    hashes = {scenario_hash(replace(sc, partitions=p).to_dict()) for p in ("auto", 1, 4)}
+    assert len(hashes) == 1
+    row = run_point(str(path), [], 1, str(tmp_path / "run"), "sim", [])
+    assert row["status"] == "complete", row
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["scenario"]["simulator"] == {"partitions": 1}
