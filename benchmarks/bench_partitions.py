@@ -1,0 +1,120 @@
+"""One simulation on several partitions against one partition: wall and CPU seconds, and
+whether the results are the same.
+
+    python benchmarks/bench_partitions.py [a b c] [--partitions N ...] [--repeat N]
+        [--htsim-conventions]
+
+The cases are bench_sim.py's permutations of 2 MB flows: (a) fat-tree-k8 (128 NICs),
+(b) fat-tree-k16 (1,024 NICs), (c) fat-tree-k32 (8,192 NICs; long). Each case runs on
+one partition and on each `--partitions` count (default: 2), alternating, `--repeat`
+times (default 3), in one warm process (the kernels loaded once before); it prints the
+median wall and CPU seconds of each, the ratio of one partition's wall time to each
+count's, the windows the partitions ran in, and whether the flow records, the port series
+and every counter equal one partition's. `--htsim-conventions` runs them as
+bench_htsim.py sets aifabric to htsim's conventions (an ACK per packet, static per-port
+buffers, 64 bytes of header overhead, no congestion control).
+Issue 27's goal: (b) on 2 partitions at least 1.7 times faster in wall time than on one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_sim import CASES  # noqa: E402
+
+from aifabric.fabric.model import Role  # noqa: E402
+from aifabric.sim import Simulation  # noqa: E402
+from aifabric.topologies import load_fabric  # noqa: E402
+
+
+def htsim_fabric(fabric):
+    """Every switch on static per-port buffers with htsim's PFC thresholds (bench_htsim)."""
+    from bench_htsim import MTU, PFC_HIGH_PACKETS, PFC_LOW_PACKETS
+
+    queues = {}
+    for r in Role:
+        if r == Role.NIC:
+            continue
+        q = fabric.queue(r)
+        pfc = replace(q.pfc, xoff_bytes=PFC_HIGH_PACKETS * MTU, xon_bytes=PFC_LOW_PACKETS * MTU)
+        queues[r] = replace(q, model="static", pfc=pfc)
+    return replace(fabric, queues={**fabric.queues, **queues})
+
+
+def same(one: Simulation, other: Simulation) -> bool:
+    a, b = one.flow_records(), other.flow_records()
+    if any(not np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a):
+        return False
+    pa, pb = one.port_series(), other.port_series()
+    if any(
+        not np.array_equal(np.asarray(pa[k], np.int64), np.asarray(pb[k], np.int64)) for k in pa
+    ):
+        return False
+    return one.counters() == other.counters()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("cases", nargs="*", default=["b"], help="of a b c (default: b)")
+    ap.add_argument("--partitions", type=int, nargs="+", default=[2])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--htsim-conventions", action="store_true")
+    args = ap.parse_args()
+    kw = {}
+    if args.htsim_conventions:
+        from bench_htsim import HEADER_OVERHEAD
+
+        kw["cc_params"] = {"ack_every": 1, "header_overhead": HEADER_OVERHEAD}
+    print(f"cores: {len(os.sched_getaffinity(0))}; load {os.getloadavg()[0]:.2f}")
+    for case in args.cases:
+        topology, make, size = CASES[case]
+        fabric = load_fabric(topology)
+        if args.htsim_conventions:
+            fabric = htsim_fabric(fabric)
+        flows = make(fabric, size, 1)
+        counts = [1, *args.partitions]
+        ran: dict[int, list[tuple[float, float]]] = {p: [] for p in counts}
+        last: dict[int, Simulation] = {}
+        Simulation(fabric, flows, partitions=1, **kw).run()  # the kernels, loaded
+        for p in args.partitions:  # the partitions' own kernels, compiled or loaded
+            Simulation(fabric, flows, partitions=p, **kw).run()
+        for _ in range(args.repeat):
+            for p in counts:
+                sim = Simulation(fabric, flows, partitions=p, **kw)
+                w, c = time.perf_counter(), time.process_time()
+                assert sim.run()
+                ran[p].append((time.perf_counter() - w, time.process_time() - c))
+                sim.close()
+                last[p] = sim
+        wall1 = statistics.median(w for w, _ in ran[1])
+        print(f"({case}) {topology}, {len(flows):,} flows of {size:,} B, median of {args.repeat}")
+        for p in counts:
+            wall = statistics.median(w for w, _ in ran[p])
+            cpu = statistics.median(c for _, c in ran[p])
+            info = last[p].partitioned
+            shown = (
+                f"{info['partitions']} partitions, {info['windows']:,} windows of "
+                f"{info['lookahead_ns']:,.0f} ns"
+                if info["partitions"] > 1
+                else f"1 partition{'' if p == 1 else ' (' + info['why'] + ')'}"
+            )
+            identical = "" if p == 1 else f"  results identical: {same(last[1], last[p])}"
+            print(
+                f"  partitions={p}: wall {wall:6.3f} s  CPU {cpu:6.3f} s  "
+                f"speed-up {wall1 / wall:4.2f}x  ({shown}){identical}"
+            )
+
+
+if __name__ == "__main__":
+    main()
