@@ -32,13 +32,13 @@ import contextlib
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import TextIO
 
 from aifabric.fabric import _numba_cache
+from aifabric.fabric.files import ended_with_us, forget, temporary_directory
 
 MARKER = "aifabric-warm.json"
 ESTIMATE_FILE = "compile-seconds"
@@ -96,7 +96,7 @@ def warm_up(should_stop=lambda: False) -> None:
     from aifabric.topologies import load_fabric
     from aifabric.traffic import packetize
 
-    with tempfile.TemporaryDirectory(prefix="aifabric-warmup-") as tmp:
+    with temporary_directory("aifabric-warmup-") as tmp:
         for i, raw in enumerate(scenarios(POLICIES)):
             if should_stop():
                 raise Stopped
@@ -261,7 +261,7 @@ def callees_everywhere(should_stop=lambda: False, processes: int | None = None):
         if should_stop():  # inside the loop's compile: it ends here, before typing
             raise Stopped
 
-    with tempfile.TemporaryDirectory(prefix="aifabric-compile-") as tmp:
+    with temporary_directory("aifabric-compile-") as tmp:
         counter = str(Path(tmp) / "next")
         Path(counter).write_text("0")
         Path(done_file(counter)).write_text("0")
@@ -269,14 +269,13 @@ def callees_everywhere(should_stop=lambda: False, processes: int | None = None):
         try:
             for _ in range(min(processes or cores(), len(names)) - 1):
                 with contextlib.suppress(OSError):
-                    helpers.append(
-                        subprocess.Popen(
-                            command,
-                            stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL,
-                        )
+                    helper = subprocess.Popen(
+                        command,
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
                     )
+                    helpers.append(ended_with_us(helper))
             yield finish
             finish()
             for p in helpers:  # what a helper compiles after the callees (`_helper`)
@@ -288,6 +287,7 @@ def callees_everywhere(should_stop=lambda: False, processes: int | None = None):
                 if p.poll() is None:
                     p.terminate()
                 p.wait()
+                forget(p)
 
 
 def _cpu_s() -> float:
@@ -462,7 +462,7 @@ def _helper(counter: str, names: list[str]) -> None:
     rec[L.CP_PORT] = sim.fabric.nic_port[sim.flows.src[0]]
     rec[L.CP_KIND], rec[L.CP_BYTES] = L.K_DATA, 1000
     frame = FrameBuilder(sim.fabric, sim.flows, sim.routing.ip, sim.mtu).frame(rec)
-    with tempfile.TemporaryDirectory(prefix="aifabric-compile-") as tmp:
+    with temporary_directory("aifabric-compile-") as tmp:
         write_pcap(Path(tmp) / "one.pcap", [(0, frame)])
         capture_metrics(read_capture(Path(tmp) / "one.pcap"), series=True)
 

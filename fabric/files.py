@@ -9,7 +9,10 @@ disk: "disk full") is one sentence (AifabricError).
 A temporary lives only while its writer runs: it is removed when the write
 fails or is interrupted, and `remove_temporaries` removes those still being
 written when the process must end at once (`os._exit` after a second signal,
-`aifabric.engines.Stop`) or exits; `is_temporary` tells them from results.
+`aifabric.engines.Stop`) or exits; `is_temporary` tells them from results. The
+same holds for a scratch folder (`temporary_directory`) and for the helper
+processes a step starts (`ended_with_us`): a process ending at once removes the
+one and ends the others.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import atexit
 import contextlib
 import errno
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -28,6 +32,8 @@ from aifabric.fabric.errors import AifabricError
 
 DISK_FULL = "disk full"
 _LIVE: set[str] = set()  # temporaries being written, by this process
+_LIVE_DIRS: set[str] = set()  # scratch folders in use (`temporary_directory`)
+_CHILDREN: set = set()  # helper processes (subprocess.Popen) to end with this one
 
 
 def is_temporary(name: str) -> bool:
@@ -36,11 +42,43 @@ def is_temporary(name: str) -> bool:
 
 
 def remove_temporaries() -> None:
-    """Remove the temporaries still being written (the process is about to end)."""
+    """Remove the temporaries still being written and the scratch folders in use, and end
+    the helper processes still running (the process is about to end)."""
     for tmp in list(_LIVE):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         _LIVE.discard(tmp)
+    for child in list(_CHILDREN):
+        with contextlib.suppress(OSError):
+            child.kill()
+        _CHILDREN.discard(child)
+    for folder in list(_LIVE_DIRS):
+        shutil.rmtree(folder, ignore_errors=True)
+        _LIVE_DIRS.discard(folder)
+
+
+@contextlib.contextmanager
+def temporary_directory(prefix: str):
+    """A scratch folder (its path) removed when the block ends, or when the process must
+    end at once (`remove_temporaries`)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    _LIVE_DIRS.add(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        _LIVE_DIRS.discard(path)
+
+
+def ended_with_us(child):
+    """Register a helper process (subprocess.Popen) that a process ending at once ends too
+    (`remove_temporaries`); `forget(child)` once it is done. Returns it."""
+    _CHILDREN.add(child)
+    return child
+
+
+def forget(child) -> None:
+    _CHILDREN.discard(child)
 
 
 atexit.register(remove_temporaries)

@@ -9,6 +9,7 @@ left "running", every file in the run directory loadable.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -296,14 +297,29 @@ def test_sigterm_while_numba_compiles_ends_partial_without_a_traceback(small, tm
             assert "flows.npz" in names and "ports.npz" in names
 
 
+def _processes_with(variable: str) -> list[int]:
+    """The processes whose environment holds `variable` (NAME=value), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if variable.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+    return found
+
+
 @pytest.mark.slow  # a cold compile of the kernels: about three CPU minutes
 def test_signals_during_the_warm_up_of_an_empty_cache_end_quietly(small, tmp_path):
     """`aifabric run` on an empty kernel cache compiles everything first: one signal stops
-    after the current compile step, a second at once; nothing is written, no traceback."""
+    after the current compile step, a second at once; nothing is written, no traceback,
+    no scratch folder and no compiling helper process left behind."""
     for signals in (2, 1):
         out = tmp_path / f"run{signals}"
         cache = tmp_path / f"numba{signals}"
-        proc = _aifabric("run", small, "-o", out, env={"NUMBA_CACHE_DIR": str(cache)})
+        scratch = tmp_path / f"tmp{signals}"
+        scratch.mkdir()
+        env = {"NUMBA_CACHE_DIR": str(cache), "TMPDIR": str(scratch)}
+        proc = _aifabric("run", small, "-o", out, env=env)
         deadline = time.monotonic() + 300
         while not list(cache.glob("fabric_*/routing._walk_many-*.nbi")):
             assert time.monotonic() < deadline and proc.poll() is None, "no routes compiled"
@@ -319,6 +335,11 @@ def test_signals_during_the_warm_up_of_an_empty_cache_end_quietly(small, tmp_pat
         assert proc.returncode == 130, err
         assert not (out / "run.json").exists()
         assert not (cache / warmup.MARKER).exists()  # the next run compiles what is left
+        assert list(scratch.iterdir()) == []
+        deadline = time.monotonic() + 10  # a helper SIGKILLed is gone at once
+        while _processes_with(f"NUMBA_CACHE_DIR={cache}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _processes_with(f"NUMBA_CACHE_DIR={cache}") == []
         if signals == 2:
             assert "stopped while compiling; nothing was written" in err
             assert time.monotonic() - sent < 10, "a second signal did not stop at once"
