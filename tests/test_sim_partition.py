@@ -227,3 +227,28 @@ def test_a_sweep_point_is_the_same_point_on_any_number_of_partitions(tmp_path):
     assert row["status"] == "complete", row
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["scenario"]["simulator"] == {"partitions": 1}
+
+
+def test_a_partitioned_run_stopped_midway_keeps_what_ran(k8, monkeypatch):
+    """A stop (Ctrl-C, SIGTERM: the progress hook raises) ends every thread, and the
+    simulation holds what the partitions simulated so far, closed at the earliest of
+    them: some flows started, none past that time, the sample rows up to it."""
+    monkeypatch.setattr(partition, "cores", lambda: 2)
+
+    class Stop(Exception):
+        pass
+
+    def hook(progress):
+        raise Stop
+
+    sim = Simulation(k8, flows(k8, pattern="permutation", gpus=128, size="4MB"), partitions=2)
+    with pytest.raises(Stop):
+        sim.run(progress=hook)
+    assert sim.partitioned == {"partitions": 2, "stopped": True}
+    sim.close()
+    records = sim.flow_records()
+    now = sim.now_ns
+    assert 0 < now < 1_000_000  # 4 MB flows at 100G take over 320 us; it stopped early
+    assert (records["start_ns"] >= 0).sum() > 64 and (records["end_ns"] == -1).all()
+    assert (records["start_ns"] <= now).all()
+    assert sim.sample_rows == now // sim.sample_interval_ns + (now % sim.sample_interval_ns > 0)
