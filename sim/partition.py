@@ -77,17 +77,20 @@ def assign(fabric: Fabric, parts: int) -> np.ndarray:
     part[nic] = part[leaf_of[nic]]
     switches = np.zeros(parts, dtype=np.int64)
     np.add.at(switches, part[leaves], 1)
+    order = np.argsort(f.port_node, kind="stable")  # each node's ports, together
+    ptr = np.searchsorted(f.port_node[order], np.arange(f.n_nodes + 1))
+
+    def neighbours(v: int) -> np.ndarray:
+        return peer_node[order[ptr[v] : ptr[v + 1]]]
+
     frontier = list(leaves)
     while True:
-        nxt = sorted(
-            {int(v) for u in frontier for v in _neighbours(f, u, peer_node) if part[v] < 0}
-        )
+        nxt = sorted({int(v) for u in frontier for v in neighbours(u) if part[v] < 0})
         if not nxt:
             break
         for v in nxt:
-            votes = np.bincount(
-                [part[w] for w in _neighbours(f, v, peer_node) if part[w] >= 0], minlength=parts
-            )
+            near = neighbours(v)
+            votes = np.bincount(part[near[part[near] >= 0]], minlength=parts)
             best = np.flatnonzero(votes == votes.max())
             k = int(best[np.argmin(switches[best])])
             part[v] = k
@@ -95,10 +98,6 @@ def assign(fabric: Fabric, parts: int) -> np.ndarray:
         frontier = nxt
     part[part < 0] = 0  # nodes with no link to a rack
     return part
-
-
-def _neighbours(f: Fabric, v: int, peer_node: np.ndarray) -> np.ndarray:
-    return peer_node[f.port_node == v]
 
 
 def far_parts(fabric: Fabric, part: np.ndarray) -> np.ndarray:
