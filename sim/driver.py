@@ -40,7 +40,6 @@ from aifabric.traffic.steps import first_latency_ns, stream_windows
 
 PS = L.PS_PER_NS
 CACHE_LINE = 64
-KEY_MAX = 2**62  # g[G_KEY_STOP] when the loop stops by time alone
 
 
 def packet_rows(n: int) -> np.ndarray:
@@ -304,7 +303,7 @@ class Simulation:
         g = np.zeros(L.G_NG, dtype=np.int64)
         g[L.G_FREE] = 0
         g[L.G_NFREE] = n_pk
-        g[L.G_KEY_STOP] = KEY_MAX
+        g[L.G_KEY_STOP] = kernel.NEVER  # the loop stops by time alone
         rows = int(max(4, min(256, 16_000_000 // (L.SM_N * 8 * max(f.n_ports, 1)))))
         smp = np.zeros((L.SM_N, rows, f.n_ports), dtype=np.int64)
         cap = np.zeros((65536 if len(self.capture_ports) else 32, L.CP_N), dtype=np.int64)
@@ -481,6 +480,27 @@ class Simulation:
         ev[:, :old] = self.ev
         self.ev = ev
 
+    def make_room(self, code: int) -> bool:
+        """Do what the loop's `code` asks of the Python layer when it needs room: grow the
+        event list or the packet pool, drain the captures or the samples (True). False for
+        any other code; R_OVERFLOW (a bug in the kernel's reserves) raises."""
+        if code == L.R_GROW_EVENTS:
+            self._grow_events()
+        elif code == L.R_GROW_PACKETS:
+            self._grow_packets()
+        elif code == L.R_DRAIN_CAPTURE:
+            self._drain_captures()
+        elif code == L.R_DRAIN_SAMPLES:
+            self._drain_samples()
+        elif code == L.R_OVERFLOW:
+            raise RuntimeError(
+                "the simulator's event list or packet pool ran out of room; "
+                "the run cannot go on (a bug in the kernel's reserves)"
+            )
+        else:
+            return False
+        return True
+
     def _drain_captures(self) -> None:
         n = int(self.g[L.G_CAPS])
         if n:
@@ -600,21 +620,10 @@ class Simulation:
                 code = kernel.run(self._state(), t_stop, slice_events)
                 if code == L.R_DONE:
                     return True
-                if code == L.R_GROW_EVENTS:
-                    self._grow_events()
-                elif code == L.R_GROW_PACKETS:
-                    self._grow_packets()
-                elif code == L.R_DRAIN_CAPTURE:
-                    self._drain_captures()
-                elif code == L.R_DRAIN_SAMPLES:
-                    self._drain_samples()
+                if self.make_room(code):
+                    pass
                 elif code == L.R_STALLED:
                     raise Stalled(self.stall_report())
-                elif code == L.R_OVERFLOW:
-                    raise RuntimeError(
-                        "the simulator's event list or packet pool ran out of room; "
-                        "the run cannot go on (a bug in the kernel's reserves)"
-                    )
                 elif code == L.R_STOP:
                     if self.pending_faults and self.pending_faults[0].at_ns * PS - 1 < stop_ps:
                         fault = self.pending_faults.pop(0)

@@ -43,7 +43,7 @@ from aifabric.sim import layout as L
 from aifabric.sim import windows as W
 
 PS = L.PS_PER_NS
-NEVER = 2**62  # a quota no partition reaches
+NEVER = kernel.NEVER  # a quota no partition reaches, a key above every key
 SLICE = 1 << 22  # events per kernel call, between looks at the stop flag
 
 
@@ -223,21 +223,10 @@ class PartitionedRun:
                 code = kernel.run(c._state(), t_stop, SLICE)
                 if code in (L.R_STOP, L.R_DONE):
                     return code
-                if code == L.R_GROW_EVENTS:
-                    c._grow_events()
-                elif code == L.R_GROW_PACKETS:
-                    c._grow_packets()
-                elif code == L.R_DRAIN_SAMPLES:
-                    c._drain_samples()
-                elif code == L.R_DRAIN_CAPTURE:
-                    c._drain_captures()
-                elif code == L.R_DRAIN_OUT:
+                if code == L.R_DRAIN_OUT:
                     self._drain_out(k, w)
-                elif code == L.R_OVERFLOW:
-                    raise RuntimeError(
-                        "the simulator's event list or packet pool ran out of room; "
-                        "the run cannot go on (a bug in the kernel's reserves)"
-                    )
+                else:
+                    c.make_room(code)  # R_LIMIT: on with the next slice
         finally:
             c.g[L.G_KEY_STOP] = NEVER
 

@@ -59,7 +59,7 @@ PH_TAKE, PH_RUN, PH_WAIT, PH_ON, PH_WAIT_ON, PH_NEXT, PH_END = range(7)
 # what a thread publishes after its part of a window (sync[window % 2, thread, ...])
 Y_REACHED, Y_LAST_T, Y_LAST_KEY, Y_FIRST, Y_PROGRESS, Y_OUT, Y_SPILLED, Y_N = range(8)
 YIELD_WINDOWS = 512  # windows between two returns of thread 0 (progress)
-NEVER = 2**62
+NEVER = kernel.NEVER
 
 
 def _pointer(context, builder, aryty, ary_value, index):
