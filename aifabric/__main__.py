@@ -16,6 +16,9 @@ def command_line() -> None:
     sys.meta_path.insert(0, _NumbasOptionalImports())
     code = 1
     try:
+        if _mpi_follower():
+            code = 0
+            return
         main()
     except SystemExit as e:
         code = e.code
@@ -24,6 +27,28 @@ def command_line() -> None:
         cli = sys.modules.get("aifabric.cli")
         if code in (None, 0) and cli is not None and cli.NOTHING_TO_TEAR_DOWN:
             _end_now()
+
+
+def _mpi_follower() -> bool:
+    """Under `mpirun -n N` (N > 1): True on every rank but 0, once it has served rank 0's
+    run (aifabric.sim.mpi), which alone runs the command and prints; a missing mpi4py
+    is one sentence, said by rank 0."""
+    from aifabric.fabric.launcher import launched_rank, launched_ranks
+
+    if launched_ranks() < 2:
+        return False
+    from aifabric.fabric.errors import AifabricError
+    from aifabric.sim import mpi
+
+    try:
+        if not mpi.follower():
+            return False
+    except AifabricError as e:
+        if launched_rank() == 0:
+            print(f"Error: {e}", file=sys.stderr)
+        sys.exit(1)
+    mpi.serve()
+    return True
 
 
 class _NumbasOptionalImports:

@@ -241,10 +241,15 @@ def run(
 def partitions_line(part: dict) -> str:
     """run.json's summary.partitions, for the terminal."""
     if part["partitions"] > 1:
+        ranks = f" on {part['mpi_ranks']} MPI ranks" if "mpi_ranks" in part else ""
+        if part.get("stopped"):
+            return f"{part['partitions']}{ranks}, stopped before the end"
         return (
-            f"{part['partitions']}, windows of {part['lookahead_ns']:,.0f} ns "
+            f"{part['partitions']}{ranks}, windows of {part['lookahead_ns']:,.0f} ns "
             f"({part['windows']:,} windows)"
         )
+    if "mpi_ranks" in part:
+        return f"1, on MPI rank 0 alone ({part['mpi_ranks']} ranks): {part['why']}"
     return f"1 ({part['asked']} asked): {part['why']}"
 
 
@@ -307,7 +312,7 @@ def _print_summary(sc, s: dict) -> None:
         )
     part = s.get("partitions")
     asked = part.get("asked", 1) if part else 1
-    if part and (part["partitions"] > 1 or (asked != "auto" and asked > 1)):
+    if part and (part["partitions"] > 1 or (asked != "auto" and asked > 1) or "mpi_ranks" in part):
         click.echo(f"partitions        {partitions_line(part)}")
     for f in s.get("faults", []):
         when = format_time(f["at_ns"])

@@ -14,6 +14,8 @@ and every counter equal one partition's. `--htsim-conventions` runs them as
 bench_htsim.py sets aifabric to htsim's conventions (an ACK per packet, static per-port
 buffers, 64 bytes of header overhead, no congestion control).
 Issue 27's goal: (b) on 2 partitions at least 1.7 times faster in wall time than on one.
+Under `mpirun -n N` the partitions run on the MPI job's ranks (aifabric.sim.mpi): rank 0
+runs the benchmark and prints, the others serve.
 """
 
 from __future__ import annotations
@@ -65,6 +67,11 @@ def same(one: Simulation, other: Simulation) -> bool:
 
 
 def main() -> None:
+    from aifabric.sim import mpi
+
+    if mpi.follower():  # under mpirun: rank 0 runs the benchmark, the others its partitions
+        mpi.serve()
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="*", default=["b"], help="of a b c (default: b)")
     ap.add_argument("--partitions", type=int, nargs="+", default=[2])
@@ -103,8 +110,9 @@ def main() -> None:
             wall = statistics.median(w for w, _ in ran[p])
             cpu = statistics.median(c for _, c in ran[p])
             info = last[p].partitioned
+            ranks = f" on {info['mpi_ranks']} MPI ranks" if "mpi_ranks" in info else ""
             shown = (
-                f"{info['partitions']} partitions, {info['windows']:,} windows of "
+                f"{info['partitions']} partitions{ranks}, {info['windows']:,} windows of "
                 f"{info['lookahead_ns']:,.0f} ns"
                 if info["partitions"] > 1
                 else f"1 partition{'' if p == 1 else ' (' + info['why'] + ')'}"

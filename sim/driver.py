@@ -642,12 +642,18 @@ class Simulation:
     def _run_partitioned(self, until_ns, progress) -> bool:
         """Run on `self.partitions` partitions (aifabric.sim.partition) if this run can be:
         True once done; False (why in `self.partitioned`) to run on one."""
-        from aifabric.sim import partition
+        from aifabric.sim import mpi, partition
 
-        parts, why = partition.wanted(self, until_ns)
+        world = mpi.world()  # under mpirun: the partitions on the job's ranks (sim/mpi.py)
+        ranks = {} if world is None else {"mpi_ranks": world.size}
+        if world is None:
+            parts, why = partition.wanted(self, until_ns)
+        else:
+            parts = mpi.partitions(self.partitions, world.size)
+            why = partition.why_not(self, until_ns)
         if why is None:
             try:
-                run = partition.PartitionedRun(self, parts)
+                run = mpi.start(self, parts) if world else partition.PartitionedRun(self, parts)
             except partition.Fallback as e:
                 why = str(e)
         if why is None:
@@ -657,19 +663,20 @@ class Simulation:
                 why = str(e)
             except BaseException:  # stopped (Ctrl-C, SIGTERM): keep what was simulated
                 run.merge(stopped=True)
-                self.partitioned = {"partitions": run.n, "stopped": True}
+                self.partitioned = {"partitions": run.n, **ranks, "stopped": True}
                 raise
             else:
                 run.merge()
                 self.wall_s += run.wall_s
                 self.partitioned = {
                     "partitions": run.n,
+                    **ranks,
                     "lookahead_ns": run.lookahead / PS,
                     "windows": run.windows,
                     "outboxes_filled": run.spills,
                 }
                 return True
-        self.partitioned = {"partitions": 1, "asked": self.partitions, "why": why}
+        self.partitioned = {"partitions": 1, **ranks, "asked": self.partitions, "why": why}
         return False
 
     def stall_report(self) -> str:

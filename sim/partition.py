@@ -19,7 +19,10 @@ after the event that completes its last one; once every partition has, the lates
 those events is the end, and the partitions that stopped earlier run up to it (in time,
 then key order).
 
-The windows' partitions run in threads: the loop (`kernel.run`) holds no GIL.
+The windows' partitions run in threads: the loop (`kernel.run`) holds no GIL. Under
+`mpirun` they run on the job's ranks instead (aifabric.sim.mpi: `PartitionedRun` with
+`local`, the partitions one rank holds, and `close_local` and `combine`, the two
+halves of `merge`).
 
 What needs more than a link between partitions is not partitioned (`why_not`): flows
 that wait on other flows (collectives: a step released at another NIC the moment data
@@ -162,7 +165,7 @@ def why_not(sim, until_ns) -> str | None:
 class PartitionedRun:
     """`Simulation.run` on `parts` partitions (`sim` keeps its state until `merge`)."""
 
-    def __init__(self, sim, parts: int):
+    def __init__(self, sim, parts: int, local=None):
         self.sim = sim
         f = sim.fabric
         self.part = assign(f, parts)
@@ -186,20 +189,25 @@ class PartitionedRun:
         # every partition's outbox of even windows and of odd ones: the others read one
         # while a partition writes the other
         rows = min(out_rows(sim, far, self.lookahead), MAX_OUT_ROWS)
-        self.box = np.zeros((2, self.n, rows, L.O_N), dtype=np.int64)
-        self.parts = [self._partition(k, far) for k in range(self.n)]
+        # the partitions this process holds (aifabric.sim.mpi: a rank's share), in order
+        self.local = list(range(self.n)) if local is None else list(local(self.n))
+        self.box = np.zeros((2, len(self.local), rows, L.O_N), dtype=np.int64)
+        self.parts = [None] * self.n
+        for i, k in enumerate(self.local):
+            self.parts[k] = self._partition(k, far, i)
         self.end: tuple[int, int] | None = None  # the (time, key) of the run's last event
         self.spills = 0  # outboxes that filled in a window (their rows kept aside)
 
-    def _partition(self, k: int, far: np.ndarray):
-        """A copy of the simulation's state holding partition k's first events only."""
+    def _partition(self, k: int, far: np.ndarray, i: int):
+        """A copy of the simulation's state holding partition k's first events only (its
+        outboxes: `self.box[:, i]`)."""
         sim = self.sim
         c = copy.copy(sim)
         for name in ("g", "prm", "pt", "fl", "fr", "nd", "act", "pk", "pc", "smp", "cap"):
             setattr(c, name, getattr(sim, name).copy())
         c._load, c._rnd, c.gr = sim._load.copy(), sim._rnd.copy(), sim.gr.copy()
         c.ev = np.zeros_like(sim.ev)
-        c.outs = [self.box[0, k], self.box[1, k]]
+        c.outs = [self.box[0, i], self.box[1, i]]
         c.out = c.outs[0]
         c.sample_chunks, c.capture_chunks, c.sample_rows, c.wall_s = [], [], 0, 0.0
         c.pt[:, L.PT_FAR_PART] = far
@@ -474,14 +482,23 @@ class PartitionedRun:
         (what its receiver keeps) its receiver's, the counters summed, the port series
         of each port from its owner. A run `stopped` before its end: each partition as
         far as it went (within a window of the others), closed at the earliest."""
+        if stopped:
+            self.end = (min(int(c.g[L.G_NOW_PS]) for c in self.parts), NEVER)
+        self.close_local()
+        self.combine()
+
+    def close_local(self) -> None:
+        """Close the partitions held here at the run's end, `self.end`."""
+        for k in self.local:
+            c = self.parts[k]
+            c.g[L.G_NOW_PS] = self.end[0]
+            c.close()
+
+    def combine(self) -> None:
+        """`merge`'s second half: every partition closed, `sim` gets the results."""
         sim, parts = self.sim, self.parts
         f = sim.fabric
-        if stopped:
-            self.end = (min(int(c.g[L.G_NOW_PS]) for c in parts), NEVER)
         t_end = self.end[0]
-        for c in parts:
-            c.g[L.G_NOW_PS] = t_end
-            c.close()
         port_part = self.part[f.port_node]
         for k, c in enumerate(parts):
             mine = port_part == k

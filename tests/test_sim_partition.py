@@ -252,3 +252,11 @@ def test_a_partitioned_run_stopped_midway_keeps_what_ran(k8, monkeypatch):
     assert (records["start_ns"] >= 0).sum() > 64 and (records["end_ns"] == -1).all()
     assert (records["start_ns"] <= now).all()
     assert sim.sample_rows == now // sim.sample_interval_ns + (now % sim.sample_interval_ns > 0)
+
+
+def test_a_stopped_partitioned_run_is_one_line_on_the_terminal():
+    from aifabric.cli_run import partitions_line
+
+    assert partitions_line({"partitions": 2, "stopped": True}) == "2, stopped before the end"
+    line = partitions_line({"partitions": 1, "mpi_ranks": 2, "asked": "auto", "why": "captures"})
+    assert line == "1, on MPI rank 0 alone (2 ranks): captures"

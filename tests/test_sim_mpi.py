@@ -1,0 +1,170 @@
+"""One simulation on the ranks of an MPI job (aifabric.sim.mpi): `mpirun -n N aifabric run`
+writes what one process writes, rank 0 alone prints and writes, and a run that cannot be
+partitioned, bad input or a stop end every rank without a hang.
+
+Needs Open MPI's mpirun and mpi4py (`scripts/install --test` installs both); ranks may
+outnumber the cores (--oversubscribe)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from aifabric.fabric.errors import AifabricError
+from aifabric.sim import mpi
+
+
+def _have_mpi4py() -> bool:
+    code = "import mpi4py"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+needs_mpi = pytest.mark.skipif(
+    shutil.which("mpirun") is None or not _have_mpi4py(),
+    reason="needs Open MPI's mpirun and mpi4py (scripts/install --test)",
+)
+
+K8 = """[scenario]
+topology = "fat-tree-k8"
+[workload]
+pattern = "permutation"
+gpus = 128
+size = "2MB"
+"""
+
+
+def mpirun(ranks: int, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`aifabric ARGS` on `ranks` MPI ranks (as root too, oversubscribed)."""
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    cmd = ["mpirun", "-n", str(ranks), "--oversubscribe", sys.executable, "-m", "aifabric"]
+    return subprocess.run([*cmd, *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def plain(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "aifabric", *args], capture_output=True, text=True, timeout=240
+    )
+
+
+def same_results(a, b) -> bool:
+    return all(
+        (a / name).read_bytes() == (b / name).read_bytes()
+        for name in ("flows.parquet", "ports.parquet")
+    )
+
+
+def summary(run) -> dict:
+    return json.loads((run / "run.json").read_text())["results"]["summary"]
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks, parts", [(2, "3"), (4, "auto")])
+def test_mpi_ranks_write_what_one_process_writes(tmp_path, ranks, parts):
+    """2 ranks holding 3 partitions (2 on rank 0) and 4 ranks one each: flow records and
+    port series byte for byte those of one process on one partition; PFC pauses and ECN
+    marks cross the cut. Rank 0 alone prints (one summary) and writes."""
+    spec = tmp_path / "k8.toml"
+    spec.write_text(K8)
+    one = plain("run", str(spec), "-o", str(tmp_path / "one"), "--set", "simulator.partitions=1")
+    assert one.returncode == 0, one.stderr
+    got = mpirun(
+        ranks,
+        "run",
+        str(spec),
+        "-o",
+        str(tmp_path / "mpi"),
+        "--set",
+        f"simulator.partitions={parts}",
+    )
+    assert got.returncode == 0, got.stdout + got.stderr
+    n = ranks if parts == "auto" else int(parts)
+    assert got.stdout.count("partitions        ") == 1
+    assert f"partitions        {n} on {ranks} MPI ranks, windows of 500 ns" in got.stdout
+    part = summary(tmp_path / "mpi")["partitions"]
+    assert (part["partitions"], part["mpi_ranks"]) == (n, ranks)
+    assert same_results(tmp_path / "one", tmp_path / "mpi")
+    s = summary(tmp_path / "one")
+    assert s["pfc_frames"] > 0 and s["ecn_marked"] > 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k8.toml", "mpi", "one"]
+
+
+@needs_mpi
+def test_an_mpi_run_that_cannot_be_partitioned_runs_on_rank_0(tmp_path):
+    """Collectives (the demo) and a run that drops (incast-lossy, found midway): rank 0
+    runs them alone, says why, and writes what one process writes; the other ranks end."""
+    for preset, why in [
+        ("demo", "flows that wait on other flows"),
+        ("incast-lossy", "a packet was dropped"),
+    ]:
+        one = plain("run", preset, "-o", str(tmp_path / f"{preset}-one"))
+        assert one.returncode == 0, one.stderr
+        got = mpirun(
+            2, "run", preset, "-o", str(tmp_path / preset), "--set", "simulator.partitions=2"
+        )
+        assert got.returncode == 0, got.stdout + got.stderr
+        assert "partitions        1, on MPI rank 0 alone (2 ranks): " + why in got.stdout
+        assert same_results(tmp_path / f"{preset}-one", tmp_path / preset)
+
+
+@needs_mpi
+def test_bad_input_under_mpirun_is_one_sentence_and_ends_every_rank(tmp_path):
+    got = mpirun(2, "run", "no-such-preset", "-o", str(tmp_path / "r"), timeout=120)
+    assert got.returncode != 0
+    assert got.stderr.count("unknown scenario preset 'no-such-preset'") == 1
+    assert "Traceback" not in got.stderr + got.stdout
+    assert not (tmp_path / "r").exists()
+
+
+@needs_mpi
+def test_a_stopped_mpi_run_keeps_what_ran_and_ends_every_rank(tmp_path):
+    """SIGINT to rank 0 (the pid in run.json) midway: every rank's windows end, rank 0
+    writes a partial run saying so, and no rank is left behind."""
+    spec = tmp_path / "long.toml"
+    spec.write_text(K8.replace('size = "2MB"', 'size = "64MB"'))
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    run = tmp_path / "r"
+    cmd = ["mpirun", "-n", "2", "--oversubscribe", sys.executable, "-m", "aifabric"]
+    proc = subprocess.Popen(
+        [*cmd, "run", str(spec), "-o", str(run), "--set", "simulator.partitions=2"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline, pid = time.monotonic() + 120, None
+        while pid is None and time.monotonic() < deadline:  # until the run has begun
+            try:
+                pid = json.loads((run / "run.json").read_text())["pid"]
+            except (OSError, ValueError, KeyError):
+                time.sleep(0.2)
+        time.sleep(3.0)  # into its windows: the whole run takes over 20 s
+        os.kill(pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "partial", (out, err)
+    assert meta["results"]["summary"]["partitions"] == {
+        "partitions": 2,
+        "mpi_ranks": 2,
+        "stopped": True,
+    }
+    assert "partitions        2 on 2 MPI ranks, stopped before the end" in out
+    assert "Traceback" not in out + err
+    left = subprocess.run(["pgrep", "-f", str(spec)], capture_output=True, text=True)
+    assert left.stdout == ""
+
+
+def test_a_launcher_without_mpi4py_is_one_sentence(monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    monkeypatch.setitem(sys.modules, "mpi4py", None)  # import mpi4py: ImportError
+    monkeypatch.setattr(mpi, "_looked", False)
+    monkeypatch.setattr(mpi, "_world", None)
+    with pytest.raises(AifabricError, match=r"^started as one of 2 MPI ranks, but mpi4py is not"):
+        mpi.world()
