@@ -37,6 +37,7 @@ import copy
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -48,6 +49,7 @@ from aifabric.sim import windows as W
 PS = L.PS_PER_NS
 NEVER = kernel.NEVER  # a quota no partition reaches, a key above every key
 SLICE = 1 << 22  # events per kernel call, between looks at the stop flag
+PROGRESS_S = 0.5  # wall seconds between progress reports of windows that meet by message
 
 
 class Fallback(Exception):
@@ -197,6 +199,9 @@ class PartitionedRun:
             self.parts[k] = self._partition(k, far, i)
         self.end: tuple[int, int] | None = None  # the (time, key) of the run's last event
         self.spills = 0  # outboxes that filled in a window (their rows kept aside)
+        self.boxes = [[[] for _ in range(self.n)] for _ in range(2)]  # those rows, by parity
+        self.windows = 0
+        self.merged = False
 
     def _partition(self, k: int, far: np.ndarray, i: int):
         """A copy of the simulation's state holding partition k's first events only (its
@@ -247,19 +252,6 @@ class PartitionedRun:
             self.spills += 1
             c.g[L.G_OUT] = 0
 
-    def _inject(self, k: int, w: int, sent: list) -> None:
-        """Give partition k the rows the other partitions sent in window w: each one's
-        outbox of that window's parity (its first `sent[j]` rows) and what overflowed it."""
-        for j in range(self.n):
-            if j == k:
-                continue
-            other = self.parts[j]
-            for rows, n in [
-                *((r, len(r)) for r in self.boxes[w & 1][j]),
-                (other.outs[w & 1], sent[j]),
-            ]:
-                self._take(k, rows, n)
-
     def _take(self, k: int, rows: np.ndarray, n: int) -> None:
         """Partition k takes the rows for it of the first n of `rows`, with room made."""
         if not n:
@@ -285,13 +277,26 @@ class PartitionedRun:
         if n <= cores():
             self._run_spinning(progress)
             return
-        self.boxes = [[[] for _ in range(n)] for _ in range(2)]  # by window parity
-        self.status = [[None] * n for _ in range(2)]  # by window parity: see `_windows`
-        self.first_ps = min(self._earliest(k) for k in range(n))
-        self.windows = 0
-        self.progress_fn = progress
-        self.barrier = threading.Barrier(n)
-        self._each_thread(self._thread)
+        ranks = ThreadRanks(n)
+        self._each_thread(lambda k: self._by_message(ranks, k, progress))
+
+    def _by_message(self, ranks: ThreadRanks, k: int, progress) -> None:
+        """Partition k's thread when the threads meet by message (`Windows`)."""
+        windows = Windows(self, ranks.rank(k), [k])
+        try:
+            windows.run(progress if k == 0 else None)
+        except (Fallback, Stopped, PartitionFailed):
+            if k == 0:  # the same on every thread: partition 0's raises it
+                raise
+        except threading.BrokenBarrierError:
+            if k == 0 and self.failed:
+                raise self.failed[0] from None
+        except BaseException as e:  # noqa: BLE001 (handed to the caller: `run` raises it)
+            if not windows.finished:  # what stopped it, else the others would wait forever
+                ranks.abort()
+            if k == 0:
+                raise
+            self.failed.append(e)
 
     def _run_spinning(self, progress) -> None:
         n = self.n
@@ -392,78 +397,6 @@ class PartitionedRun:
             self.failed.append(e)
             self.flags[self.n] = 1
 
-    def _thread(self, k: int) -> None:
-        try:
-            self._windows(k)
-        except threading.BrokenBarrierError:
-            pass
-        except BaseException as e:  # noqa: BLE001 (handed to the caller: `run` raises it)
-            self.failed.append(e)
-            self.barrier.abort()
-
-    def _windows(self, k: int) -> None:
-        """Partition k's part of every window: take what the others sent it in the last
-        one, run to the window's end (or to the event that ends its quota's last flow) and
-        say where it is; once all have, the partitions past their quota run on to the
-        window's end, or to the run's. What a thread publishes for window w is in the
-        slot w % 2, which no thread writes again before every thread has read it."""
-        c = self.parts[k]
-        stall = int(c.prm[L.P_STALL_PS])
-        reached, last = bool(self.quota[k] == 0), (-1, -1)
-        status = self.status
-        w = 0
-        t0 = self.first_ps
-        shown = time.perf_counter()
-        while True:
-            slot = w & 1
-            if w:
-                self._inject(k, w - 1, [x[4] for x in status[slot ^ 1]])
-            self.boxes[slot][k] = []
-            c.out = c.outs[slot]
-            c.g[L.G_OUT] = 0
-            window_end = t0 + self.lookahead - 1
-            if not reached and self._advance(k, window_end, NEVER, w) == L.R_DONE:
-                reached, last = True, (int(c.g[L.G_NOW_PS]), int(c.g[L.G_LAST_KEY]))
-                c.prm[L.P_QUOTA] = NEVER
-            if c.g[L.G_DROPS]:
-                raise Fallback("a packet was dropped")
-            status[slot][k] = self._status(k, reached, last, w)
-            self.barrier.wait()
-            now = status[slot]
-            if all(x[0] for x in now):  # the run ends with the latest quota's last event
-                end = max(x[1] for x in now)
-                if last != end:
-                    self._advance(k, end[0], end[1], w)
-                self.end = end
-                if k == 0:
-                    self.windows = w + 1
-                return
-            if any(x[0] for x in now):  # past its quota: to the window's end
-                if reached:
-                    self._advance(k, window_end, NEVER, w)
-                    status[slot][k] = self._status(k, reached, last, w)
-                self.barrier.wait()
-            t0 = min(x[2] for x in status[slot])
-            if window_end - max(x[3] for x in status[slot]) > stall:
-                raise Fallback("the run stalled")
-            w += 1
-            if k == 0 and self.progress_fn is not None and time.perf_counter() - shown > 0.5:
-                shown = time.perf_counter()
-                self.progress_fn(self.progress(window_end))
-
-    def _status(self, k: int, reached: bool, last, w: int) -> tuple:
-        """What partition k tells the others after its part of window w: whether it has
-        ended its quota's flows, the (time, key) of the event that did, the earliest event
-        it has or sent, when it last delivered data, and the rows in its outbox."""
-        c = self.parts[k]
-        n = int(c.g[L.G_OUT])
-        first = self._earliest(k)
-        if n:
-            first = min(first, int(c.out[:n, L.O_TIME_PS].min()))
-        for rows in self.boxes[w & 1][k]:
-            first = min(first, int(rows[:, L.O_TIME_PS].min()))
-        return reached, last, first, int(c.g[L.G_PROGRESS_T_PS]), n
-
     def progress(self, now_ps: int):
         from aifabric.sim.driver import Progress
 
@@ -482,6 +415,8 @@ class PartitionedRun:
         (what its receiver keeps) its receiver's, the counters summed, the port series
         of each port from its owner. A run `stopped` before its end: each partition as
         far as it went (within a window of the others), closed at the earliest."""
+        if self.merged:  # by the windows already (a stop or failure: `Windows.finish`)
+            return
         if stopped:
             self.end = (min(int(c.g[L.G_NOW_PS]) for c in self.parts), NEVER)
         self.close_local()
@@ -540,6 +475,282 @@ class PartitionedRun:
             sim.sample_chunks = []
         sim.sample_rows = parts[0].sample_rows
         sim.closed = True  # `close` has nothing left to do
+
+
+class Stopped(Exception):
+    """Another rank's stop ended this rank's windows (rank 0 raises what stopped it)."""
+
+
+class PartitionFailed(RuntimeError):
+    """A rank's part of a window failed; every rank's windows ended (rank 0 says which)."""
+
+
+class ThreadRanks:
+    """What `Windows` needs of an MPI communicator (`alltoall`), for the threads of this
+    process: thread k is rank k. What a thread sends in a call is in the slot of that
+    call's parity, which no thread writes again before every thread has read it."""
+
+    shared = True  # the ranks share this process's memory: its partitions
+
+    def __init__(self, size: int):
+        self.size = size
+        self.slots = [[None] * size for _ in range(2)]
+        self.calls = [0] * size
+        self.barrier = threading.Barrier(size)
+
+    def rank(self, k: int) -> _ThreadRank:
+        return _ThreadRank(self, k)
+
+    def abort(self) -> None:
+        self.barrier.abort()
+
+
+class _ThreadRank:
+    def __init__(self, ranks: ThreadRanks, rank: int):
+        self.ranks, self.rank, self.size, self.shared = ranks, rank, ranks.size, True
+
+    def alltoall(self, items: list) -> list:
+        r = self.ranks
+        slot = r.slots[r.calls[self.rank] & 1]
+        r.calls[self.rank] += 1
+        slot[self.rank] = items
+        r.barrier.wait()
+        return [slot[j][self.rank] for j in range(self.size)]
+
+
+class Windows:
+    """One rank's part of a partitioned run's windows where the partitions meet by message,
+    through `ranks.alltoall`: the ranks of an MPI job (aifabric.sim.mpi) or this process's
+    threads (`ThreadRanks`: with more partitions than cores, where spinning would steal
+    the cores the others wait for). The rank holds the partitions `local` of `run`.
+
+    Every window: each partition takes what arrived for it, runs to the window's end (or
+    to the event that ends its quota's last flow), and the ranks tell each other, in one
+    alltoall, where each partition is and the frames bound for each other's partitions.
+    Once every partition has ended its quota, the run ends with the latest quota's last
+    event; once some have, those run on to the window's end (a second exchange). What
+    goes wrong on a rank (a fallback, an error, rank 0's stop) is known to every rank at
+    the same exchange and ends every rank's windows alike."""
+
+    def __init__(self, run: PartitionedRun, ranks, local: list[int]):
+        self.run_, self.ranks, self.local = run, ranks, local
+        f = run.sim.fabric
+        far, near = far_parts(f, run.part), run.part[f.port_node]
+        # the ranks each partition here sends frames to (partition p is on rank p mod N)
+        self.reach = {
+            k: sorted({int(p - 1) % ranks.size for p in np.unique(far[(near == k) & (far > 0)])})
+            for k in local
+        }
+        self.reached = {k: bool(run.quota[k] == 0) for k in local}
+        self.last = dict.fromkeys(local, (-1, -1))
+        self.incoming: dict[int, list] = {k: [] for k in local}
+        self.sent = dict.fromkeys(local, (0, 0))  # (rows kept aside, outbox rows) sent
+        self.stop_error: BaseException | None = None
+        self.finished = False
+
+    def run(self, progress=None) -> None:
+        """Every window until the end (`run_.end`); `progress` is called on rank 0, every
+        half second; what it raises stops every rank."""
+        r = self.run_
+        stall = int(r.sim.prm[L.P_STALL_PS])
+        first = min((r._earliest(k) for k in self.local), default=NEVER)
+        t0 = min(self.ranks.alltoall([first] * self.ranks.size))
+        w, shown = 0, time.perf_counter()
+        while True:
+            window_end = t0 + r.lookahead - 1
+            st = self._exchange(w, self._first_half, w, window_end)
+            if all(s[0] for s in st.values()):  # the end: the latest quota's last event
+                end = max(s[1] for s in st.values())
+                self._exchange(w, self._to_end, end, w)
+                r.end, r.windows = end, w + 1
+                return
+            if any(s[0] for s in st.values()):
+                st = self._exchange(w, self._past_quota, w, window_end)
+            t0 = min(s[2] for s in st.values())
+            if window_end - max(s[3] for s in st.values()) > stall:
+                raise Fallback("the run stalled")
+            w += 1
+            if progress is not None and time.perf_counter() - shown > PROGRESS_S:
+                shown = time.perf_counter()
+                try:
+                    progress(self._progress(window_end, st))
+                except BaseException as e:  # noqa: BLE001 (stops every rank: `_exchange`)
+                    self.stop_error = e
+
+    # one window's halves ----------------------------------------------------------------
+    def _first_half(self, w: int, window_end: int) -> dict:
+        r, out = self.run_, {}
+        incoming, self.incoming = self.incoming, {k: [] for k in self.local}
+        for k in self.local:
+            c = r.parts[k]
+            for rows in incoming[k]:
+                r._take(k, rows, len(rows))
+            r.boxes[w & 1][k] = []
+            self.sent[k] = (0, 0)
+            c.out = c.outs[w & 1]
+            c.g[L.G_OUT] = 0
+            if not self.reached[k] and r._advance(k, window_end, NEVER, w) == L.R_DONE:
+                self.reached[k] = True
+                self.last[k] = (int(c.g[L.G_NOW_PS]), int(c.g[L.G_LAST_KEY]))
+                c.prm[L.P_QUOTA] = NEVER
+            if c.g[L.G_DROPS]:
+                raise Fallback("a packet was dropped")
+            out[k] = self._said(k, w)
+        return out
+
+    def _past_quota(self, w: int, window_end: int) -> dict:
+        out = {}
+        for k in self.local:
+            if self.reached[k]:
+                self.run_._advance(k, window_end, NEVER, w)
+            out[k] = self._said(k, w)
+        return out
+
+    def _to_end(self, end: tuple[int, int], w: int) -> dict:
+        for k in self.local:
+            if self.last[k] != end:
+                self.run_._advance(k, end[0], end[1], w)
+        return {}
+
+    def _said(self, k: int, w: int) -> tuple:
+        """What partition k tells the others after its part of window w: whether it has
+        ended its quota's flows, the (time, key) of the event that did, the earliest event
+        it has or sent, when it last delivered data; and for progress, its flows done,
+        events and time."""
+        r = self.run_
+        c = r.parts[k]
+        n = int(c.g[L.G_OUT])
+        first = r._earliest(k)
+        if n:
+            first = min(first, int(c.out[:n, L.O_TIME_PS].min()))
+        for rows in r.boxes[w & 1][k]:
+            first = min(first, int(rows[:, L.O_TIME_PS].min()))
+        return (
+            self.reached[k],
+            self.last[k],
+            first,
+            int(c.g[L.G_PROGRESS_T_PS]),
+            int(c.g[L.G_DONE]),
+            int(c.g[L.G_EVENTS]),
+        )
+
+    # the exchanges ----------------------------------------------------------------------
+    def _exchange(self, w: int, work, *args) -> dict:
+        """Do this rank's `work(*args)`, then tell every rank what came of it (every
+        partition's status) and send each the frames its partitions get from this rank's
+        in window w; take those sent to this rank's (`self.incoming`, for the next
+        window)."""
+        said: dict = {}
+        trouble = None
+        if self.stop_error is not None:
+            trouble = ("stop", "")
+        else:
+            try:
+                said = work(*args)
+            except Fallback as e:
+                trouble = ("fallback", str(e))
+            except Exception as e:  # noqa: BLE001 (every rank must learn of it)
+                trouble = ("error", f"{type(e).__name__}: {e}")
+        size = self.ranks.size
+        rows = self._rows(w) if trouble is None else [[] for _ in range(size)]
+        heard = self.ranks.alltoall([(trouble, said, x) for x in rows])
+        status: dict = {}
+        for q, (bad, part, _) in enumerate(heard):
+            status.update(part)
+            if bad is None:
+                continue
+            kind, text = bad
+            if kind == "fallback":
+                raise Fallback(text)
+            self.finish(stopped=True)
+            if kind == "stop":
+                if self.stop_error is not None:
+                    raise self.stop_error
+                raise Stopped()
+            who = "partition" if self.ranks.shared else "MPI rank"
+            raise PartitionFailed(f"{who} {q} failed: {text}")
+        sent = sorted((x for _, _, got in heard for x in got), key=lambda x: x[0])
+        for _, got in sent:  # by sending partition; each takes its own (kernel.inject)
+            for k in self.local:
+                self.incoming[k].append(got)
+        return status
+
+    def _rows(self, w: int) -> list[list]:
+        """For each rank, the (partition, rows) of this rank's partitions bound for its
+        partitions that are not sent yet: the rows kept aside, then the outbox's."""
+        r, size = self.run_, self.ranks.size
+        to: list[list] = [[] for _ in range(size)]
+        for k in self.local:
+            c = r.parts[k]
+            n, aside = int(c.g[L.G_OUT]), r.boxes[w & 1][k]
+            spilled, done = self.sent[k]
+            mine = [*aside[spilled:], c.out[done:n]]
+            self.sent[k] = (len(aside), n)
+            rows = np.concatenate(mine) if len(mine) > 1 else mine[0]
+            if not len(rows):
+                continue
+            if len(self.reach[k]) == 1:  # its links lead to one rank's partitions
+                to[self.reach[k][0]].append((k, rows))
+                continue
+            dest = rows[:, L.O_PART] % size
+            for q in self.reach[k]:
+                to[q].append((k, rows[dest == q]))
+        return to
+
+    def _progress(self, now_ps: int, st: dict):
+        from aifabric.sim.driver import Progress
+
+        r = self.run_
+        return Progress(
+            now_ns=now_ps // PS,
+            flows_done=sum(s[4] for s in st.values()),
+            flows=len(r.sim.flows),
+            events=sum(s[5] for s in st.values()),
+            wall_s=r.sim.wall_s + time.perf_counter() - r._t0,
+        )
+
+    # results ----------------------------------------------------------------------------
+    def finish(self, stopped: bool = False) -> None:
+        """Every rank closes its partitions at the run's end (a stopped run: the earliest
+        partition's time) and hands rank 0 what they own (a copy, across processes);
+        rank 0 merges them (`PartitionedRun.combine`)."""
+        if self.finished:
+            return
+        self.finished = True
+        r, ranks = self.run_, self.ranks
+        if stopped:
+            now = min(int(r.parts[k].g[L.G_NOW_PS]) for k in self.local)
+            r.end = (min(ranks.alltoall([now] * ranks.size)), NEVER)
+        for k in self.local:
+            c = r.parts[k]
+            c.g[L.G_NOW_PS] = r.end[0]
+            c.close()
+        mine: dict = {}
+        if not ranks.shared and ranks.rank:
+            mine = {
+                k: SimpleNamespace(
+                    g=c.g,
+                    pt=c.pt,
+                    nd=c.nd,
+                    fl=c.fl,
+                    fr=c.fr,
+                    sample_chunks=c.sample_chunks,
+                    sample_rows=c.sample_rows,
+                )  # fmt: skip
+                for k in self.local
+                if (c := r.parts[k])
+            }
+        spills = 0 if ranks.shared else r.spills
+        heard = ranks.alltoall([(mine, spills) if q == 0 else None for q in range(ranks.size)])
+        r.wall_s = time.perf_counter() - r._t0
+        if ranks.rank:
+            return
+        for part, spilled in heard[1:]:
+            for k, c in part.items():
+                r.parts[k] = c
+            r.spills += spilled
+        r.combine()
+        r.merged = True
 
 
 # columns of a flow's row that its receiver keeps (the rest: its sender)

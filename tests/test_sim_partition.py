@@ -229,11 +229,13 @@ def test_a_sweep_point_is_the_same_point_on_any_number_of_partitions(tmp_path):
     assert meta["scenario"]["simulator"] == {"partitions": 1}
 
 
-def test_a_partitioned_run_stopped_midway_keeps_what_ran(k8, monkeypatch):
+@pytest.mark.parametrize("parts", [2, 3])  # threads spinning in numba; meeting by message
+def test_a_partitioned_run_stopped_midway_keeps_what_ran(k8, monkeypatch, parts):
     """A stop (Ctrl-C, SIGTERM: the progress hook raises) ends every thread, and the
     simulation holds what the partitions simulated so far, closed at the earliest of
     them: some flows started, none past that time, the sample rows up to it."""
     monkeypatch.setattr(partition, "cores", lambda: 2)
+    monkeypatch.setattr(partition, "PROGRESS_S", 0.0)  # the first report: after a window
 
     class Stop(Exception):
         pass
@@ -241,10 +243,11 @@ def test_a_partitioned_run_stopped_midway_keeps_what_ran(k8, monkeypatch):
     def hook(progress):
         raise Stop
 
-    sim = Simulation(k8, flows(k8, pattern="permutation", gpus=128, size="4MB"), partitions=2)
+    table = flows(k8, pattern="permutation", gpus=128, size="4MB")
+    sim = Simulation(k8, table, partitions=parts)
     with pytest.raises(Stop):
         sim.run(progress=hook)
-    assert sim.partitioned == {"partitions": 2, "stopped": True}
+    assert sim.partitioned == {"partitions": parts, "stopped": True}
     sim.close()
     records = sim.flow_records()
     now = sim.now_ns
