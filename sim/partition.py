@@ -719,7 +719,7 @@ class Windows:
         self.finished = True
         r, ranks = self.run_, self.ranks
         if stopped:
-            now = min(int(r.parts[k].g[L.G_NOW_PS]) for k in self.local)
+            now = min((int(r.parts[k].g[L.G_NOW_PS]) for k in self.local), default=NEVER)
             r.end = (min(ranks.alltoall([now] * ranks.size)), NEVER)
         for k in self.local:
             c = r.parts[k]

@@ -65,11 +65,12 @@ def summary(run) -> dict:
 
 
 @needs_mpi
-@pytest.mark.parametrize("ranks, parts", [(2, "3"), (4, "auto")])
+@pytest.mark.parametrize("ranks, parts", [(2, "3"), (4, "auto"), (3, "2")])
 def test_mpi_ranks_write_what_one_process_writes(tmp_path, ranks, parts):
-    """2 ranks holding 3 partitions (2 on rank 0) and 4 ranks one each: flow records and
-    port series byte for byte those of one process on one partition; PFC pauses and ECN
-    marks cross the cut. Rank 0 alone prints (one summary) and writes."""
+    """2 ranks holding 3 partitions (2 on rank 0), 4 ranks one each, 3 ranks of which one
+    holds none (it only takes part in the exchanges): flow records and port series byte
+    for byte those of one process on one partition; PFC pauses and ECN marks cross the
+    cut. Rank 0 alone prints (one summary) and writes."""
     spec = tmp_path / "k8.toml"
     spec.write_text(K8)
     one = plain("run", str(spec), "-o", str(tmp_path / "one"), "--set", "simulator.partitions=1")
