@@ -397,14 +397,19 @@ class PartitionedRun:
             self.failed.append(e)
             self.flags[self.n] = 1
 
-    def progress(self, now_ps: int):
+    def progress(self, now_ps: int, done: int | None = None, events: int | None = None):
+        """The run's progress at `now_ps`: flows done and events, summed over the
+        partitions held here unless given (the windows' statuses)."""
         from aifabric.sim.driver import Progress
 
+        if done is None:
+            done = sum(int(c.g[L.G_DONE]) for c in self.parts)
+            events = sum(int(c.g[L.G_EVENTS]) for c in self.parts)
         return Progress(
             now_ns=now_ps // PS,
-            flows_done=sum(int(c.g[L.G_DONE]) for c in self.parts),
+            flows_done=done,
             flows=len(self.sim.flows),
-            events=sum(int(c.g[L.G_EVENTS]) for c in self.parts),
+            events=events,
             wall_s=self.sim.wall_s + time.perf_counter() - self._t0,
         )
 
@@ -490,8 +495,6 @@ class ThreadRanks:
     process: thread k is rank k. What a thread sends in a call is in the slot of that
     call's parity, which no thread writes again before every thread has read it."""
 
-    shared = True  # the ranks share this process's memory: its partitions
-
     def __init__(self, size: int):
         self.size = size
         self.slots = [[None] * size for _ in range(2)]
@@ -506,8 +509,10 @@ class ThreadRanks:
 
 
 class _ThreadRank:
+    shared = True  # the ranks share this process's memory: its partitions
+
     def __init__(self, ranks: ThreadRanks, rank: int):
-        self.ranks, self.rank, self.size, self.shared = ranks, rank, ranks.size, True
+        self.ranks, self.rank, self.size = ranks, rank, ranks.size
 
     def alltoall(self, items: list) -> list:
         r = self.ranks
@@ -698,16 +703,8 @@ class Windows:
         return to
 
     def _progress(self, now_ps: int, st: dict):
-        from aifabric.sim.driver import Progress
-
-        r = self.run_
-        return Progress(
-            now_ns=now_ps // PS,
-            flows_done=sum(s[4] for s in st.values()),
-            flows=len(r.sim.flows),
-            events=sum(s[5] for s in st.values()),
-            wall_s=r.sim.wall_s + time.perf_counter() - r._t0,
-        )
+        done, events = (sum(s[i] for s in st.values()) for i in (4, 5))
+        return self.run_.progress(now_ps, done, events)
 
     # results ----------------------------------------------------------------------------
     def finish(self, stopped: bool = False) -> None:
@@ -721,10 +718,7 @@ class Windows:
         if stopped:
             now = min((int(r.parts[k].g[L.G_NOW_PS]) for k in self.local), default=NEVER)
             r.end = (min(ranks.alltoall([now] * ranks.size)), NEVER)
-        for k in self.local:
-            c = r.parts[k]
-            c.g[L.G_NOW_PS] = r.end[0]
-            c.close()
+        r.close_local()
         mine: dict = {}
         if not ranks.shared and ranks.rank:
             mine = {
