@@ -1,11 +1,13 @@
 """One simulation on several partitions against one partition: wall and CPU seconds, and
 whether the results are the same.
 
-    python benchmarks/bench_partitions.py [a b c] [--partitions N ...] [--repeat N]
+    python benchmarks/bench_partitions.py [a b c d e f] [--partitions N ...] [--repeat N]
         [--htsim-conventions]
 
-The cases are bench_sim.py's permutations of 2 MB flows: (a) fat-tree-k8 (128 NICs),
-(b) fat-tree-k16 (1,024 NICs), (c) fat-tree-k32 (8,192 NICs; long). Each case runs on
+The cases are bench_sim.py's: permutations of 2 MB flows on (a) fat-tree-k8 (128 NICs),
+(b) fat-tree-k16 (1,024 NICs), (c) fat-tree-k32 (8,192 NICs; long), and ring AllReduces
+over every GPU of (d) ai-zone (3,072 GPUs, 8 MiB), (e) ai-zone (64 MiB; long) and
+(f) cluster-24k (24,576 GPUs, 64 MiB; very long). Each case runs on
 one partition and on each `--partitions` count (default: 2), alternating, `--repeat`
 times (default 3), in one warm process (the kernels loaded once before); it prints the
 median wall and CPU seconds of each, the ratio of one partition's wall time to each
@@ -73,7 +75,7 @@ def main() -> None:
         mpi.serve()
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("cases", nargs="*", default=["b"], help="of a b c (default: b)")
+    ap.add_argument("cases", nargs="*", default=["b"], help="of a-f (default: b)")
     ap.add_argument("--partitions", type=int, nargs="+", default=[2])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--htsim-conventions", action="store_true")

@@ -307,14 +307,20 @@ class Simulation:
         rows = int(max(4, min(256, 16_000_000 // (L.SM_N * 8 * max(f.n_ports, 1)))))
         smp = np.zeros((L.SM_N, rows, f.n_ports), dtype=np.int64)
         cap = np.zeros((65536 if len(self.capture_ports) else 32, L.CP_N), dtype=np.int64)
-        self.out = np.zeros((L.OUT_RESERVE, L.O_N), dtype=np.int64)  # a partition's: larger
 
         self.g, self.prm, self.fprm, self.pt, self.pmax = g, prm, fprm, pt, pmax
         self.fl, self.fr, self.nd, self.act, self.pk, self.pc = fl, fr, nd, act, pk, pc
         self.ev, self.dep_ptr, self.dep, self.smp, self.cap = ev, rdep_ptr, rdep, smp, cap
         prm[L.P_EVENT_RESERVE], prm[L.P_PACKET_RESERVE] = self._reserves()
+        # a completing flow tells each flow waiting on it; a release each input with a
+        # window and, on a stream with steps of no bytes, its receiver
+        fanout = int(np.diff(rdep_ptr).max()) if n else 0
+        sends = max(fanout, int(self.gr[:, L.GR_IN_N].max()) + 1 if len(self.gr) else 0)
+        prm[L.P_OUT_RESERVE] = L.OUT_RESERVE + sends
+        self.out = np.zeros((sends + L.OUT_RESERVE, L.O_N), dtype=np.int64)  # a partition's: larger
         if len(self.gr):  # a step's arrival releases its outputs, a release its inputs
             prm[L.P_EVENT_RESERVE] += int((self.gr[:, L.GR_OUT_N] + self.gr[:, L.GR_IN_N]).max())
+            prm[L.P_EVENT_RESERVE] += 1
         prm[L.P_STALL_PS] = self._stall_ns() * PS
         self._load = np.zeros(f.n_ports, dtype=np.float64)
         self._rnd = np.zeros(L.MAX_HOPS, dtype=np.uint32)
@@ -337,10 +343,12 @@ class Simulation:
         fl[:, L.FL_OP] = t.op
         fl[:, L.FL_GROUP] = t.group
         fl[:, L.FL_WATCH_BYTES] = 2**62  # kernel.NEVER: no step to watch
+        fl[t.group >= 0, L.FL_WATCH_BYTES] = 0  # a QP's first bytes: see what steps are there
         fl[:, L.FL_READY_PS] = 0
         plain = t.group < 0
         fl[:, L.FL_LAT_PS] = np.where(plain, lat, 0)
-        fl[:, L.FL_BASE_PS] = np.where(plain, base, 0)
+        # a stream's QP starts when its first step is released (its recorded start: the op's)
+        fl[:, L.FL_BASE_PS] = np.where(plain, base, first_latency_ns(t) * PS)
         ng = t.n_groups
         gr = np.zeros((ng, L.GR_N), dtype=np.int64)
         if ng:
@@ -356,7 +364,6 @@ class Simulation:
             gr[:, L.GR_FLOW0] = first
             gr[:, L.GR_NQP] = nqp
             gr[:, L.GR_LAT_PS] = lat[f0]
-            gr[:, L.GR_FIRST_PS] = first_latency_ns(t)[f0] * PS  # as the emulator waits
             gr[:, L.GR_OFFSET] = t.group_offset
             gr[:, L.GR_LOOP] = t.group_loop
             gr[:, L.GR_WINDOW] = stream_windows(t)
@@ -373,9 +380,41 @@ class Simulation:
             gr[:, L.GR_OUT_OFF] = len(t.group_in) + np.concatenate([[0], np.cumsum(outs)[:-1]])
             gr[:, L.GR_OUT_N] = outs
             gio = np.concatenate([t.group_in, of[order]]).astype(np.int64)
+            # an input's place -> that pair's place among the input's outputs (its credit's)
+            gx = np.zeros(len(gio), dtype=np.int64)
+            gx[order] = len(t.group_in) + np.arange(len(t.group_in))
+            gr[:, L.GR_EMPTY] = gr[:, L.GR_BYTES] < gr[:, L.GR_STEPS]
+            gr[:, L.GR_PROP_PS] = self._propagation(member, s, ng)
+            self._check_streams(gr)
         else:
             gio = np.zeros(1, dtype=np.int64)
-        self.gr, self.gio = gr, gio
+            gx = np.zeros(1, dtype=np.int64)
+        self.gr, self.gio, self.gx = gr, gio, gx
+
+    def _propagation(self, member: np.ndarray, s: np.ndarray, ng: int) -> np.ndarray:
+        """Each stream's propagation from sender to receiver: the shortest of its QPs'
+        paths (a flow with no path counts 0), how long a message between its ends takes."""
+        delay = (self.fabric.port_delay_ns * PS).astype(np.int64)  # as PT_DELAY_PS
+        c = np.concatenate([[0], np.cumsum(delay[self.path_port])])
+        per_flow = c[self.path_ptr[1:]] - c[self.path_ptr[:-1]]
+        prop = np.full(ng, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(prop, s, per_flow[member])
+        return np.where(prop == np.iinfo(np.int64).max, 0, prop)
+
+    @staticmethod
+    def _check_streams(gr: np.ndarray) -> None:
+        """What the event keys and credits have room for (aifabric.sim.heap.tie_key)."""
+        if len(gr) >= 1 << 28 or int(gr[:, L.GR_STEPS].max()) >= 1 << 24:
+            raise AifabricError(
+                f"the workload's collectives have {len(gr):,} streams of up to "
+                f"{int(gr[:, L.GR_STEPS].max()):,} steps; the simulator takes fewer than "
+                f"{1 << 28:,} streams of fewer than {1 << 24:,} steps each"
+            )
+        if int(gr[:, L.GR_OUT_N].max()) > L.CREDIT_SLOTS:
+            raise AifabricError(
+                f"a collective's stream feeds {int(gr[:, L.GR_OUT_N].max())} others; the "
+                f"simulator takes at most {L.CREDIT_SLOTS}"
+            )
 
     def _pools(self, nd: np.ndarray) -> None:
         """Each shared-buffer switch's pool (sim/buffer.py): its buffer less the
@@ -446,7 +485,8 @@ class Simulation:
             fr=self.fr, nd=self.nd, act=self.act, pk=self.pk, pc=self.pc, ev=self.ev,
             path_ptr=self.path_ptr, path_port=self.path_port, dep_ptr=self.dep_ptr,
             dep=self.dep, smp=self.smp, cap=self.cap, net=r.net(), live=r.live(), nic_ip=r.ip,
-            load=self._load, rnd=self._rnd, gr=self.gr, gio=self.gio, out=self.out,
+            load=self._load, rnd=self._rnd, gr=self.gr, gio=self.gio, gx=self.gx,
+            out=self.out,
         )  # fmt: skip
 
     # buffers ----------------------------------------------------------------------------

@@ -52,6 +52,9 @@ from aifabric.sim.layout import (
     E_TIME_PS,
     EV_ARRIVE,
     EV_CC_TIMER,
+    EV_CREDIT,
+    EV_RELEASE,
+    EV_SEEN,
     G_CHUNKS,
     G_FAR,
     G_FREE_CHUNK,
@@ -73,6 +76,7 @@ M_NEXT, M_HEAD, M_TAIL, M_COUNT = 0, 1, 2, 3
 TIE_RANK = np.zeros(max(TIE_ORDER) + 1, dtype=np.int64)  # kind -> its place in TIE_ORDER
 TIE_RANK[list(TIE_ORDER)] = np.arange(len(TIE_ORDER))
 KEY_SHIFT = 56  # a key is the kind's rank above what the event is about
+STEP_BITS = 28  # a stream's events: the stream above their b (its steps: a release's order)
 
 
 @njit(cache=True, inline="always")
@@ -80,12 +84,16 @@ def tie_key(kind, a, b):
     """The key that orders events of one time: the kind's place in TIE_ORDER, then what
     the event is about. An arrival: the port whose link it crossed (the low 32 bits of
     its b, `kernel.arrive_hint`; a link delivers one frame at a time). A congestion-
-    control timer: its flow and which of the flow's timers. Every other kind: its a
-    (a port, flow or stream; 0 for a sample)."""
+    control timer: its flow and which of the flow's timers. A stream's release, credit or
+    step heard: the stream, then b (fewer steps first: two of one stream and time, however
+    scheduled, run in one order). Every other kind: its a (a port, flow or stream; 0 for
+    a sample)."""
     if kind == EV_ARRIVE:
         who = b & 0xFFFFFFFF
     elif kind == EV_CC_TIMER:
         who = a * CC_TIMER_SLOTS + b % CC_TIMER_SLOTS
+    elif kind in (EV_RELEASE, EV_CREDIT, EV_SEEN):
+        who = (a << STEP_BITS) | (b & ((1 << STEP_BITS) - 1))
     else:
         who = a
     return (TIE_RANK[kind] << KEY_SHIFT) | who

@@ -34,6 +34,7 @@ from aifabric.sim.layout import (
     CP_PORT,
     CP_PSN,
     CP_TIME,
+    CREDIT_SLOTS,
     CTS_EXTRA_BYTES,
     DO_CNP,
     DO_GRANT,
@@ -48,6 +49,8 @@ from aifabric.sim.layout import (
     EV_ACK_RTO,
     EV_ARRIVE,
     EV_CC_TIMER,
+    EV_CREDIT,
+    EV_DEP,
     EV_FLOW_START,
     EV_PFC,
     EV_PFC_REFRESH,
@@ -55,6 +58,7 @@ from aifabric.sim.layout import (
     EV_RETX,
     EV_RTO,
     EV_SAMPLE,
+    EV_SEEN,
     EV_TX,
     FL_BASE_PS,
     FL_BYTES,
@@ -121,7 +125,7 @@ from aifabric.sim.layout import (
     GR_BYTES,
     GR_CHUNK,
     GR_DONE,
-    GR_FIRST_PS,
+    GR_EMPTY,
     GR_FLOW0,
     GR_IN_N,
     GR_IN_OFF,
@@ -131,9 +135,11 @@ from aifabric.sim.layout import (
     GR_OFFSET,
     GR_OUT_N,
     GR_OUT_OFF,
+    GR_PROP_PS,
     GR_RELEASED,
     GR_RR,
     GR_SCHED,
+    GR_SEEN,
     GR_STARTED,
     GR_STEPS,
     GR_WINDOW,
@@ -145,6 +151,7 @@ from aifabric.sim.layout import (
     K_REQ,
     ND_CNT,
     ND_OFF,
+    ND_PART,
     ND_RR,
     O_A,
     O_B,
@@ -153,7 +160,6 @@ from aifabric.sim.layout import (
     O_PC,
     O_PK,
     O_TIME_PS,
-    OUT_RESERVE,
     P_ACK_EVERY,
     P_ADAPTIVE,
     P_CC,
@@ -161,8 +167,10 @@ from aifabric.sim.layout import (
     P_FINISH_AT_SENDER,
     P_GO_BACK_N,
     P_MTU_BYTES,
+    P_OUT_RESERVE,
     P_OVERHEAD_BYTES,
     P_PACKET_RESERVE,
+    P_PART,
     P_PARTITIONED,
     P_QUOTA,
     P_RTO_PS,
@@ -350,7 +358,7 @@ def borrowed(S):
             _borrow(live.seeds), _borrow(live.crc_table),
         ),
         _borrow(S.nic_ip), _borrow(S.load), _borrow(S.rnd), _borrow(S.gr), _borrow(S.gio),
-        _borrow(S.out),
+        _borrow(S.gx), _borrow(S.out),
     )  # fmt: skip
 
 
@@ -535,7 +543,7 @@ def export(S, part, t, kind, a, b):
     takes its packet along: its rows are copied and the row is free here."""
     g, out = S.g, S.out
     n = g[G_OUT]
-    if n >= out.shape[0]:  # the loop keeps OUT_RESERVE rows free; never reached
+    if n >= out.shape[0]:  # the loop keeps P_OUT_RESERVE rows free; never reached
         g[G_OVERFLOW] = 1
         return
     out[n, O_TIME_PS] = t
@@ -1101,18 +1109,34 @@ def received(S, f, now):
 @njit(cache=True)
 def data_arrived(S, f, now):
     """Every byte of flow f is at its receiver: the transfers of its op waiting on it may
-    start, a step latency from now (those of later ops wait for it to complete)."""
+    start, a step latency from now (those of later ops wait for it to complete). Each
+    hears it at its sender then (EV_DEP): a message, so that sender may be another
+    partition's."""
     fl, dep_ptr, dep = S.fl, S.dep_ptr, S.dep
     op = fl[f, FL_OP]
     for j in range(dep_ptr[f], dep_ptr[f + 1]):
         h = dep[j]
         if fl[h, FL_OP] == op:
-            release_dep(S, h, now + fl[h, FL_LAT_PS])
+            send(S, fl[h, FL_SRC], now + fl[h, FL_LAT_PS], EV_DEP, h, 0)
+
+
+@njit(cache=True, inline="always")
+def send(S, node, t, kind, a, b):
+    """An event at time t at `node` (a NIC): here, or into the outbox when another
+    partition holds that node (then t is a message's delay away, at least the lookahead:
+    aifabric.sim.partition checks before it runs)."""
+    if S.prm[P_PARTITIONED]:
+        part = S.nd[node, ND_PART]
+        if part != S.prm[P_PART]:
+            export(S, part, t, np.int64(kind), np.int64(a), np.int64(b))
+            return
+    schedule(S.ev, S.g, t, kind, a, b)
 
 
 @njit(cache=True, inline="always")
 def release_dep(S, h, t):
-    """One prerequisite of flow h is met, as of time t: h starts when the last one is."""
+    """One prerequisite of flow h is met, as of time t (EV_DEP): h starts when the last
+    one is."""
     fl = S.fl
     fl[h, FL_DEPS] -= 1
     if t > fl[h, FL_READY_PS]:
@@ -1143,7 +1167,7 @@ def complete(S, f, now):
     for j in range(dep_ptr[f], dep_ptr[f + 1]):
         h = dep[j]
         if fl[h, FL_OP] != op:
-            release_dep(S, h, now + fl[h, FL_BASE_PS])
+            send(S, fl[h, FL_SRC], now + fl[h, FL_BASE_PS], EV_DEP, h, 0)
 
 
 # streams --------------------------------------------------------------------------------
@@ -1187,25 +1211,27 @@ def flow_step_end(S, f, k):
 
 
 @njit(cache=True)
-def step_arrived(S, f, now):
-    """The receiver of flow f has the bytes that end one or more steps of its stream (a
-    step with no bytes for this QP arrives when it is released, not before)."""
+def step_arrived(S, s, now):
+    """The receiver of stream s may have more of its steps. A step is there once every
+    QP's share of it is (a QP with no bytes in a step has that share at once) and, where
+    some steps carry no byte at all (GR_EMPTY), once the receiver has heard the step was
+    released (EV_SEEN). The streams sent from here that wait on it are released a step
+    latency later."""
     fl, gr = S.fl, S.gr
-    s = fl[f, FL_GROUP]
     steps = gr[s, GR_STEPS]
-    k = fl[f, FL_STEPS_DONE]
-    have = fl[f, FL_DELIV_BYTES]
-    released = gr[s, GR_RELEASED]
-    while k < released and flow_step_end(S, f, k + 1) <= have:
-        k += 1
-    fl[f, FL_STEPS_DONE] = k
-    fl[f, FL_WATCH_BYTES] = flow_step_end(S, f, k + 1) if k < steps else NEVER
-    # the stream has a step when every QP's receiver has its share
+    bound = gr[s, GR_SEEN] if gr[s, GR_EMPTY] else steps
     f0 = gr[s, GR_FLOW0]
-    done = k
+    done = steps
     for j in range(gr[s, GR_NQP]):
-        if fl[f0 + j, FL_STEPS_DONE] < done:
-            done = fl[f0 + j, FL_STEPS_DONE]
+        f = f0 + j
+        k = fl[f, FL_STEPS_DONE]
+        have = fl[f, FL_DELIV_BYTES]
+        while k < bound and flow_step_end(S, f, k + 1) <= have:
+            k += 1
+        fl[f, FL_STEPS_DONE] = k
+        fl[f, FL_WATCH_BYTES] = flow_step_end(S, f, k + 1) if k < steps else NEVER
+        if k < done:
+            done = k
     if done <= gr[s, GR_DONE]:
         return
     gr[s, GR_DONE] = done
@@ -1235,14 +1261,15 @@ def release_target(S, s):
 @njit(cache=True, inline="always")
 def in_window(S, s, t):
     """At most t steps of stream s, and at most GR_WINDOW beyond the steps each of its outputs
-    has released: its receiver's buffer holds a step until the receiver sends on what it
-    carries (NCCL's connection buffer; the output's release frees it, `release`)."""
-    gr, gio = S.gr, S.gio
+    has released, as its sender last heard (`credit`): its receiver's buffer holds a step
+    until the receiver sends on what it carries (NCCL's connection buffer; the output's
+    release frees it, `release`)."""
+    gr, gx = S.gr, S.gx
     w = gr[s, GR_WINDOW]
     if w == 0:
         return t
     for j in range(gr[s, GR_OUT_OFF], gr[s, GR_OUT_OFF] + gr[s, GR_OUT_N]):
-        c = gr[gio[j], GR_RELEASED] + w
+        c = gx[j] + w
         if c < t:
             t = c
     return t
@@ -1263,27 +1290,29 @@ def releasable(gr, s, done):
 
 @njit(cache=True)
 def release(S, s, t, now):
-    """Stream s may send its first t steps: its started QPs get their share of the new ones."""
-    fl, gr = S.fl, S.gr
+    """Stream s may send its first t steps: its started QPs get their share of the new ones.
+    The buffer of each input with a window frees here: a credit goes to the input's sender
+    (EV_CREDIT, a path's propagation away); on a stream with steps of no bytes, the
+    release itself goes to its receiver (EV_SEEN)."""
+    fl, gr, gx = S.fl, S.gr, S.gx
     old = gr[s, GR_RELEASED]
     if t <= old:
         return
     gr[s, GR_RELEASED] = t
     gio = S.gio
     for j in range(gr[s, GR_IN_OFF], gr[s, GR_IN_OFF] + gr[s, GR_IN_N]):
-        i = gio[j]  # its release frees buffer its started inputs may be waiting for
-        if gr[i, GR_WINDOW] > 0 and gr[i, GR_STARTED]:
-            ti = release_target(S, i)
-            if ti > gr[i, GR_SCHED]:
-                gr[i, GR_SCHED] = ti
-                schedule(S.ev, S.g, now, EV_RELEASE, i, ti)
+        i = gio[j]
+        if gr[i, GR_WINDOW] > 0:
+            slot = gx[j] - gr[i, GR_OUT_OFF]
+            sender = fl[gr[i, GR_FLOW0], FL_SRC]
+            send(S, sender, now + gr[i, GR_PROP_PS], EV_CREDIT, i, t * CREDIT_SLOTS + slot)
     f0 = gr[s, GR_FLOW0]
+    if gr[s, GR_EMPTY]:
+        send(S, fl[f0, FL_DST], now + gr[s, GR_PROP_PS], EV_SEEN, s, t)
     woke = False
     for j in range(gr[s, GR_NQP]):
         f = f0 + j
         state = fl[f, FL_STATE]
-        if fl[f, FL_T_START_PS] >= 0 and fl[f, FL_WATCH_BYTES] <= fl[f, FL_DELIV_BYTES]:
-            step_arrived(S, f, now)  # released steps with no bytes for this QP are there
         if state != ST_ACTIVE and state != ST_SENT:
             continue  # not started (it takes what is released when it starts), or stuck
         add = flow_step_end(S, f, t) - flow_step_end(S, f, old)
@@ -1303,7 +1332,7 @@ def release(S, s, t, now):
 
 @njit(cache=True)
 def start_stream(S, f, now):
-    """Flow f of a stream starts: the stream's first steps are released once (its own data
+    """Flow f of a stream starts: the stream's first steps are released now, once (its own data
     needs no input: all of it on a stream with no inputs, `offset` steps on a ring), and f
     may send what is released so far."""
     fl, gr = S.fl, S.gr
@@ -1313,13 +1342,36 @@ def start_stream(S, f, now):
         t = in_window(S, s, gr[s, GR_STEPS] if gr[s, GR_IN_N] == 0 else releasable(gr, s, 0))
         if t > gr[s, GR_SCHED]:
             gr[s, GR_SCHED] = t
-            schedule(S.ev, S.g, now + gr[s, GR_FIRST_PS], EV_RELEASE, s, t)
+            schedule(S.ev, S.g, now, EV_RELEASE, s, t)
     allowed = flow_step_end(S, f, gr[s, GR_RELEASED])
     fl[f, FL_UNSENT_BYTES] = allowed
     fl[f, FL_HELD_BYTES] = fl[f, FL_BYTES] - allowed
-    fl[f, FL_WATCH_BYTES] = flow_step_end(S, f, 1)
-    if fl[f, FL_WATCH_BYTES] <= 0:  # steps with nothing for this QP are there at once
-        step_arrived(S, f, now)
+
+
+@njit(cache=True)
+def credit(S, i, b, now):
+    """Output b % CREDIT_SLOTS of stream i (sent from i's receiver) released b // CREDIT_SLOTS
+    steps: the buffer those held at i's receiver is free, and i may release more."""
+    gr, gx = S.gr, S.gx
+    j = gr[i, GR_OUT_OFF] + b % CREDIT_SLOTS
+    t = b // CREDIT_SLOTS
+    if t <= gx[j]:
+        return
+    gx[j] = t
+    if gr[i, GR_STARTED]:
+        ti = release_target(S, i)
+        if ti > gr[i, GR_SCHED]:
+            gr[i, GR_SCHED] = ti
+            schedule(S.ev, S.g, now, EV_RELEASE, i, ti)
+
+
+@njit(cache=True)
+def seen(S, s, t, now):
+    """The receiver of stream s (GR_EMPTY) hears that its first t steps were released."""
+    gr = S.gr
+    if t > gr[s, GR_SEEN]:
+        gr[s, GR_SEEN] = t
+        step_arrived(S, s, now)
 
 
 @njit(cache=True)
@@ -1362,7 +1414,7 @@ def deliver(S, i, now):
         fl[f, FL_DELIV_BYTES] += pk[i, PK_BYTES]
         g[G_PROGRESS_T_PS] = now
         if fl[f, FL_DELIV_BYTES] >= fl[f, FL_WATCH_BYTES]:
-            step_arrived(S, f, now)
+            step_arrived(S, fl[f, FL_GROUP], now)
         todo = 0
         if S.prm[P_CC] != CC_NONE:
             todo = congestion.on_data(S, f, pk[i, PK_CE], now)
@@ -1402,7 +1454,8 @@ def start_flow(S, f, now):
         fl[f, FL_STATE] = ST_NOPATH
         g[G_STUCK] += 1
         return
-    fl[f, FL_T_START_PS] = now
+    # a stream's QP starts as its first step is released; its op started its latency before
+    fl[f, FL_T_START_PS] = now - fl[f, FL_BASE_PS] if fl[f, FL_GROUP] >= 0 else now
     fl[f, FL_STATE] = ST_ACTIVE
     g[G_PROGRESS_T_PS] = now
     fl[f, FL_UNSENT_BYTES] = fl[f, FL_BYTES]
@@ -1616,7 +1669,7 @@ def run(S_counted, t_stop, max_events):
             return R_DRAIN_CAPTURE
         if g[G_SAMPLES] >= smp.shape[1]:
             return R_DRAIN_SAMPLES
-        if g[G_OUT] + OUT_RESERVE > S.out.shape[0]:
+        if g[G_OUT] + prm[P_OUT_RESERVE] > S.out.shape[0]:
             return R_DRAIN_OUT
         h, now = peek(ev, g)
         if now >= t_stop and (now > t_stop or ev[h, 0, E_KEY] > g[G_KEY_STOP]):
@@ -1655,6 +1708,12 @@ def run(S_counted, t_stop, max_events):
             start_flow(S, a, now)
         elif kind == EV_RELEASE:
             release(S, a, b, now)
+        elif kind == EV_DEP:
+            release_dep(S, a, now)
+        elif kind == EV_CREDIT:
+            credit(S, a, b, now)
+        elif kind == EV_SEEN:
+            seen(S, a, b, now)
         elif kind == EV_PFC:
             if pt[a, PT_ALIVE]:
                 pfc.pause(pt, a, b, now)

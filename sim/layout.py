@@ -13,7 +13,7 @@ from aifabric.fabric.routing import MAX_HOPS
 State = namedtuple(
     "State",
     "g prm fprm pt pmax fl fr nd act pk pc ev path_ptr path_port dep_ptr dep "
-    "smp cap net live nic_ip load rnd gr gio out",
+    "smp cap net live nic_ip load rnd gr gio gx out",
 )
 """Everything the kernel reads and writes, by name (the columns of each array below):
 
@@ -32,6 +32,9 @@ State = namedtuple(
     load rnd             scratch for aifabric.fabric.routing.route_packet
     gr gio               streams (GR_*): a collective's connections, each carrying its steps
                          in order; gio holds each stream's inputs and outputs (streams)
+    gx                   beside gio: at an input's place, the place of the same pair among
+                         that input's outputs; at an output's place, the steps that output
+                         had released when its last credit left its sender (`kernel.credit`)
     out                  a partition's outbox (O_*): what it sent over a link into another
                          partition (aifabric.sim.partition), for the next window
 """
@@ -51,13 +54,17 @@ EV_SAMPLE = 7  # close one sample interval of the port time series
 EV_RTO = 8  # a = flow, b = byte offset of data lost (go-back-N): timeout, go back if still due
 EV_ACK_RTO = 9  # a = flow whose last ACK was lost (finish at the sender): its receiver repeats it
 EV_RELEASE = 10  # a = stream, b = steps: its inputs are there, its flows may send them
+EV_DEP = 11  # a = flow: one of the flows it waits on arrived or completed (a message)
+EV_CREDIT = 12  # a = stream, b = steps * CREDIT_SLOTS + which output: that output released them
+EV_SEEN = 13  # a = stream (GR_EMPTY), b = steps: its receiver hears they were released
+CREDIT_SLOTS = 16  # outputs a stream may have
 # Events of one time are taken by kind in this order, then by the one thing each is about
 # (`aifabric.sim.heap.tie_key`), never by when they were scheduled: the order is the same
 # whatever order they were scheduled in. The sample interval that ends then closes first;
 # a port looks for its next frame (EV_TX) once everything else of that time is done.
 TIE_ORDER = (
-    EV_SAMPLE, EV_ARRIVE, EV_PFC, EV_FLOW_START, EV_RELEASE, EV_CC_TIMER,
-    EV_RETX, EV_RTO, EV_ACK_RTO, EV_PFC_REFRESH, EV_TX,
+    EV_SAMPLE, EV_ARRIVE, EV_PFC, EV_SEEN, EV_CREDIT, EV_DEP, EV_FLOW_START, EV_RELEASE,
+    EV_CC_TIMER, EV_RETX, EV_RTO, EV_ACK_RTO, EV_PFC_REFRESH, EV_TX,
 )  # fmt: skip
 
 # global scalars (g[...])
@@ -121,8 +128,10 @@ TIE_ORDER = (
     P_QUOTA,  # the loop returns R_DONE once this many flows are done or stuck (in a
     # partition: those that end there, `aifabric.sim.partition`)
     P_PARTITIONED,  # 1: one partition of several: sampling goes on; stalls are the driver's
+    P_PART,  # this partition (nd[:, ND_PART] names every node's)
+    P_OUT_RESERVE,  # free outbox rows kept before each event: the most one event sends
     P_NPRM,
-) = range(27)
+) = range(29)
 # float parameters (fprm[...])
 FP_G, FP_NFPRM = range(2)
 
@@ -233,7 +242,9 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     FL_WATCH_BYTES,  # delivered bytes that complete the next step (NEVER: none to watch)
     FL_OP,  # its operation: dependencies within one are on data, across ops on completion
     FL_LAT_PS,  # a transfer: from the arrival of the data it waits for to its start
-    FL_BASE_PS,  # a transfer: from the end of the op before (or its start time) to its start
+    FL_BASE_PS,  # from the end of the op before (or its start time) to its start; a stream's
+    # QP: to its first step's release (its op's base and step latency; its recorded start is
+    # this much before: `kernel.start_flow`)
     FL_READY_PS,  # the latest release time of its dependencies so far
     FL_PACER,  # 1 + the flow whose FL_PACE_PS paces this one with its op's others (0: none)
     FL_PACE_PS,  # a pacer: when the next packet of its flows may leave
@@ -244,7 +255,11 @@ FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_PACE_BPS, FR_N = range(6)
 
 # streams (gr[s, ...]): step k moves bytes [B(k-1), B(k)) with B(k) = GR_BYTES * k // GR_STEPS,
 # QP q carrying its share of them (kernel.qp_bytes); step k is released GR_LAT_PS after every
-# input has delivered step k - GR_OFFSET (the first steps GR_FIRST_PS after the stream starts)
+# input has delivered step k - GR_OFFSET (the first steps as its QPs start, FL_BASE_PS after
+# the op's start).
+# Its sender keeps GR_RELEASED, GR_SCHED, GR_STARTED and its outputs' credits (gx); its
+# receiver GR_DONE and GR_SEEN: what one end learns of the other comes by message, a path's
+# propagation later (GR_PROP_PS), so each end may run in its own partition
 (
     GR_STEPS,
     GR_BYTES,
@@ -254,7 +269,6 @@ FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_PACE_BPS, FR_N = range(6)
     GR_FLOW0,  # its first flow (QP 0); its QPs are consecutive flows
     GR_NQP,
     GR_LAT_PS,
-    GR_FIRST_PS,
     GR_OFFSET,
     GR_RR,  # 1: QPs take whole messages in turn (round-robin), 0: every message split
     GR_CHUNK,  # message bytes (round-robin)
@@ -265,14 +279,17 @@ FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_PACE_BPS, FR_N = range(6)
     GR_STARTED,  # 1 once one of its flows started
     GR_LOOP,  # steps per loop (a ring's 2(n-1)): a loop's first step waits for no input; 0 none
     GR_WINDOW,  # steps released beyond those its outputs have released (its buffer); 0 none
+    GR_PROP_PS,  # propagation from sender to receiver (the shortest of its QPs' paths)
+    GR_EMPTY,  # 1: some steps carry no byte (GR_BYTES < GR_STEPS): their release is a message
+    GR_SEEN,  # steps its receiver has heard released (GR_EMPTY streams; EV_SEEN)
     GR_N,
-) = range(20)
+) = range(22)
 ST_WAIT, ST_ACTIVE, ST_SENT, ST_DONE, ST_NOPATH = range(5)
 
 # nodes (nd[v, ...]): a NIC's list of flows that have data to send; a shared-buffer
 # switch's pool: its shared bytes (the buffer less the reserved minimums), those in use,
 # and alpha in units of 1/BUFFER_ALPHA_SCALE (sim/buffer.py)
-ND_OFF, ND_CNT, ND_RR, ND_SB_SIZE, ND_SB_USED, ND_SB_ALPHA, ND_N = range(7)
+ND_OFF, ND_CNT, ND_RR, ND_SB_SIZE, ND_SB_USED, ND_SB_ALPHA, ND_PART, ND_N = range(8)
 
 # packets: pk[i, ...] (int32) is one cache line holding what a hop reads, the route
 # included (the ports pk[i, PK_ROUTE:PK_ROUTE + PK_NHOPS]); on a large fabric a packet

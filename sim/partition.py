@@ -144,15 +144,13 @@ def out_rows(sim, far: np.ndarray, lookahead: int) -> int:
     cut = np.flatnonzero(far > 0)
     smallest = min(L.PFC_WIRE_BYTES, int(sim.prm[L.P_OVERHEAD_BYTES]))
     ser = (smallest * 8 * 10**12 + sim.pt[cut, L.PT_RATE_BPS] - 1) // sim.pt[cut, L.PT_RATE_BPS]
-    return int((lookahead // ser + 2).sum()) + 2 * L.OUT_RESERVE
+    return int((lookahead // ser + 2).sum()) + 2 * int(sim.prm[L.P_OUT_RESERVE])
 
 
 def why_not(sim, until_ns) -> str | None:
     """Why `sim` runs on one partition whatever it asks for (None: it may run on several)."""
     if until_ns is not None:
         return "a run to a given time"
-    if len(sim.dep) or len(sim.gr):
-        return "flows that wait on other flows (collectives' steps)"
     if sim.pending_faults:
         return "faults during the run"
     if len(sim.capture_ports):
@@ -161,6 +159,35 @@ def why_not(sim, until_ns) -> str | None:
         return f"{sim.routing.policy} routing"
     if len(sim.flows) == 0:
         return "no flows"
+    return None
+
+
+def slow_messages(sim, part: np.ndarray, lookahead: int) -> str | None:
+    """Why a message between partitions could come within a window (None: none can). A
+    flow hears of a flow it waits on a step or base latency after that one arrived or
+    completed; a stream's ends tell each other releases a path's propagation later."""
+    t, fl = sim.flows, sim.fl
+    waits = np.diff(sim.dep_ptr)
+    if waits.any():
+        f = np.repeat(np.arange(len(t), dtype=np.int64), waits)  # f: a flow h waits on
+        h = sim.dep
+        same = fl[f, L.FL_OP] == fl[h, L.FL_OP]
+        empty = (t.bytes[f] == 0) | (np.diff(sim.path_ptr)[f] == 0)
+        at_sender = np.where(same, empty, empty | bool(sim.prm[L.P_FINISH_AT_SENDER]))
+        where = np.where(at_sender, t.src[f], t.dst[f])
+        delay = np.where(same, fl[h, L.FL_LAT_PS], fl[h, L.FL_BASE_PS])
+        slow = (part[where] != part[t.src[h]]) & (delay < lookahead)
+        if slow.any():
+            d = int(delay[slow].min())
+            return (
+                f"a transfer hears of one it waits on, at another partition, {d / 1000:g} ns "
+                f"later, within a window ({lookahead / 1000:g} ns)"
+            )
+    if len(sim.gr):
+        f0 = sim.gr[:, L.GR_FLOW0]
+        cross = part[t.src[f0]] != part[t.dst[f0]]
+        if (cross & (sim.gr[:, L.GR_PROP_PS] < lookahead)).any():
+            return "a collective's stream between partitions has a path shorter than a window"
     return None
 
 
@@ -181,6 +208,9 @@ class PartitionedRun:
             )
         if sim.prm[L.P_RTO_PS] < self.lookahead:
             raise Fallback("the retransmission timeout is shorter than a link's delay")
+        why = slow_messages(sim, self.part, self.lookahead)
+        if why:
+            raise Fallback(why)
         t = sim.flows
         at_sender = (
             (t.bytes == 0) | (np.diff(sim.path_ptr) == 0) | bool(sim.prm[L.P_FINISH_AT_SENDER])
@@ -190,7 +220,8 @@ class PartitionedRun:
         far = far_parts(f, self.part)
         # every partition's outbox of even windows and of odd ones: the others read one
         # while a partition writes the other
-        rows = min(out_rows(sim, far, self.lookahead), MAX_OUT_ROWS)
+        reserve = int(sim.prm[L.P_OUT_RESERVE])
+        rows = max(min(out_rows(sim, far, self.lookahead), MAX_OUT_ROWS), reserve + 4)
         # the partitions this process holds (aifabric.sim.mpi: a rank's share), in order
         self.local = list(range(self.n)) if local is None else list(local(self.n))
         self.box = np.zeros((2, len(self.local), rows, L.O_N), dtype=np.int64)
@@ -208,9 +239,12 @@ class PartitionedRun:
         outboxes: `self.box[:, i]`)."""
         sim = self.sim
         c = copy.copy(sim)
-        for name in ("g", "prm", "pt", "fl", "fr", "nd", "act", "pk", "pc", "smp", "cap"):
+        names = ("g", "prm", "pt", "fl", "fr", "nd", "act", "pk", "pc", "smp", "cap", "gr", "gx")
+        for name in names:
             setattr(c, name, getattr(sim, name).copy())
-        c._load, c._rnd, c.gr = sim._load.copy(), sim._rnd.copy(), sim.gr.copy()
+        c._load, c._rnd = sim._load.copy(), sim._rnd.copy()
+        c.nd[:, L.ND_PART] = self.part
+        c.prm[L.P_PART] = k
         c.ev = np.zeros_like(sim.ev)
         c.outs = [self.box[0, i], self.box[1, i]]
         c.out = c.outs[0]

@@ -500,11 +500,8 @@ def test_the_replay_waits_the_latencies_the_simulator_waits(collective, algorith
     stream = table.group >= 0
     for i in range(len(steps)):
         j = int(origin[i]) if origin[i] >= 0 else -1 - int(origin[i])  # a marker: its stream
-        if stream[j]:
-            g = int(table.group[j])
-            first, step = sim.gr[g, L.GR_FIRST_PS], sim.gr[g, L.GR_LAT_PS]
-        else:
-            first, step = sim.fl[j, L.FL_BASE_PS], sim.fl[j, L.FL_LAT_PS]
+        first = sim.fl[j, L.FL_BASE_PS]
+        step = sim.gr[int(table.group[j]), L.GR_LAT_PS] if stream[j] else sim.fl[j, L.FL_LAT_PS]
         assert first_s[i] == first / ps and step_s[i] == step / ps, (i, table.op_algorithm)
     sim.close()
     assert any(f > 0 for f in first_s)

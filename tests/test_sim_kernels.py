@@ -623,6 +623,17 @@ def test_complete_finishes_a_flow_and_starts_its_dependents_as_the_reference_doe
     fl = sim.fl
     assert fl[0, L.FL_STATE] == L.ST_DONE and fl[0, L.FL_T_END_PS] == now
     assert sim.g[L.G_DONE] == 1
+    # each waiting flow hears of it at its sender, its op's base latency later (a message,
+    # EV_DEP: the sender may be another partition's), and counts it then
+    told = sorted(
+        (int(r[L.E_A]), int(r[L.E_TIME_PS]))
+        for r in pending(sim.ev, sim.g)
+        if r[L.E_KIND] == L.EV_DEP
+    )
+    assert told == sorted((h, now + int(fl[h, L.FL_BASE_PS])) for h, d in enumerate(deps) if 0 in d)
+    assert list(fl[:, L.FL_DEPS]) == [len(d) for d in deps]
+    for h, t in told:
+        borrowing(kernel.release_dep, sim._state(), h, t)
     assert list(fl[:, L.FL_DEPS]) == waiting
     started = {a for _, a, _ in before}
     starts = [r for r in pending(sim.ev, sim.g) if r[L.E_KIND] == L.EV_FLOW_START]
@@ -747,3 +758,74 @@ def test_no_kernel_function_calls_itself_even_through_others():
 
     assert len(calls) > 50 and "kernel.send_data" in calls["kernel.start_frame"]
     assert [f for f in calls if reaches(f, f, set())] == []
+
+
+def _collective(fabric, **spec):
+    from aifabric import traffic
+
+    return traffic.generate(fabric, traffic.workload_from_dict(spec, "c"), seed=1)
+
+
+def test_a_release_tells_its_inputs_senders_of_the_room_a_paths_propagation_later():
+    """A tree connection's release frees the buffer of each input with a window (credit):
+    its sender hears of it a path's propagation later, and only then may send more."""
+    fab = preset("lab-medium")
+    sim = Simulation(fab, _collective(fab, collective="allreduce", algorithm="tree",
+                                      protocol="ll", size="1MiB", gpus=16), cc="none")  # fmt: skip
+    gr, gio, gx = sim.gr, sim.gio, sim.gx
+    windowed = [
+        s for s in range(len(gr))
+        if any(gr[gio[j], L.GR_WINDOW] > 0
+               for j in range(gr[s, L.GR_IN_OFF], gr[s, L.GR_IN_OFF] + gr[s, L.GR_IN_N]))
+    ]  # fmt: skip
+    assert windowed
+    s, now = windowed[0], 10**6
+    borrowing(kernel.release, sim._state(), s, 3, now)
+    credits = sorted(
+        (int(r[L.E_A]), int(r[L.E_TIME_PS]), int(r[L.E_B]))
+        for r in pending(sim.ev, sim.g)
+        if r[L.E_KIND] == L.EV_CREDIT
+    )
+    want = []
+    delay = sim.pt[:, L.PT_DELAY_PS]
+    for j in range(gr[s, L.GR_IN_OFF], gr[s, L.GR_IN_OFF] + gr[s, L.GR_IN_N]):
+        i = int(gio[j])
+        if gr[i, L.GR_WINDOW] == 0:
+            continue
+        f0 = int(gr[i, L.GR_FLOW0])
+        qps = range(f0, f0 + int(gr[i, L.GR_NQP]))
+        prop = min(
+            int(delay[sim.path_port[sim.path_ptr[f] : sim.path_ptr[f + 1]]].sum()) for f in qps
+        )
+        assert gio[gx[j]] == s  # the pair's place among the input's outputs
+        want.append((i, now + prop, 3 * L.CREDIT_SLOTS + int(gx[j] - gr[i, L.GR_OUT_OFF])))
+    assert credits == sorted(want) and all(t > now for _, t, _ in credits)
+    for i, t, b in credits:
+        j = gr[i, L.GR_OUT_OFF] + b % L.CREDIT_SLOTS
+        assert gx[j] == 0  # not before it comes
+        borrowing(kernel.credit, sim._state(), i, b, t)
+        assert gx[j] == 3
+
+
+def test_a_step_of_no_bytes_reaches_its_receiver_a_paths_propagation_after_its_release():
+    """A 64-byte ring AllReduce over 128 ranks has steps of no bytes: their release is a
+    message to the receiver (EV_SEEN), which then has them, and nothing sooner."""
+    fab = preset("lab-medium")
+    sim = Simulation(fab, _collective(fab, collective="allreduce", algorithm="ring",
+                                      size="64B", gpus=128), cc="none")  # fmt: skip
+    gr = sim.gr
+    s = int(np.flatnonzero(gr[:, L.GR_EMPTY])[0])
+    assert gr[s, L.GR_BYTES] < gr[s, L.GR_STEPS] and gr[s, L.GR_PROP_PS] > 0
+    now = 10**6
+    borrowing(kernel.release, sim._state(), s, 2, now)
+    seen = [
+        (int(r[L.E_A]), int(r[L.E_TIME_PS]), int(r[L.E_B]))
+        for r in pending(sim.ev, sim.g)
+        if r[L.E_KIND] == L.EV_SEEN
+    ]
+    assert seen == [(s, now + int(gr[s, L.GR_PROP_PS]), 2)]
+    assert gr[s, L.GR_DONE] == 0
+    borrowing(kernel.seen, sim._state(), s, 2, seen[0][1])
+    # the steps with no bytes among the first two are there; one with bytes is not
+    steps = [kernel.step_end(gr, s, k) for k in range(3)]
+    assert gr[s, L.GR_DONE] == next(k for k in range(3) if k == 2 or steps[k + 1] > steps[k])

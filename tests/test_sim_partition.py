@@ -112,17 +112,54 @@ def test_a_run_that_drops_runs_again_on_one_partition(k8):
     assert differences(one, many) == []
 
 
-def test_collectives_run_on_one_partition_saying_why(k8):
-    table = traffic.generate(
-        k8,
-        traffic.workload_from_dict(
-            dict(collective="allreduce", algorithm="ring", size="1MiB", gpus=16), "ar"
-        ),
-        seed=1,
-    )
+COLLECTIVES = {
+    "ring AllReduce, 4 QPs round-robin (steps with no bytes for some QPs)": dict(
+        collective="allreduce", algorithm="ring", size="1MiB", gpus=64, qps=4,
+        qp_mode="round-robin", chunk="64KiB",
+    ),
+    "tree AllReduce, 2 channels (buffers: credits)": dict(
+        collective="allreduce", algorithm="tree", size="1MiB", gpus=64, channels=2
+    ),
+    "halving-doubling AllReduce (transfers that wait on transfers)": dict(
+        collective="allreduce", algorithm="halving-doubling", size="1MiB", gpus=64
+    ),
+    "AllToAll": dict(collective="alltoall", algorithm="pairwise", size="1MiB", gpus=32),
+    "64-byte ring AllReduce (steps of no bytes at all)": dict(
+        collective="allreduce", algorithm="ring", size="64B", gpus=128
+    ),
+    "two AllGathers, one after the other": dict(
+        collective="allgather", algorithm="ring", size="1MiB", gpus=128, iterations=2
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", COLLECTIVES)
+def test_collectives_on_any_number_of_partitions_give_the_results_of_one(k8, case):
+    """What one end of a collective's connection learns of the other (a step released, its
+    buffer free, a transfer it waits on arrived or done) comes as a message, so each
+    end may run in its own partition: the results are one partition's."""
+    table = flows(k8, **COLLECTIVES[case])
+    one = ran(k8, table, 1)
+    for parts in (2, 3):
+        many = ran(k8, table, parts)
+        assert many.partitioned["partitions"] == parts, many.partitioned
+        assert many.partitioned["windows"] > 10
+        assert differences(one, many) == [], parts
+
+
+def test_a_wait_shorter_than_a_window_runs_on_one_partition_saying_why(k8):
+    """Latencies of 0: a ring's next op hears at once that the one before it ended, at a
+    NIC another partition may hold; the run stays on one partition and says so."""
+    zero = {row: {"ll": 0.0, "ll128": 0.0, "simple": 0.0} for row in ("ring", "tree")}
+    zero = dict(base_latency_us=zero, net_latency_us=zero, nvlink_latency_us=zero)
+    table = flows(
+        k8, collective="allgather", algorithm="ring", size="1MiB", gpus=128, iterations=2,
+        nccl=zero,
+    )  # fmt: skip
     sim = ran(k8, table, 2)
     assert sim.partitioned["partitions"] == 1
-    assert "wait on other flows" in sim.partitioned["why"]
+    assert "hears of one it waits on, at another partition, 0 ns later" in sim.partitioned["why"]
+    assert differences(ran(k8, table, 1), sim) == []
 
 
 def test_auto_leaves_a_small_run_on_one_partition(k8, monkeypatch):
@@ -194,10 +231,19 @@ def test_a_scenario_preset_runs_identically_on_partitions():
     assert differences(one, many) == []
 
 
-def test_an_outbox_that_fills_keeps_its_rows_aside_and_loses_none(k8, monkeypatch):
-    """Outboxes of a few rows: most of a window's frames into another partition are kept
-    aside by the driver and taken first by their partition, and nothing changes."""
-    table = flows(k8, pattern="permutation", gpus=128, size="256KB")
+@pytest.mark.parametrize(
+    "spec",
+    [
+        dict(pattern="permutation", gpus=128, size="256KB"),
+        dict(collective="allreduce", algorithm="halving-doubling", size="1MiB", gpus=128),
+    ],
+    ids=["frames", "frames and messages"],
+)
+def test_an_outbox_that_fills_keeps_its_rows_aside_and_loses_none(k8, monkeypatch, spec):
+    """Outboxes of a few rows: most of a window's frames (and a collective's messages) into
+    another partition are kept aside by the driver and taken first by their partition,
+    and nothing changes."""
+    table = flows(k8, **spec)
     one = ran(k8, table, 1)
     monkeypatch.setattr(partition, "MAX_OUT_ROWS", L.OUT_RESERVE + 4)
     for spinning in (True, False):
