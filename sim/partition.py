@@ -24,11 +24,13 @@ The windows' partitions run in threads: the loop (`kernel.run`) holds no GIL. Un
 `local`, the partitions one rank holds, and `close_local` and `combine`, the two
 halves of `merge`).
 
-What needs more than a link between partitions is not partitioned (`why_not`): flows
-that wait on other flows (collectives: a step released at another NIC the moment data
-arrives), faults during the run, captures, adaptive routing and spraying; and a run in
-which a packet is dropped is run again on one partition (the sender's timeout reads the
-receiver's count, across the cut).
+Collectives cross partitions as messages: what a NIC learns of another's part of one
+(a buffer's credit, a step of no bytes, a transfer it waits on) is an event the outbox
+carries like a frame, a path's propagation or a step or base latency later; a run in
+which one would come within a window stays on one partition (`slow_messages`). What
+needs more than that is not partitioned (`why_not`): faults during the run, captures,
+adaptive routing and spraying; and a run in which a packet is dropped is run again on
+one partition (the sender's timeout reads the receiver's count, across the cut).
 """
 
 from __future__ import annotations
@@ -135,7 +137,23 @@ def wanted(sim, until_ns) -> tuple[int, str | None]:
             why = why or "one core"
         elif len(sim.flows) < AUTO_FLOWS:
             why = why or f"a small run ({len(sim.flows):,} flows; auto: {AUTO_FLOWS:,} or more)"
+        elif not why:
+            why = lopsided(sim, asked)
     return asked, why
+
+
+def lopsided(sim, parts: int) -> str | None:
+    """Why `parts` partitions would leave cores idle: the flows' senders sit in fewer of
+    them (a job on a few racks of a large fabric); a partition with no work spins while
+    the others run. None: each holds at least half its share."""
+    senders = np.bincount(assign(sim.fabric, parts)[sim.flows.src], minlength=parts)
+    if senders.min() * 2 * parts >= len(sim.flows):
+        return None
+    return (
+        f"the flows' senders sit mostly in one part of the fabric (auto: each of {parts} "
+        f"partitions would need {len(sim.flows) // (2 * parts):,} or more; the fewest has "
+        f"{int(senders.min()):,})"
+    )
 
 
 def out_rows(sim, far: np.ndarray, lookahead: int) -> int:
@@ -501,17 +519,24 @@ class PartitionedRun:
         g[L.G_PROGRESS_T_PS] = max(int(c.g[L.G_PROGRESS_T_PS]) for c in parts)
         sim.g[:] = g
         heap.clear(sim.ev, sim.g)
-        entries = []
-        for k, c in enumerate(parts):
-            for chunk in c.sample_chunks:
-                keep = port_part[chunk["port_index"]] == k
-                entries.append({name: np.asarray(v)[keep] for name, v in chunk.items()})
-        if entries:
-            merged = {name: np.concatenate([e[name] for e in entries]) for name in entries[0]}
+        # the port series, a column at a time, each partition's column freed once taken (a
+        # long run's series are most of its memory: one copy and a column at a time)
+        chunks = [(k, chunk) for k, c in enumerate(parts) for chunk in c.sample_chunks]
+        for c in parts:
+            c.sample_chunks = []
+        merged: dict = {}
+        if chunks:
+            keep = [port_part[chunk["port_index"]] == k for k, chunk in chunks]
+            for name in list(chunks[0][1]):
+                columns = (chunk.pop(name) for _, chunk in chunks)
+                merged[name] = np.concatenate(
+                    [np.asarray(v)[m] for v, m in zip(columns, keep, strict=True)]
+                )
+            del chunks, keep
             order = np.lexsort((merged["port_index"], merged["sample_index"]))
-            sim.sample_chunks = [{name: v[order] for name, v in merged.items()}]
-        else:
-            sim.sample_chunks = []
+            for name in merged:
+                merged[name] = merged[name][order]
+        sim.sample_chunks = [merged] if merged else []
         sim.sample_rows = parts[0].sample_rows
         sim.closed = True  # `close` has nothing left to do
 

@@ -169,6 +169,19 @@ def test_auto_leaves_a_small_run_on_one_partition(k8, monkeypatch):
     assert "small run (128 flows" in sim.partitioned["why"]
 
 
+def test_auto_leaves_a_job_on_a_few_racks_on_one_partition(k8, monkeypatch):
+    """A job whose senders sit in one partition would leave the other's core spinning:
+    auto runs it on one partition and says why; a job over the whole fabric gets two."""
+    monkeypatch.setattr(partition, "cores", lambda: 2)
+    monkeypatch.setattr(partition, "AUTO_FLOWS", 10)
+    few = ran(k8, flows(k8, pattern="permutation", gpus=32, size="64KB"), "auto")
+    assert few.partitioned["partitions"] == 1
+    assert "sit mostly in one part of the fabric" in few.partitioned["why"]
+    assert "the fewest has 0)" in few.partitioned["why"]
+    whole = ran(k8, flows(k8, pattern="permutation", gpus=128, size="64KB"), "auto")
+    assert whole.partitioned["partitions"] == 2
+
+
 def test_racks_are_cut_into_partitions_of_as_many_nics(k8):
     for parts in (2, 3, 4):
         part = partition.assign(k8, parts)
