@@ -223,7 +223,8 @@ def _put(ev, g, t, key, kind, a, b):
 
 @njit(cache=True, inline="always")
 def push(ev, g, t, kind, a, b):
-    """`schedule`, inlined where every hop schedules (kernel.put_on_wire, kernel.want_tx)."""
+    """`schedule`, inlined where every hop schedules (kernel.start_frame: a frame's arrival
+    and its port's next look, at one call site)."""
     n = g[G_HEAP]
     if n >= ev.shape[1]:
         g[G_OVERFLOW] = 1

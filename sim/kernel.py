@@ -389,8 +389,8 @@ def serialization_ps(wire_bytes, rate_bps):
 
 @njit(cache=True, inline="always")
 def want_tx(S, p, t):
-    """Make sure port p looks for work again at time t. Every hop asks this of the port it
-    left, so the event is pushed inline (`push`), not by a call (`schedule`)."""
+    """Make sure port p looks for work again at time t (`tx_event`). Where a hop asks it
+    of the port it left, `start_frame` does this itself, in its one push."""
     tx_event(S.pt, S.ev, S.g, p, t)
 
 
@@ -431,7 +431,7 @@ def carry(pt, ev, g, p, now):
         t = pt[p, PT_TXEV_PS]
         if t > now:
             pt[p, PT_WAKE_PS] = t
-            push(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
+            schedule(ev, g, t, EV_TX, p, pt[p, PT_HEAD1])
 
 
 @njit(cache=True, inline="always")
@@ -496,15 +496,17 @@ def record(S, p, kind, f, psn, nbytes, ce, arg, now):
 
 @njit(cache=True, inline="always")
 def put_on_wire(S, p, i, now):
-    """Port p starts sending packet i: it arrives at the far end after serialization and delay."""
-    g, pt, pk, pc, ev = S.g, S.pt, S.pk, S.pc, S.ev
+    """Port p starts sending packet i: it arrives at the far end after serialization and
+    delay. Returns that time and the arrival's b (`arrive_hint`) for the caller to push its
+    EV_ARRIVE (`start_frame`, with the port's next look: one push for both); -1: none here,
+    the far end is another partition's."""
+    g, pt, pk, pc = S.g, S.pt, S.pk, S.pc
     ser = serialization_ps(pk[i, PK_WIRE_BYTES], pt[p, PT_RATE_BPS])
     pt[p, PT_FREE_AT_PS] = now + ser
     h = pk[i, PK_HOP] + 1
     q = pk[i, PK_ROUTE + h] if h < pk[i, PK_NHOPS] else -1
     far = pt[p, PT_FAR_PART]
-    if far == 0:
-        push(ev, g, now + ser + pt[p, PT_DELAY_PS], EV_ARRIVE, i, arrive_hint(p, q))
+    t = now + ser + pt[p, PT_DELAY_PS]
     pt[p, PT_S_TX_BYTES] += pk[i, PK_WIRE_BYTES]
     g[G_HOPS] += 1
     if pt[p, PT_CAPTURE]:
@@ -513,14 +515,19 @@ def put_on_wire(S, p, i, now):
             pk[i, PK_CE], pc[i, PC_ARG], now,
         )  # fmt: skip
     if far:
-        t = now + ser + pt[p, PT_DELAY_PS]
         export(S, far - 1, t, np.int64(EV_ARRIVE), np.int64(i), arrive_hint(p, q))
+        return np.int64(-1), np.int64(0)
+    return t, arrive_hint(p, q)
 
 
-@njit(cache=True, inline="always")
-def put_pfc_on_wire(S, p, quanta, now):
-    """Port p sends a PFC frame; its peer's port towards us is paused when it arrives."""
+@njit(cache=True)
+def put_pfc_on_wire(S, p, now):
+    """Port p sends its pending PFC frame (PT_PFC_PENDING: its quanta); its peer's port
+    towards us is paused when it arrives, and p looks again when the frame is out. A call:
+    PFC frames are rare on a hop's path, and `start_frame` has less to compile."""
     g, pt, ev = S.g, S.pt, S.ev
+    quanta = pt[p, PT_PFC_PENDING]
+    pt[p, PT_PFC_PENDING] = -1
     ser = serialization_ps(PFC_WIRE_BYTES, pt[p, PT_RATE_BPS])
     pt[p, PT_FREE_AT_PS] = now + ser
     far = pt[p, PT_FAR_PART]
@@ -534,6 +541,7 @@ def put_pfc_on_wire(S, p, quanta, now):
     g[G_PFC] += 1
     if pt[p, PT_CAPTURE]:
         record(S, p, K_PFC, -1, 0, 0, 0, quanta, now)
+    wait_tx(pt, ev, g, p, pt[p, PT_FREE_AT_PS])
 
 
 @njit(cache=True)
@@ -653,17 +661,22 @@ def send_control(S, f, kind, arg, now):
     """The receiver of flow f (or, for REQ, its sender) sends a control packet. Callers
     pass int64 for every argument (`np.int64(K_CTS)`, not `K_CTS`): numba compiles a called
     kernel once per argument type, and a constant is a type of its own (a literal)."""
-    control_packet(S, f, kind, arg, now)
+    p = queue_control(S, f, kind, arg, now)
+    if p >= 0:
+        kick(S, p, now)
 
 
 @njit(cache=True, inline="always")
-def control_packet(S, f, kind, arg, now):
-    """`send_control`, inlined where an ACK is sent for delivered data (`deliver`)."""
+def queue_control(S, f, kind, arg, now):
+    """Queue a control packet of flow f at the port it leaves by, and return that port
+    (-1: none, the packet was dropped or there is no path), whose `start_frame` sends it
+    next (control before data). Inlined where an ACK is sent for delivered data
+    (`deliver`), which leaves that start to the loop's one `start_frame`."""
     pt, fl, pk, pc, path_ptr, path_port = S.pt, S.fl, S.pk, S.pc, S.path_ptr, S.path_port
     a = path_ptr[f]
     n = path_ptr[f + 1] - a
     if n == 0:
-        return
+        return -1
     i = alloc(S)
     pk[i, PK_FLOW] = f
     pk[i, PK_KIND] = kind
@@ -688,9 +701,9 @@ def control_packet(S, f, kind, arg, now):
     p = pk[i, PK_ROUTE]
     if not pt[p, PT_ALIVE]:
         drop(S, i, p, now)
-        return
+        return -1
     enqueue(pt, pk, p, 0, i, now)
-    start_control(S, p, now)
+    return p
 
 
 # NIC senders ----------------------------------------------------------------------------
@@ -722,7 +735,7 @@ def list_remove(S, f):
 
 @njit(cache=True, inline="always")
 def send_data(S, f, p, now):
-    """Flow f puts its next data packet on its NIC's port p."""
+    """Flow f's next data packet, for its NIC's port p to put on the wire (`start_frame`)."""
     prm, fl, fr, pk, pc = S.prm, S.fl, S.fr, S.pk, S.pc
     path_ptr, path_port = S.path_ptr, S.path_port
     controlled = prm[P_CC] != CC_NONE  # `none` has no hooks: the common path skips them
@@ -770,7 +783,7 @@ def send_data(S, f, p, now):
         list_remove(S, f)
         if fl[f, FL_HELD_BYTES] == 0:  # else it waits for a release of its stream
             fl[f, FL_STATE] = ST_SENT
-    put_on_wire(S, p, i, now)
+    return i
 
 
 @njit(cache=True)
@@ -783,12 +796,13 @@ def lose_path(S, f):
 
 @njit(cache=True, inline="always")
 def nic_pick(S, p, now):
-    """Round robin over the NIC's flows that may send now; -1 and a wake-up if none may."""
+    """Round robin over the NIC's flows that may send now: (that flow, NEVER), or (-1, the
+    soonest time one may; NEVER if none)."""
     fl, nd, act = S.fl, S.nd, S.act
     v = S.pt[p, PT_NODE]
     cnt = nd[v, ND_CNT]
     if cnt == 0:
-        return -1
+        return np.int64(-1), NEVER
     off = nd[v, ND_OFF]
     rr = nd[v, ND_RR] % cnt
     controlled = S.prm[P_CC] != CC_NONE
@@ -803,12 +817,10 @@ def nic_pick(S, p, now):
         t = send_time(fl, f)
         if t <= now:
             nd[v, ND_RR] = idx + 1
-            return f
+            return np.int64(f), NEVER
         if t < soonest:
             soonest = t
-    if soonest < NEVER:
-        want_tx(S, p, soonest)
-    return -1
+    return np.int64(-1), soonest
 
 
 @njit(cache=True, inline="always")
@@ -867,74 +879,78 @@ def kick_sender(S, f, now):
 
 @njit(cache=True, inline="always")
 def start_frame(S, p, now):
-    """Port p starts its next frame if it is free: PFC first, then control, then data.
-    Inlined where a hop calls it (the loop, once: after an EV_TX and after a packet is
-    queued by `arrive_at_switch`), with what a NIC calls to send data (`nic_pick`,
-    `send_data`): a call passes every array of the state one field at a time, a large
-    part of a hop's cost."""
+    """Port p starts its next frame if it is free: PFC first, then control, then data; and
+    asks to look again when it may start another. Inlined where a hop calls it (the loop,
+    once: after an EV_TX, after a packet is queued by `arrive_at_switch` and after an ACK
+    is queued by `deliver`), with what a NIC calls to send data (`nic_pick`, `send_data`):
+    a call passes every array of the state one field at a time, a large part of a hop's
+    cost. Whatever the frame, it goes on the wire at one place and the port's next look
+    is asked at one place: each is an event push the compiler would otherwise copy."""
     g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
-    if start_control(S, p, now):
-        return
-    paused = pt[p, PT_PAUSE_UNTIL_PS] > now
-    if pt[p, PT_IS_NIC]:
-        if S.nd[pt[p, PT_NODE], ND_CNT] == 0:
-            return
-        if paused:
-            wait_tx(pt, S.ev, g, p, pt[p, PT_PAUSE_UNTIL_PS])
-            return
-        f = nic_pick(S, p, now)
-        if f >= 0 and S.path_ptr[f + 1] == S.path_ptr[f]:
-            lose_path(S, f)
-            wait_tx(pt, S.ev, g, p, now)  # another flow of this NIC may send
-        elif f >= 0:
-            send_data(S, f, p, now)
-            want_tx(S, p, next_look(S, p, f, pt[p, PT_FREE_AT_PS]))
-        return
-    if pt[p, PT_HEAD1] < 0:
-        return
-    if paused:
-        wait_tx(pt, S.ev, g, p, pt[p, PT_PAUSE_UNTIL_PS])
-        return
-    i = dequeue(pt, pk, p, 1, now)
-    if pt[p, PT_ECN_ON] and pk[i, PK_CE] == 0:
-        depth = pt[p, PT_Q1_BYTES] + pk[i, PK_WIRE_BYTES]
-        kmin, kmax = pt[p, PT_KMIN_BYTES], pt[p, PT_KMAX_BYTES]
-        if ecn.should_mark(pt, p, PT_RNG, depth, kmin, kmax, pmax[p]):
-            pk[i, PK_CE] = 1
-            pt[p, PT_S_ECN] += 1
-            g[G_ECN] += 1
-    k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
-    if pt[p, PT_SHARED]:
-        if buffer.release_data(pt, S.nd, p, k, pk[i, PK_WIRE_BYTES]):
-            send_pfc(S, k, 0, now)
-    elif pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
-        send_pfc(S, k, 0, now)
-    put_on_wire(S, p, i, now)
-    want_tx(S, p, pt[p, PT_FREE_AT_PS])
-
-
-@njit(cache=True, inline="always")
-def start_control(S, p, now):
-    """What `start_frame` does before data: True if port p is busy (it looks again when
-    free) or it started a PFC frame or a queued control packet. All it takes to send a
-    control packet just queued."""
-    pt, pk = S.pt, S.pk
+    i = -1  # the packet to put on the wire
+    f = -1  # its flow, where a NIC sends data
+    look = NEVER  # when the port looks again
     if pt[p, PT_FREE_AT_PS] > now:
-        want_tx(S, p, pt[p, PT_FREE_AT_PS])
-        return True
-    if pt[p, PT_PFC_PENDING] >= 0:
-        put_pfc_on_wire(S, p, pt[p, PT_PFC_PENDING], now)
-        pt[p, PT_PFC_PENDING] = -1
-        wait_tx(pt, S.ev, S.g, p, pt[p, PT_FREE_AT_PS])
-        return True
-    if pt[p, PT_HEAD0] >= 0:
+        look = pt[p, PT_FREE_AT_PS]
+    elif pt[p, PT_PFC_PENDING] >= 0:
+        put_pfc_on_wire(S, p, now)
+        return
+    elif pt[p, PT_HEAD0] >= 0:
         i = dequeue(pt, pk, p, 0, now)
         if pt[p, PT_SHARED]:
             buffer.release_egress(pt, S.nd, p, 0, pk[i, PK_WIRE_BYTES])
-        put_on_wire(S, p, i, now)
-        want_tx(S, p, pt[p, PT_FREE_AT_PS])
-        return True
-    return False
+    elif pt[p, PT_IS_NIC]:
+        if S.nd[pt[p, PT_NODE], ND_CNT] == 0:
+            return
+        if pt[p, PT_PAUSE_UNTIL_PS] > now:
+            wait_tx(pt, S.ev, g, p, pt[p, PT_PAUSE_UNTIL_PS])
+            return
+        f, look = nic_pick(S, p, now)
+        if f >= 0 and S.path_ptr[f + 1] == S.path_ptr[f]:
+            lose_path(S, f)
+            wait_tx(pt, S.ev, g, p, now)  # another flow of this NIC may send
+            return
+        if f >= 0:
+            i = send_data(S, f, p, now)
+    else:
+        if pt[p, PT_HEAD1] < 0:
+            return
+        if pt[p, PT_PAUSE_UNTIL_PS] > now:
+            wait_tx(pt, S.ev, g, p, pt[p, PT_PAUSE_UNTIL_PS])
+            return
+        i = dequeue(pt, pk, p, 1, now)
+        if pt[p, PT_ECN_ON] and pk[i, PK_CE] == 0:
+            depth = pt[p, PT_Q1_BYTES] + pk[i, PK_WIRE_BYTES]
+            kmin, kmax = pt[p, PT_KMIN_BYTES], pt[p, PT_KMAX_BYTES]
+            if ecn.should_mark(pt, p, PT_RNG, depth, kmin, kmax, pmax[p]):
+                pk[i, PK_CE] = 1
+                pt[p, PT_S_ECN] += 1
+                g[G_ECN] += 1
+        k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
+        if pt[p, PT_SHARED]:
+            if buffer.release_data(pt, S.nd, p, k, pk[i, PK_WIRE_BYTES]):
+                send_pfc(S, k, 0, now)
+        elif pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
+            send_pfc(S, k, 0, now)
+    arrive, hint = np.int64(-1), np.int64(0)
+    if i >= 0:
+        arrive, hint = put_on_wire(S, p, i, now)
+        look = pt[p, PT_FREE_AT_PS]
+        if f >= 0:
+            look = next_look(S, p, f, look)
+    # the frame's arrival, then the port's next look (`want_tx`): one push for both
+    ev = S.ev
+    for j in range(2):
+        if j == 0:
+            if arrive < 0:
+                continue
+            t, kind, a, b = arrive, EV_ARRIVE, i, hint
+        else:
+            if look == NEVER or pt[p, PT_TXEV_PS] == look:
+                continue
+            pt[p, PT_TXEV_PS] = look
+            t, kind, a, b = look, EV_TX, p, pt[p, PT_HEAD1]
+        push(ev, g, t, kind, a, b)
 
 
 @njit(cache=True)
@@ -1088,9 +1104,9 @@ def send_ack(S, f, now):
 
 @njit(cache=True, inline="always")
 def ack(S, f, now):
-    """`send_ack`, inlined where data is delivered (`deliver`)."""
+    """`send_ack`, inlined where data is delivered (`deliver`): the port to start, or -1."""
     S.fl[f, FL_UNACKED] = 0
-    control_packet(S, f, K_ACK, 0, now)
+    return queue_control(S, f, K_ACK, 0, now)
 
 
 @njit(cache=True)
@@ -1387,8 +1403,11 @@ def repace(S, f, now):
 @njit(cache=True, inline="always")
 def deliver(S, i, now):
     """Packet i reached the NIC at the end of its route. Inlined into the loop (see
-    `start_frame`), with the ACK it may send (`ack`)."""
+    `start_frame`), with the ACK it may queue (`ack`): the port that ACK leaves by, for the
+    loop's `start_frame` to start (-1: none). The frame starts at this time all the same,
+    control before data, whatever else this event asks of that port first."""
     g, fl, pk = S.g, S.fl, S.pk
+    port = -1
     f = np.int64(pk[i, PK_FLOW])  # the loop's type for a flow: one compile of what it calls
     kind = pk[i, PK_KIND]
     # go-back-N: data out of order (possible only after a loss, a new route or under
@@ -1428,7 +1447,7 @@ def deliver(S, i, now):
         if every > 0:
             fl[f, FL_UNACKED] += 1
             if fl[f, FL_UNACKED] >= every or fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES]:
-                ack(S, f, now)
+                port = ack(S, f, now)
         if fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES] and fl[f, FL_T_RECEIVED_PS] < 0:
             received(S, f, now)
     elif kind == K_ACK and S.pc[i, PC_ARG] > 0:  # a NAK
@@ -1445,6 +1464,7 @@ def deliver(S, i, now):
     elif kind == K_REQ and congestion.on_grant_request(S, f) & DO_GRANT:
         grant(S, f, now)
     release_packet(S, i)
+    return port
 
 
 @njit(cache=True)
@@ -1690,7 +1710,7 @@ def run(S_counted, t_stop, max_events):
             if not pt[p, PT_ALIVE]:
                 drop(S, a, p, now)
             elif h + 1 == pk[a, PK_NHOPS]:
-                deliver(S, a, now)
+                port = deliver(S, a, now)
             else:
                 pk[a, PK_HOP] = h + 1
                 if S.prm[P_ADAPTIVE] and pk[a, PK_KIND] == K_DATA:
