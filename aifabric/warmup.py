@@ -42,8 +42,8 @@ from aifabric.fabric.files import ended_with_us, forget, temporary_directory
 
 MARKER = "aifabric-warm.json"
 ESTIMATE_FILE = "compile-seconds"
-DEFAULT_ESTIMATE_S = 60  # wall seconds of a full compile on 2 cores, numba 0.68 (56-57 measured
-# on 2 processes, 2026-12-05)
+DEFAULT_ESTIMATE_S = 70  # wall seconds of a full compile on 2 cores, numba 0.68 (65-72 measured
+# on 2 processes, 2026-12-06)
 TOPOLOGY = "lab-small"
 
 
@@ -263,8 +263,8 @@ def callees_everywhere(should_stop=lambda: False, processes: int | None = None):
 
     with temporary_directory("aifabric-compile-") as tmp:
         counter = str(Path(tmp) / "next")
-        Path(counter).write_text("0")
-        Path(done_file(counter)).write_text("0")
+        Path(counter).write_text("")
+        Path(done_file(counter)).write_text("")
         command = [sys.executable, "-m", "aifabric.warmup", "--callees", counter, *names]
         try:
             for _ in range(min(processes or cores(), len(names)) - 1):

@@ -8,19 +8,23 @@ them, into the same cache directory, while the loop's own compile does its untyp
 passes; when it reaches typing it takes a share of what is left and waits for the rest
 (`aifabric.sim.pipeline`), then loads them all from the cache.
 
-`callees()` lists them, the largest first (a function's size counted with everything it
-inlines); `compile_callee` compiles one for the loop's state (`kernel.borrowed(S)`), a
-field's type for a parameter named as a field, and int64 for the rest: the types the loop
-calls them with (a kernel called with other types compiles again when the loop is typed:
-slower, never wrong; tests/test_warmup.py checks that every large kernel compiles once).
-Processes share the list through a counter in a file (`work`), and count what they have
-compiled in another (`compiled`); aifabric.warmup starts them."""
+`callees()` lists them, the longest chain of compiles first (each after those it calls);
+`compile_callee` compiles one for the loop's state (`kernel.borrowed(S)`), a field's type
+for a parameter named as a field, and int64 for the rest: the types the loop calls them
+with (a kernel called with other types compiles again when the loop is typed: slower,
+never wrong; tests/test_warmup.py checks that every large kernel compiles once).
+Processes take the callees from a list in a file, each one whose callees are compiled,
+and mark it done in another (`work`); each kernel compiles in one process at a time
+(`one_at_a_time`); aifabric.warmup starts them."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import inspect
 import os
+import sys
+import time
 
 # the loop itself, what it calls first to type the rest, and the two callees it calls with
 # int32 or constant arguments
@@ -51,24 +55,51 @@ def _inlined(d) -> bool:
     return d.targetoptions.get("inline") == "always"
 
 
+def _kernels_named(d) -> list:
+    """The kernels a kernel names in its code (what it calls, inlined or not): a global
+    name (`start_frame`), or an attribute of a module of the project (`pfc.release`, which
+    is not `kernel.release`)."""
+    import dis
+
+    glob = d.py_func.__globals__
+    found = []
+    last = None  # the module a LOAD_GLOBAL just loaded
+    for ins in dis.get_instructions(d.py_func):
+        obj = None
+        if ins.opname == "LOAD_GLOBAL":
+            obj = glob.get(ins.argval)
+        elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD") and last is not None:
+            obj = getattr(last, ins.argval, None)
+        last = obj if inspect.ismodule(obj) and obj.__name__.startswith("aifabric.") else None
+        if hasattr(obj, "targetoptions"):
+            found.append(obj)
+    return found
+
+
 def _size(d, seen: set) -> int:
     """Source lines of a kernel and of every kernel it inlines, once each."""
     if id(d) in seen:
         return 0
     seen.add(id(d))
     lines = len(inspect.getsource(d.py_func).splitlines())
-    glob = d.py_func.__globals__
-    places = [glob] + [  # `start_frame(...)`, and `pfc.pause(...)` of a module it imports
-        vars(v)
-        for v in glob.values()
-        if inspect.ismodule(v) and v.__name__.startswith("aifabric.sim.")
-    ]
-    for name in d.py_func.__code__.co_names:
-        for place in places:
-            callee = place.get(name)
-            if hasattr(callee, "targetoptions") and _inlined(callee):
-                lines += _size(callee, seen)
+    for callee in _kernels_named(d):
+        if _inlined(callee):
+            lines += _size(callee, seen)
     return lines
+
+
+def _calls(d, seen: set) -> set:
+    """The kernels a kernel calls rather than inlines (its own and those it inlines)."""
+    if id(d) in seen:
+        return set()
+    seen.add(id(d))
+    out = set()
+    for callee in _kernels_named(d):
+        if _inlined(callee):
+            out |= _calls(callee, seen)
+        else:
+            out.add(callee)
+    return out
 
 
 def _takes_state(d) -> bool:
@@ -77,17 +108,29 @@ def _takes_state(d) -> bool:
 
 def callees() -> list[str]:
     """The kernels (`module.name`) of `MODULES` that the loop calls rather than inlines and
-    that take the state first, and `ALSO`: largest first."""
+    that take the state first, and `ALSO`: the longest chain of compiles first (a callee's
+    size, counted with what it inlines, plus the longest chain of callees that call it),
+    so each comes after those it calls. A callee compiles what it calls inside its own
+    compile: `kick` took 16-18 s of one process, most of it kernels it calls, while the
+    other waited for it to compile `release`; and the callees that call `kick` wait for it."""
     found = []
     for m in MODULES:
         for name, d in _dispatchers(_module(m)).items():
             qualified = f"{m}.{name}"
             if qualified not in EXCLUDED and not _inlined(d) and _takes_state(d):
-                found.append((-_size(d, set()), qualified))
-    for qualified in ALSO:
-        m, _, name = qualified.partition(".")
-        found.append((-_size(getattr(_module(m), name), set()), qualified))
-    return [name for _, name in sorted(found)]
+                found.append(qualified)
+    found.extend(ALSO)
+    size = [_size(getattr(_module(q.partition(".")[0]), q.partition(".")[2]), set()) for q in found]
+    wanted = needs(found)
+    chain: dict[int, int] = {}
+
+    def longest(i: int) -> int:  # from callee i to the end of the compile
+        if i not in chain:
+            after = [longest(j) for j in range(len(found)) if i in wanted[j]]
+            chain[i] = size[i] + max(after, default=0)
+        return chain[i]
+
+    return [found[i] for i in sorted(range(len(found)), key=lambda i: (-longest(i), found[i]))]
 
 
 def state_type(sim):
@@ -117,44 +160,144 @@ def compile_callee(name: str, state) -> None:
     )
 
 
-def take(counter: str) -> int:
-    """The next index of a counter shared by processes (a file holding a number)."""
+def _indices(fh) -> set[int]:
+    return {int(x) for x in fh.read().split()}
+
+
+def take(counter: str, n: int, needs: list[set[int]] | None = None) -> int | None:
+    """The next of n indices shared by processes through `counter` (a file of the indices
+    taken): the first not taken all of whose `needs` (indices) are compiled (`done`); n
+    when every one is taken; None when each one left needs one still compiling."""
     with open(counter, "r+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
-        i = int(fh.read() or 0)
-        fh.seek(0)
-        fh.write(str(i + 1))
-        fh.truncate()
-    return i  # the lock goes with the file's closing
+        taken = _indices(fh)
+        done = _done(counter) if needs else set()
+        left = [i for i in range(n) if i not in taken]
+        if not left:
+            return n
+        for i in left:
+            if not needs or needs[i] <= done:
+                fh.write(f" {i}")
+                return i
+        return None  # the lock goes with the file's closing
 
 
 def done_file(counter: str) -> str:
-    """The file counting the callees compiled so far, beside the counter of those taken."""
+    """The file of the callees compiled so far, beside the file of those taken."""
     return counter + ".done"
+
+
+def _done(counter: str) -> set[int]:
+    try:
+        with open(done_file(counter)) as fh:
+            return _indices(fh)
+    except (OSError, ValueError):
+        return set()
+
+
+def done(counter: str, i: int) -> None:
+    """Index i is compiled."""
+    with open(done_file(counter), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.write(f" {i}")
 
 
 def compiled(counter: str) -> int:
     """How many callees the processes sharing `counter` have compiled."""
-    try:
-        with open(done_file(counter)) as fh:
-            return int(fh.read() or 0)
-    except (OSError, ValueError):
-        return 0
+    return len(_done(counter))
+
+
+def needs(names: list[str]) -> list[set[int]]:
+    """For each callee, the others it calls, directly or through kernels not listed."""
+    ds = []
+    for name in names:
+        m, _, fn = name.partition(".")
+        ds.append(getattr(_module(m), fn))
+    index = {id(d): i for i, d in enumerate(ds)}
+    out = []
+    for d in ds:
+        found, seen, todo = set(), {id(d)}, list(_calls(d, set()))
+        while todo:
+            c = todo.pop()
+            if id(c) in seen:
+                continue
+            seen.add(id(c))
+            if id(c) in index:
+                found.add(index[id(c)])
+            else:
+                todo.extend(_calls(c, set()))
+        out.append(found)
+    return out
 
 
 def work(counter: str, names: list[str], make_sim, should_stop=lambda: False) -> None:
-    """Compile the callees `names[take(counter)]` until none is left (or `should_stop()`),
-    counting each one done (`compiled`): what each process of a full compile does, with
-    the others."""
+    """Compile the callees `names[take(...)]` until none is left (or `should_stop()`),
+    marking each one done: what each process of a full compile does, with the others. A
+    process takes a callee whose own callees are compiled (or waits a moment for one), and
+    each kernel compiles in one process at a time (`one_at_a_time`)."""
     state = None
-    while not should_stop():
-        i = take(counter)
-        if i >= len(names):
-            return
-        if state is None:
-            state = state_type(make_sim())
-        compile_callee(names[i], state)
-        take(done_file(counter))
+    wanted = needs(names)
+    with one_at_a_time(counter):
+        while not should_stop():
+            i = take(counter, len(names), wanted)
+            if i is None:
+                time.sleep(0.02)
+                continue
+            if i >= len(names):
+                return
+            if state is None:
+                state = state_type(make_sim())
+            compile_callee(names[i], state)
+            done(counter, i)
+
+
+@contextlib.contextmanager
+def one_at_a_time(counter: str):
+    """Inside it, a kernel of the project compiles in one of the processes sharing `counter`
+    at a time. A callee compiles every kernel it calls that is not in the cache yet: two
+    callees that call `kick` (`release`, `credit` ...) taken by two processes at once
+    each compiled it, and everything it calls (10-15 s each). Now the second waits for the
+    first (a lock file per kernel beside the counter), then loads it from the cache. The
+    kernels call each other without cycles (tests/test_sim_kernels.py), so no two
+    processes wait for each other."""
+    from numba.core.registry import CPUDispatcher
+
+    held: set[str] = set()
+    guarded = []
+
+    def guard(d, key: str):
+        plain = d.compile
+
+        def compile(sig):
+            if key in held:  # this process compiles it already (not reached: no cycles)
+                return plain(sig)
+            with open(f"{counter}.{key}.lock", "a") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                held.add(key)
+                try:
+                    return plain(sig)  # from the cache, if another process compiled it
+                finally:
+                    held.discard(key)
+
+        d.compile = compile
+        guarded.append(d)
+
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("aifabric."):
+            continue
+        for attr, d in list(vars(module).items()):
+            if (
+                isinstance(d, CPUDispatcher)
+                and d.py_func.__module__ == name
+                and not _inlined(d)
+                and "compile" not in vars(d)
+            ):
+                guard(d, f"{name}.{attr}")
+    try:
+        yield
+    finally:
+        for d in guarded:
+            del d.compile
 
 
 def python_layer_kernels(sim) -> None:

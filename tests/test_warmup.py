@@ -215,11 +215,12 @@ def test_every_large_kernel_compiles_once():
     assert not more, f"compiled more than once: {more}"
 
 
-def test_the_loops_callees_are_the_kernels_it_calls_largest_first():
+def test_the_loops_callees_are_the_kernels_it_calls_each_after_those_it_calls():
     """What a full compile shares among processes: kernels of kernel.py and of the
     congestion-control hooks that the event loop calls rather than inlines, taking the state
-    first, and the event list's refill; the loop itself left out; `kick` (which inlines a
-    port's whole frame start) before the small ones."""
+    first, and the event list's refill; the loop itself left out; each after the callees it
+    calls (`kick` after `send_pfc`, `release` after `kick`), so that a process seldom waits
+    for another's compile."""
     import inspect
 
     from aifabric.sim import congestion, heap, kernel, precompile
@@ -235,10 +236,48 @@ def test_the_loops_callees_are_the_kernels_it_calls_largest_first():
         first = list(inspect.signature(d.py_func).parameters)[0]
         assert first == "S" or name == "heap.advance", name
         assert f"{fn}({first}" in source.replace(f"def {fn}({first}", ""), name  # called
-    assert names[0] == "kernel.kick" and names.index("kernel.kick") < names.index("kernel.send_ack")
+    for caller, callee in (("kick", "send_pfc"), ("kick", "put_pfc_on_wire"),
+                           ("release", "kick"), ("send_control", "kick"),
+                           ("send_ack", "send_control")):  # fmt: skip
+        assert names.index(f"kernel.{callee}") < names.index(f"kernel.{caller}"), caller
+    for i, name in enumerate(names):  # nothing it calls comes later
+        m, _, fn = name.partition(".")
+        d = getattr({"kernel": kernel, "congestion": congestion}.get(m) or heap, fn)
+        later = {id(getattr(kernel, n.partition(".")[2], None)) for n in names[i + 1 :]}
+        assert not {id(c) for c in precompile._calls(d, set())} & later, name
     assert {"congestion.on_cnp", "congestion.on_timer", "heap.advance"} <= set(names)
     inlined = {n for n, d in vars(kernel).items() if getattr(d, "targetoptions", {}).get("inline")}
     assert not inlined & {n.partition(".")[2] for n in names} and "start_frame" in inlined
+
+
+def test_a_kernel_another_process_is_compiling_is_waited_for_not_compiled_again(tmp_path):
+    """In a full compile a kernel compiles in one process at a time: a process that needs
+    one another holds (its lock file beside the shared counter) waits, then finds it in
+    the cache, instead of compiling it, and all it calls, a second time. Outside, the
+    kernels compile as numba does."""
+    import fcntl
+    import threading
+
+    import numba
+    import numpy as np
+
+    from aifabric.sim import heap, precompile
+
+    counter = str(tmp_path / "next")
+    sig = (numba.typeof(np.zeros((4, 16, 5), np.int64)), numba.typeof(np.zeros(8, np.int64)))
+    with open(f"{counter}.aifabric.sim.heap.advance.lock", "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX)  # another process is compiling it
+        with precompile.one_at_a_time(counter):
+            assert "compile" in vars(heap.advance)
+            done = threading.Event()
+            waiter = threading.Thread(target=lambda: (heap.advance.compile(sig), done.set()))
+            waiter.start()
+            waiter.join(1.0)
+            assert waiter.is_alive() and not done.is_set()
+            fcntl.flock(other, fcntl.LOCK_UN)
+            waiter.join(120)
+            assert done.is_set()
+    assert "compile" not in vars(heap.advance) and sig in heap.advance.signatures
 
 
 def test_a_callee_compiles_for_the_types_the_loop_passes():
@@ -313,12 +352,12 @@ def test_processes_sharing_the_callees_take_each_once(tmp_path):
     import sys
 
     counter = tmp_path / "next"
-    counter.write_text("0")
+    counter.write_text("")
     code = (
         "import sys\n"
         "from aifabric.sim.precompile import take\n"
         "got = []\n"
-        "while (i := take(sys.argv[1])) < 300:\n"
+        "while (i := take(sys.argv[1], 300)) < 300:\n"
         "    got.append(i)\n"
         "print(' '.join(map(str, got)))\n"
     )
