@@ -24,7 +24,6 @@ import fcntl
 import inspect
 import os
 import sys
-import time
 
 # the loop itself, what it calls first to type the rest, and the two callees it calls with
 # int32 or constant arguments
@@ -164,10 +163,11 @@ def _indices(fh) -> set[int]:
     return {int(x) for x in fh.read().split()}
 
 
-def take(counter: str, n: int, needs: list[set[int]] | None = None) -> int | None:
+def take(counter: str, n: int, needs: list[set[int]] | None = None) -> int:
     """The next of n indices shared by processes through `counter` (a file of the indices
-    taken): the first not taken all of whose `needs` (indices) are compiled (`done`); n
-    when every one is taken; None when each one left needs one still compiling."""
+    taken): the first not taken all of whose `needs` (indices) are compiled (`done`), else
+    the first not taken (its compile then waits for what it needs, `one_at_a_time`, and
+    compiles it if the process that took it is gone); n when every one is taken."""
     with open(counter, "r+") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         taken = _indices(fh)
@@ -175,11 +175,9 @@ def take(counter: str, n: int, needs: list[set[int]] | None = None) -> int | Non
         left = [i for i in range(n) if i not in taken]
         if not left:
             return n
-        for i in left:
-            if not needs or needs[i] <= done:
-                fh.write(f" {i}")
-                return i
-        return None  # the lock goes with the file's closing
+        i = next((i for i in left if not needs or needs[i] <= done), left[0])
+        fh.write(f" {i}")
+    return i  # the lock goes with the file's closing
 
 
 def done_file(counter: str) -> str:
@@ -233,16 +231,13 @@ def needs(names: list[str]) -> list[set[int]]:
 def work(counter: str, names: list[str], make_sim, should_stop=lambda: False) -> None:
     """Compile the callees `names[take(...)]` until none is left (or `should_stop()`),
     marking each one done: what each process of a full compile does, with the others. A
-    process takes a callee whose own callees are compiled (or waits a moment for one), and
-    each kernel compiles in one process at a time (`one_at_a_time`)."""
+    process takes a callee whose own callees are compiled where there is one, and each
+    kernel compiles in one process at a time (`one_at_a_time`)."""
     state = None
     wanted = needs(names)
     with one_at_a_time(counter):
         while not should_stop():
             i = take(counter, len(names), wanted)
-            if i is None:
-                time.sleep(0.02)
-                continue
             if i >= len(names):
                 return
             if state is None:

@@ -280,6 +280,43 @@ def test_a_kernel_another_process_is_compiling_is_waited_for_not_compiled_again(
     assert "compile" not in vars(heap.advance) and sig in heap.advance.signatures
 
 
+def test_a_process_takes_a_callee_whose_callees_are_compiled_first(tmp_path):
+    """`take` gives the first callee not taken whose callees are done, else the first not
+    taken (its compile waits for what it needs), then n."""
+    from aifabric.sim import precompile
+
+    counter = tmp_path / "next"
+    counter.write_text("")
+    needs = [set(), {0}, set(), {1}]
+    assert [precompile.take(str(counter), 4, needs) for _ in range(2)] == [0, 2]
+    assert precompile.take(str(counter), 4, needs) == 1  # 0 still compiling: none ready
+    precompile.done(str(counter), 0)
+    precompile.done(str(counter), 1)
+    assert precompile.take(str(counter), 4, needs) == 3
+    assert precompile.take(str(counter), 4, needs) == 4
+    assert precompile.compiled(str(counter)) == 2
+
+
+def test_a_callee_whose_callee_was_taken_by_a_process_that_is_gone_still_compiles(tmp_path):
+    """A process that took a callee and died (no lock held, never marked done) does not
+    hold the others up: the callee that needs it compiles it inside its own compile."""
+    import threading
+
+    from aifabric.sim import kernel, precompile
+
+    counter = tmp_path / "next"
+    counter.write_text(" 0")  # `complete`, taken by a process that is gone
+    names = ["kernel.complete", "kernel.acknowledged"]
+    assert precompile.needs(names) == [set(), {0}]
+    worker = threading.Thread(
+        target=precompile.work, args=(str(counter), names, warmup.bare_simulation)
+    )
+    worker.start()
+    worker.join(120)
+    assert not worker.is_alive()
+    assert precompile.compiled(str(counter)) == 1 and kernel.acknowledged.signatures
+
+
 def test_a_callee_compiles_for_the_types_the_loop_passes():
     """`compile_callee` types `S` as the loop's state, a parameter named as one of the
     state's fields as that field, the rest as int64: what the loop passes."""
