@@ -40,6 +40,12 @@ def _module(name: str):
     return importlib.import_module(f"aifabric.sim.{name}")
 
 
+def _kernel(name: str):
+    """The kernel `module.name` of aifabric.sim."""
+    m, _, fn = name.rpartition(".")
+    return getattr(_module(m), fn)
+
+
 def _dispatchers(module) -> dict[str, object]:
     from numba.core.registry import CPUDispatcher
 
@@ -119,7 +125,7 @@ def callees() -> list[str]:
             if qualified not in EXCLUDED and not _inlined(d) and _takes_state(d):
                 found.append(qualified)
     found.extend(ALSO)
-    size = [_size(getattr(_module(q.partition(".")[0]), q.partition(".")[2]), set()) for q in found]
+    size = [_size(_kernel(q), set()) for q in found]
     wanted = needs(found)
     chain: dict[int, int] = {}
 
@@ -148,8 +154,7 @@ def compile_callee(name: str, state) -> None:
     `S`, a field's type for a parameter named as one of the state's fields, else int64."""
     from numba import types
 
-    m, _, fn = name.rpartition(".")
-    d = getattr(_module(m), fn)
+    d = _kernel(name)
     fields = dict(zip(state.fields, state.types, strict=True))
     d.compile(
         tuple(
@@ -207,10 +212,7 @@ def compiled(counter: str) -> int:
 
 def needs(names: list[str]) -> list[set[int]]:
     """For each callee, the others it calls, directly or through kernels not listed."""
-    ds = []
-    for name in names:
-        m, _, fn = name.partition(".")
-        ds.append(getattr(_module(m), fn))
+    ds = [_kernel(name) for name in names]
     index = {id(d): i for i, d in enumerate(ds)}
     out = []
     for d in ds:
