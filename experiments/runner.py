@@ -411,7 +411,7 @@ def run_sweep(
     except OSError as e:
         raise AifabricError(f"cannot write the sweep into {out}: {e.strerror}") from None
     try:
-        with sweep_lock(out, wait=wait, echo=echo), _forked_workers():
+        with sweep_lock(out, wait=wait, echo=echo), _forked_workers(), _interrupts_kept():
             return _run_sweep(sweep, out, points, earlier, workers, scheduler, echo)
     finally:
         getattr(echo, "close", lambda: None)()  # a progress bar gives the terminal back
@@ -469,6 +469,56 @@ def _shielded(echo):
             signal.signal(s, handler)
 
 
+_swallowed = threading.Event()  # a Ctrl-C that Python dropped while the sweep ran
+
+
+@contextlib.contextmanager
+def _interrupts_kept():
+    """A Ctrl-C (or SIGTERM) is a KeyboardInterrupt raised wherever the main thread is; when
+    that is a finalizer or a garbage-collector callback (distributed has one), Python drops
+    it with an "Exception ignored" traceback and the sweep would run on. While the sweep
+    runs, such a dropped interrupt is kept instead, silently, and `_check_interrupt` raises
+    it again where the sweep waits for its points."""
+    _swallowed.clear()
+    previous = sys.unraisablehook
+
+    def keep(unraisable):
+        if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            _swallowed.set()
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = keep
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+        _swallowed.clear()
+
+
+def _check_interrupt() -> None:
+    if _swallowed.is_set():
+        _swallowed.clear()
+        raise KeyboardInterrupt
+
+
+WAIT_POLL_S = 0.1
+
+
+def _completed(futures):
+    """`futures` as they finish, stopping (KeyboardInterrupt) within WAIT_POLL_S of a dropped
+    Ctrl-C however long the running points take."""
+    from dask.distributed import as_completed
+
+    pending = as_completed(futures)
+    while not pending.is_empty():
+        _check_interrupt()
+        batch = pending.next_batch(block=False)
+        if not batch:
+            time.sleep(WAIT_POLL_S)
+        yield from batch
+
+
 def _is_done(sweep: Sweep, p: Point, row: dict | None) -> bool:
     """Whether the point's run directory holds a complete run of its scenario as the sweep
     gives it now (the same hash)."""
@@ -517,8 +567,6 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
                 check_workers(workers)
             client, cluster = connect(workers, scheduler)
             show(dashboard(client), keep=True)
-            from dask.distributed import as_completed
-
             for p in todo:
                 path = str((out / "runs" / p.name).resolve())
                 key = f"aifabric-point-{p.index}-{time.time_ns()}"
@@ -528,7 +576,7 @@ def _run_sweep(sweep: Sweep, out: Path, points, earlier, workers, scheduler, ech
                 )  # fmt: skip
                 futures[fut] = (p, path, key)
             show(progress)
-            for fut in as_completed(futures):
+            for fut in _completed(futures):
                 p, path, key = futures[fut]
                 try:
                     row = fut.result()

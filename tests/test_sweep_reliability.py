@@ -118,6 +118,37 @@ def test_a_ctrl_c_before_the_points_run_is_an_interrupted_sweep(tiny, tmp_path, 
     assert "2 of 2 points done (0 from before" in result.output, result.output
 
 
+def test_a_ctrl_c_python_drops_still_stops_the_sweep(tiny, tmp_path, monkeypatch):
+    """A Ctrl-C that lands in a garbage-collector callback (distributed has one) is dropped
+    by Python with an "Exception ignored" traceback. The sweep keeps it instead and stops as
+    for any Ctrl-C: exit 130, no traceback, and the same command again completes it."""
+    import gc
+
+    import aifabric.experiments.runner as runner
+
+    real = runner.dashboard
+
+    def ctrl_c_in_gc(phase, info):
+        gc.callbacks.remove(ctrl_c_in_gc)
+        raise KeyboardInterrupt
+
+    def dashboard(client):  # once the points are submitted, a collection meets the Ctrl-C
+        gc.callbacks.append(ctrl_c_in_gc)
+        gc.collect()
+        return real(client)
+
+    monkeypatch.setattr(runner, "dashboard", dashboard)
+    out = tmp_path / "sweep"
+    args = ["sweep", str(tiny), "--seeds", "1-2", "--workers", "1", "-o", str(out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 130 and "interrupted" in result.output, result.output
+    assert "Traceback" not in result.output and "ignored" not in result.output, result.output
+    assert not disagreements(out)
+    monkeypatch.undo()
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0 and "2 of 2 points done" in result.output, result.output
+
+
 _KILLED_MID_POINT = """
 import os, sys
 import aifabric.sim.engine as engine
