@@ -29,8 +29,11 @@ Collectives cross partitions as messages: what a NIC learns of another's part of
 carries like a frame, a path's propagation or a step or base latency later; a run in
 which one would come within a window stays on one partition (`slow_messages`). What
 needs more than that is not partitioned (`why_not`): faults during the run, captures,
-adaptive routing and spraying; and a run in which a packet is dropped is run again on
-one partition (the sender's timeout reads the receiver's count, across the cut).
+adaptive routing (its choice reads every port's load) and spraying with go-back-N; and a
+run in which a packet is dropped is run again on one partition (the sender's timeout
+reads the receiver's count, across the cut). A sprayed packet's route is chosen whole
+at its sender from the packet's own header, so spraying with selective repeat is
+partitioned like any other routing.
 """
 
 from __future__ import annotations
@@ -173,8 +176,13 @@ def why_not(sim, until_ns) -> str | None:
         return "faults during the run"
     if len(sim.capture_ports):
         return "packet captures"
-    if sim.routing.policy in ("spray", "adaptive"):
-        return f"{sim.routing.policy} routing"
+    if sim.routing.policy == "adaptive":
+        return "adaptive routing"
+    if sim.routing.policy == "spray" and sim.params["loss_recovery"] == "go-back-n":
+        return (
+            "spray routing with go-back-N (a flow's last packet out of order starts the "
+            "sender's timeout at the receiver, across the cut)"
+        )
     if len(sim.flows) == 0:
         return "no flows"
     return None

@@ -71,6 +71,14 @@ CASES = {
         dict(pattern="uniform", gpus=32, size="256KB"),
         dict(cc_params={"loss_recovery": "selective"}),
     ),
+    "permutation, sprayed, selective repeat": (
+        dict(pattern="permutation", gpus=128, size="1MB"),
+        dict(ecmp="spray", cc_params={"loss_recovery": "selective"}),
+    ),
+    "incast, sprayed, DCQCN, selective repeat": (
+        dict(pattern="incast", gpus=33, size="1MB"),
+        dict(ecmp="spray", cc="dcqcn", cc_params={"loss_recovery": "selective"}),
+    ),
 }
 
 
@@ -110,6 +118,20 @@ def test_a_run_that_drops_runs_again_on_one_partition(k8):
     many = ran(sc.fabric, table, 2, **kw)
     assert many.partitioned == {"partitions": 1, "asked": 2, "why": "a packet was dropped"}
     assert differences(one, many) == []
+
+
+def test_spraying_with_go_back_n_and_adaptive_routing_run_on_one_partition(k8):
+    """A sprayed flow's last packet out of order starts its sender's timeout at the
+    receiver (go-back-N), and adaptive routing reads every port's load: across a cut,
+    neither could give one partition's results, so both run on one and say why."""
+    table = flows(k8, pattern="permutation", gpus=128, size="1MB")
+    for kw, why in (
+        (dict(ecmp="spray", cc="dcqcn"), "spray routing with go-back-N"),
+        (dict(ecmp="adaptive"), "adaptive routing"),
+    ):
+        sim = Simulation(k8, table, partitions=2, **kw)
+        assert partition.wanted(sim, None) == (2, partition.why_not(sim, None)), kw
+        assert why in partition.why_not(sim, None), kw
 
 
 COLLECTIVES = {
