@@ -559,38 +559,30 @@ class Simulation:
         self.g[L.G_SAMPLES] = 0
 
     # faults ------------------------------------------------------------------------------
-    def _apply(self, fault: Fault) -> None:
+    def _apply(
+        self, fault: Fault, which: np.ndarray | None = None, routing: Routing | None = None
+    ) -> None:
         """Take a link or switch down (or drain it, or bring it back) now and re-route what
-        it concerns."""
+        it concerns (`moved_by`), or `which` flows if given, with the routing after it
+        (`routing`, if already made). A partitioned run finds `which` with its partitions
+        (each knows the flows it sends: `aifabric.sim.partition`)."""
         earlier = list(self.applied_faults)
-        self.routing = routing_after(fault, self.routing)
+        self.routing = routing_after(fault, self.routing) if routing is None else routing
         self.applied_faults.append(fault)
         now = int(self.g[L.G_NOW_PS])
-        ports = fault_ports(self.fabric, fault)
-        state = self.fl[:, L.FL_STATE]
         if fault.action == "down":
+            ports = fault_ports(self.fabric, fault)
             for p in ports:
                 self.pt[p, L.PT_ALIVE] = 0
             S = self._state()
             for p in ports:
                 kernel.purge_port(S, p, now)
-            uses = np.zeros(len(self.flows), dtype=bool)
-            flow_of = np.repeat(np.arange(len(self.flows)), np.diff(self.path_ptr))
-            hit = np.isin(self.path_port, ports)
-            uses[flow_of[hit]] = True
-            which = np.flatnonzero((uses & (state != L.ST_DONE)) | (state == L.ST_WAIT))
         elif fault.action == "up":
             # the purge as it went down emptied its queues and cleared its PFC state
             for p in restored_ports(self.fabric, fault, earlier):
                 self.pt[p, L.PT_ALIVE] = 1
-            # resilient hashing gives a flow its first next hop back where it is there
-            # again: the flows moved off (or never routed) take their routes back; a flow
-            # that lost every path is not revived (`lose_path`)
-            which = self._moved(np.flatnonzero((state != L.ST_DONE) & (state != L.ST_NOPATH)))
-        else:
-            which = np.flatnonzero(state == L.ST_WAIT)
-        if self.routing.policy in EMULATOR_POLICY.values():
-            which = self._moved(np.flatnonzero(state != L.ST_DONE))
+        if which is None:
+            which = self.moved_by(fault, self.routing)
         if len(which) == 0:
             return
         new = self._route(self.routing, which)
@@ -613,12 +605,36 @@ class Simulation:
         ports_out[new_route] = new.ports[new.ptr[row[flow[new_route]]] + offset[new_route]]
         self.path_ptr, self.path_port = ptr, ports_out
 
-    def _moved(self, which: np.ndarray) -> np.ndarray:
-        """The flows of `which` whose route the current routing changes. Under `linux` a
-        failure moves flows that never used it (hash-threshold is not resilient), as it
-        does in the emulator's routers."""
+    def moved_by(
+        self, fault: Fault, routing: Routing, senders: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The flows `fault` re-routes (of those `senders` marks, if given), `routing` being
+        the routing after it: under `down`, those underway over it and those not started;
+        under `drain`, those not started; under `up`, those whose route it gives back."""
+        state = self.fl[:, L.FL_STATE]
+        mine = np.ones(len(state), dtype=bool) if senders is None else senders
+        if routing.policy in EMULATOR_POLICY.values():
+            return self._moved(np.flatnonzero(mine & (state != L.ST_DONE)), routing)
+        if fault.action == "down":
+            ports = fault_ports(self.fabric, fault)
+            uses = np.zeros(len(self.flows), dtype=bool)
+            flow_of = np.repeat(np.arange(len(self.flows)), np.diff(self.path_ptr))
+            uses[flow_of[np.isin(self.path_port, ports)]] = True
+            return np.flatnonzero(mine & ((uses & (state != L.ST_DONE)) | (state == L.ST_WAIT)))
+        if fault.action == "up":
+            # resilient hashing gives a flow its first next hop back where it is there
+            # again: the flows moved off (or never routed) take their routes back; a flow
+            # that lost every path is not revived (`lose_path`)
+            alive = mine & (state != L.ST_DONE) & (state != L.ST_NOPATH)
+            return self._moved(np.flatnonzero(alive), routing)
+        return np.flatnonzero(mine & (state == L.ST_WAIT))
+
+    def _moved(self, which: np.ndarray, routing: Routing) -> np.ndarray:
+        """The flows of `which` whose route `routing` changes. Under `linux` a failure
+        moves flows that never used it (hash-threshold is not resilient), as it does in
+        the emulator's routers."""
         t = self.flows
-        fresh = self.routing.paths(t.src[which], t.dst[which], t.sport[which], t.dqpn[which])
+        fresh = routing.paths(t.src[which], t.dst[which], t.sport[which], t.dqpn[which])
         moved = [
             i
             for k, i in enumerate(which)

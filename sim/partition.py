@@ -28,10 +28,12 @@ Collectives cross partitions as messages: what a NIC learns of another's part of
 (a buffer's credit, a step of no bytes, a transfer it waits on) is an event the outbox
 carries like a frame, a path's propagation or a step or base latency later; a run in
 which one would come within a window stays on one partition (`slow_messages`). What
-needs more than that is not partitioned (`why_not`): faults during the run, captures,
-adaptive routing (its choice reads every port's load) and spraying with go-back-N; and a
-run in which a packet is dropped is run again on one partition (the sender's timeout
-reads the receiver's count, across the cut). A sprayed packet's route is chosen whole
+needs more than that is not partitioned (`why_not`): a link or switch taken down during
+the run, captures, adaptive routing (its choice reads every port's load) and spraying
+with go-back-N; and a run in which a packet is dropped is run again on one partition
+(the sender's timeout reads the receiver's count, across the cut). Drains and restores
+during the run are applied by every partition at once, between windows
+(`_fault_share`, `_fault_apply`). A sprayed packet's route is chosen whole
 at its sender from the packet's own header, so spraying with selective repeat is
 partitioned like any other routing.
 """
@@ -46,6 +48,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from aifabric.fabric.faults import routing_after
 from aifabric.fabric.model import Fabric, Role
 from aifabric.sim import heap, kernel
 from aifabric.sim import layout as L
@@ -172,8 +175,11 @@ def why_not(sim, until_ns) -> str | None:
     """Why `sim` runs on one partition whatever it asks for (None: it may run on several)."""
     if until_ns is not None:
         return "a run to a given time"
-    if sim.pending_faults:
-        return "faults during the run"
+    if any(f.action == "down" for f in sim.pending_faults):
+        return (
+            "a link or switch taken down during the run (its packets in flight are lost "
+            "across the cut)"
+        )
     if len(sim.capture_ports):
         return "packet captures"
     if sim.routing.policy == "adaptive":
@@ -241,8 +247,8 @@ class PartitionedRun:
         at_sender = (
             (t.bytes == 0) | (np.diff(sim.path_ptr) == 0) | bool(sim.prm[L.P_FINISH_AT_SENDER])
         )
-        ends = np.where(at_sender, self.part[t.src], self.part[t.dst])
-        self.quota = np.bincount(ends, minlength=self.n)
+        self.ends = np.where(at_sender, self.part[t.src], self.part[t.dst])
+        self.quota = np.bincount(self.ends, minlength=self.n)
         far = far_parts(f, self.part)
         # every partition's outbox of even windows and of odd ones: the others read one
         # while a partition writes the other
@@ -275,6 +281,9 @@ class PartitionedRun:
         c.outs = [self.box[0, i], self.box[1, i]]
         c.out = c.outs[0]
         c.sample_chunks, c.capture_chunks, c.sample_rows, c.wall_s = [], [], 0, 0.0
+        # faults during the run: each partition applies them to its copy (`_fault_apply`)
+        c.pending_faults, c.applied_faults = list(sim.pending_faults), list(sim.applied_faults)
+        c.route_epoch = sim.route_epoch.copy()
         c.pt[:, L.PT_FAR_PART] = far
         c.prm[L.P_PARTITIONED] = 1
         c.prm[L.P_QUOTA] = self.quota[k] if self.quota[k] else NEVER
@@ -302,6 +311,62 @@ class PartitionedRun:
                     c.make_room(code)  # R_LIMIT: on with the next slice
         finally:
             c.g[L.G_KEY_STOP] = NEVER
+
+    def _fault_t(self, k: int) -> int:
+        """The time of partition k's next fault (NEVER: none left)."""
+        pending = self.parts[k].pending_faults
+        return pending[0].at_ns * PS if pending else NEVER
+
+    # faults during the run: every partition stops before the fault's time (windows end
+    # there), each finds the flows it sends that the fault re-routes (only a flow's sender
+    # knows whether it has started), they share them, and each re-routes them all: a
+    # flow's route is read at both ends (its receiver's ACKs go back along it) ----------
+    def _fault_share(self, k: int) -> tuple:
+        """Partition k's part of its next fault: the routing after it, the flows it sends
+        that the fault re-routes, and whether one of them is underway to another partition
+        under go-back-N (its last packet out of order would start the sender's timeout at
+        the receiver, across the cut)."""
+        c, t = self.parts[k], self.sim.flows
+        fault = c.pending_faults[0]
+        routing = routing_after(fault, c.routing)
+        mine = self.part[t.src] == k
+        which = c.moved_by(fault, routing, senders=mine)
+        state = c.fl[which, L.FL_STATE]
+        underway = (state == L.ST_ACTIVE) | (state == L.ST_SENT)
+        blocked = bool(c.prm[L.P_GO_BACK_N]) and bool(
+            (underway & (self.part[t.dst[which]] != k)).any()
+        )
+        return routing, which, blocked
+
+    def _fault_apply(self, k: int, routing, shares) -> None:
+        """Partition k applies its next fault, re-routing the flows every partition found
+        (`shares`: each one's `_fault_share`)."""
+        if any(blocked for _, _, blocked in shares):
+            raise Fallback(
+                "a fault moved a flow underway to another partition to a new route under "
+                "go-back-N (its last packet out of order starts the sender's timeout at the "
+                "receiver, across the cut)"
+            )
+        c, t = self.parts[k], self.sim.flows
+        which = np.sort(np.concatenate([w for _, w, _ in shares]))
+        c._apply(c.pending_faults.pop(0), which=which, routing=routing)
+        at_sender = (t.bytes == 0) | (np.diff(c.path_ptr) == 0) | bool(c.prm[L.P_FINISH_AT_SENDER])
+        if (np.where(at_sender, self.part[t.src], self.part[t.dst]) != self.ends).any():
+            # a flow left with no path ends at its sender, one given a path at its receiver
+            raise Fallback("a fault during the run moved where a flow ends (a path lost or found)")
+
+    def _faults_spinning(self, k: int) -> None:
+        """Partition k's thread at a window that begins at or after its next fault's time
+        (W_FAULT): the faults up to there, with the other threads."""
+        c = self.parts[k]
+        while self._fault_t(k) <= c.ctl[W.C_T0]:
+            routing, which, blocked = self._fault_share(k)
+            self.shares[k] = (None, which, blocked)
+            self.fault_barrier.wait()
+            shares = list(self.shares)
+            self.fault_barrier.wait()  # every thread has read the shares: they may change
+            self._fault_apply(k, routing, shares)
+        c.ctl[W.C_FAULT_T] = self._fault_t(k)
 
     def _drain_out(self, k: int, w: int) -> None:
         """The outbox is nearly full: its rows go to the window's overflow list."""
@@ -370,7 +435,10 @@ class PartitionedRun:
             c.ctl[W.C_REACHED] = int(self.quota[k] == 0)
             c.ctl[W.C_LAST_T] = c.ctl[W.C_LAST_KEY] = -1
             c.ctl[W.C_STALL_PS] = c.prm[L.P_STALL_PS]
+            c.ctl[W.C_FAULT_T] = self._fault_t(k)
         self.progress_fn = progress
+        self.shares: list = [None] * n
+        self.fault_barrier = threading.Barrier(n)
         try:
             self._each_thread(self._spin)
         finally:
@@ -443,6 +511,8 @@ class PartitionedRun:
                 elif code == W.W_YIELD:
                     if self.progress_fn is not None:
                         self.progress_fn(self.progress(int(c.ctl[W.C_T0])))
+                elif code == W.W_FAULT:
+                    self._faults_spinning(k)
                 elif code == W.W_DROP:
                     raise Fallback("a packet was dropped")
                 elif code == W.W_STALL:
@@ -456,6 +526,7 @@ class PartitionedRun:
         except BaseException as e:  # noqa: BLE001 (handed to the caller: `run` raises it)
             self.failed.append(e)
             self.flags[self.n] = 1
+            self.fault_barrier.abort()  # a thread waiting there for this one gives up too
 
     def progress(self, now_ps: int, done: int | None = None, events: int | None = None):
         """The run's progress at `now_ps`: flows done and events, summed over the
@@ -506,6 +577,8 @@ class PartitionedRun:
             nodes = self.part == k
             sim.nd[nodes] = c.nd[nodes]
         src, dst = self.part[sim.flows.src], self.part[sim.flows.dst]
+        if sim.pending_faults:
+            self._combine_routes(src)
         receiver = list(RECEIVER_COLUMNS)
         if not sim.prm[L.P_FINISH_AT_SENDER]:
             receiver += [L.FL_STATE, L.FL_T_END_PS]
@@ -547,6 +620,30 @@ class PartitionedRun:
         sim.sample_chunks = [merged] if merged else []
         sim.sample_rows = parts[0].sample_rows
         sim.closed = True  # `close` has nothing left to do
+
+    def _combine_routes(self, src: np.ndarray) -> None:
+        """After faults during the run, each flow's route (and which routing chose it) is
+        its sender's partition's; the routing and the faults applied are what every
+        partition applied up to the end."""
+        sim, parts = self.sim, self.parts
+        lengths = np.zeros(len(src), dtype=np.int64)
+        for k, c in enumerate(parts):
+            mine = src == k
+            lengths[mine] = np.diff(c.path_ptr)[mine]
+            sim.route_epoch[mine] = c.route_epoch[mine]
+        ptr = np.zeros(len(src) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=ptr[1:])
+        ports = np.empty(int(ptr[-1]), dtype=np.int64)
+        for k, c in enumerate(parts):
+            flows = np.flatnonzero((src == k) & (lengths > 0))
+            n = lengths[flows]
+            which = np.repeat(np.arange(len(flows)), n)
+            offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+            ports[ptr[flows][which] + offset] = c.path_port[c.path_ptr[flows][which] + offset]
+        sim.path_ptr, sim.path_port = ptr, ports
+        first = parts[0]
+        sim.routing = first.routing
+        sim.applied_faults, sim.pending_faults = first.applied_faults, first.pending_faults
 
 
 class Stopped(Exception):
@@ -628,8 +725,12 @@ class Windows:
         first = min((r._earliest(k) for k in self.local), default=NEVER)
         t0 = min(self.ranks.alltoall([first] * self.ranks.size))
         w, shown = 0, time.perf_counter()
+        faults = [f.at_ns * PS for f in r.sim.pending_faults]  # every partition's
         while True:
-            window_end = t0 + r.lookahead - 1
+            while faults and faults[0] <= t0:
+                self._fault(max(w - 1, 0))
+                faults.pop(0)
+            window_end = min(t0 + r.lookahead, faults[0] if faults else NEVER) - 1
             st = self._exchange(w, self._first_half, w, window_end)
             if all(s[0] for s in st.values()):  # the end: the latest quota's last event
                 end = max(s[1] for s in st.values())
@@ -648,6 +749,22 @@ class Windows:
                     progress(self._progress(window_end, st))
                 except BaseException as e:  # noqa: BLE001 (stops every rank: `_exchange`)
                     self.stop_error = e
+
+    def _fault(self, w: int) -> None:
+        """Every partition has run every event before the next fault's time: they share
+        the flows it re-routes (`PartitionedRun._fault_share`), then each applies it."""
+        r, routings = self.run_, {}
+
+        def share() -> dict:
+            out = {}
+            for k in self.local:
+                routings[k], which, blocked = r._fault_share(k)
+                out[k] = (None, which, blocked)
+            return out
+
+        shares = list(self._exchange(w, share).values())
+        for k in self.local:
+            r._fault_apply(k, routings[k], shares)
 
     # one window's halves ----------------------------------------------------------------
     def _first_half(self, w: int, window_end: int) -> dict:
@@ -797,6 +914,11 @@ class Windows:
                     fr=c.fr,
                     sample_chunks=c.sample_chunks,
                     sample_rows=c.sample_rows,
+                    **(
+                        dict(path_ptr=c.path_ptr, path_port=c.path_port, route_epoch=c.route_epoch)
+                        if r.sim.pending_faults
+                        else {}
+                    ),
                 )  # fmt: skip
                 for k in self.local
                 if (c := r.parts[k])

@@ -7,8 +7,10 @@ which Python's threads (a lock, the GIL) would turn into a hundred. So each thre
 `windows`: it loops over windows itself and waits for the others by spinning on a flag
 per thread (an atomic store with release order after its figures are written, loads
 with acquire order), and returns to Python only when the state needs room (the driver
-grows an array and calls again: `ctl` holds where it was), to report progress, or at the
-end. Spinning keeps a core busy, so it is used with no more partitions than cores.
+grows an array and calls again: `ctl` holds where it was), to apply a fault during the
+run (windows end before its time, and every thread returns at the next one), to report
+progress, or at the end. Spinning keeps a core busy, so it is used with no more
+partitions than cores.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from aifabric.sim.heap import peek
     W_SPILL,  # the outbox is full: the driver keeps its rows aside (ctl[C_SPILLED])
     W_TAKE_SPILLED,  # others spilled rows for this window: the driver injects them first
     W_OVERFLOW,  # a reserve ran out of room: a bug
-) = range(12)
+    W_FAULT,  # the window begins at or after the next fault's time (ctl[C_FAULT_T]): apply it
+) = range(13)
 
 # a thread's place (ctl[...]), kept across calls
 (
@@ -52,8 +55,9 @@ from aifabric.sim.heap import peek
     C_STALL_PS,
     C_SPILLED,  # chunks of this window's outbox the driver keeps aside
     C_SPILL_TAKEN,  # 1: the driver injected what the others spilled in the window before
+    C_FAULT_T,  # the time of the next fault during the run (NEVER: none)
     C_N,
-) = range(14)
+) = range(15)
 # phases of a window
 PH_TAKE, PH_RUN, PH_WAIT, PH_ON, PH_WAIT_ON, PH_NEXT, PH_END = range(7)
 # what a thread publishes after its part of a window (sync[window % 2, thread, ...])
@@ -143,6 +147,12 @@ def _code(code):
     return W_OVERFLOW
 
 
+@njit(cache=True, inline="always")
+def _window_end(ctl, lookahead):
+    """The window's last picosecond: a lookahead on, or just before the next fault."""
+    return min(ctl[C_T0] + lookahead, ctl[C_FAULT_T]) - 1
+
+
 @njit(cache=True, nogil=True)
 def windows(S0, S1, k, n, lookahead, box, sync, flags, ctl, budget):
     """Partition k's thread: window after window until the run's end or until the driver is
@@ -179,8 +189,10 @@ def windows(S0, S1, k, n, lookahead, box, sync, flags, ctl, budget):
             ctl[C_SPILL_TAKEN] = 0
             ctl[C_PHASE] = PH_RUN
         elif phase == PH_RUN:  # to the window's end, or to the event that ends the quota
+            if ctl[C_FAULT_T] <= ctl[C_T0]:  # every thread, at the same window
+                return W_FAULT
             if not ctl[C_REACHED]:
-                code = kernel.run(S, ctl[C_T0] + lookahead - 1, budget)
+                code = kernel.run(S, _window_end(ctl, lookahead), budget)
                 if code == L.R_DONE:
                     ctl[C_REACHED] = 1
                     ctl[C_LAST_T] = g[L.G_NOW_PS]
@@ -214,7 +226,7 @@ def windows(S0, S1, k, n, lookahead, box, sync, flags, ctl, budget):
                 ctl[C_PHASE] = PH_NEXT
         elif phase == PH_ON:  # past its quota: to the window's end, once all are there
             if ctl[C_REACHED]:
-                code = kernel.run(S, ctl[C_T0] + lookahead - 1, budget)
+                code = kernel.run(S, _window_end(ctl, lookahead), budget)
                 if code == L.R_LIMIT:
                     continue
                 if code != L.R_STOP:
@@ -231,7 +243,7 @@ def windows(S0, S1, k, n, lookahead, box, sync, flags, ctl, budget):
             for j in range(n):
                 t0 = min(t0, sync[slot, j, Y_FIRST])
                 progressed = max(progressed, sync[slot, j, Y_PROGRESS])
-            window_end = ctl[C_T0] + lookahead - 1
+            window_end = _window_end(ctl, lookahead)
             ctl[C_T0] = t0
             ctl[C_W] = w + 1
             ctl[C_PHASE] = PH_TAKE

@@ -110,6 +110,41 @@ def test_the_demo_on_mpi_ranks_writes_what_one_process_writes(tmp_path):
     assert a == b
 
 
+DRAINED = """[scenario]
+topology = "fat-tree-k8"
+[workload]
+collective = "alltoall"
+algorithm = "pairwise"
+size = "1MiB"
+gpus = 32
+[[faults]]
+node = "z0-ctsw0"
+at = "10us"
+action = "drain"
+[[faults]]
+node = "z0-ctsw0"
+at = "40us"
+action = "up"
+"""
+
+
+@needs_mpi
+def test_drains_during_the_run_on_mpi_ranks_write_what_one_process_writes(tmp_path):
+    """A CTSW drained and restored while an AllToAll runs: the ranks share the flows each
+    re-routes, between windows; the records are one process's on one partition."""
+    spec = tmp_path / "drained.toml"
+    spec.write_text(DRAINED)
+    one = plain("run", str(spec), "-o", str(tmp_path / "one"), "--set", "simulator.partitions=1")
+    assert one.returncode == 0, one.stderr
+    got = mpirun(2, "run", str(spec), "-o", str(tmp_path / "mpi"), "--set",
+                 "simulator.partitions=2")  # fmt: skip
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "partitions        2 on 2 MPI ranks, windows of " in got.stdout
+    assert same_results(tmp_path / "one", tmp_path / "mpi")
+    a, b = (summary(tmp_path / r) for r in ("one", "mpi"))
+    assert a["faults"] == b["faults"] and len(a["faults"]) == 2
+
+
 @needs_mpi
 def test_an_mpi_run_that_cannot_be_partitioned_runs_on_rank_0(tmp_path):
     """A run that drops (incast-lossy, found midway): rank 0 runs it alone, says why, and

@@ -134,6 +134,80 @@ def test_spraying_with_go_back_n_and_adaptive_routing_run_on_one_partition(k8):
         assert why in partition.why_not(sim, None), kw
 
 
+def _switch(fabric, name: str) -> int:
+    return fabric.node_name.index(name)
+
+
+SELECTIVE = {"loss_recovery": "selective"}
+FAULTS = {  # (workload, faults: (node or link, time in ns, action), simulation options)
+    "an AllToAll, a CTSW drained and restored": (
+        dict(collective="alltoall", algorithm="pairwise", size="1MiB", gpus=32),
+        [("z0-ctsw0", 10_000, "drain"), ("z0-ctsw0", 40_000, "up")],
+        {},
+    ),
+    "two ring AllReduces, DCQCN, an ATSW and a link drained": (
+        dict(collective="allreduce", algorithm="ring", size="1MiB", gpus=64, iterations=2),
+        [("p1-atsw0", 5_000, "drain"), (100, 30_000, "drain")],
+        dict(cc="dcqcn"),
+    ),
+    "an AllToAll, two CTSWs drained at once, one back (E-ECMP, selective repeat)": (
+        dict(collective="alltoall", algorithm="pairwise", size="1MiB", gpus=32),
+        [("z0-ctsw0", 10_000, "drain"), ("z0-ctsw1", 10_000, "drain"), ("z0-ctsw0", 30_000, "up")],
+        dict(ecmp="eecmp", cc="dcqcn", cc_params=SELECTIVE),
+    ),
+    "a permutation, linux (flows underway move), selective repeat": (
+        dict(pattern="permutation", gpus=128, size="2MB"),
+        [("p0-atsw0", 20_000, "drain"), ("p0-atsw0", 60_000, "up")],
+        dict(ecmp="linux", cc_params=SELECTIVE),
+    ),
+}  # fmt: skip
+
+
+def _faults(fabric, plan):
+    from aifabric.fabric.scenario import Fault
+
+    return [
+        Fault("link", what, at, action) if isinstance(what, int)
+        else Fault("node", _switch(fabric, what), at, action)
+        for what, at, action in plan
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", FAULTS)
+def test_drains_and_restores_during_the_run_on_any_number_of_partitions(k8, case):
+    """Windows end before a fault's time; the partitions share the flows it re-routes (each
+    knows the flows it sends) and all re-route them, since both ends of a flow read its
+    route: flow records (routes and the routing that chose each included), port series
+    and counters are one partition's, on threads spinning (2) or meeting by message (3)."""
+    spec, plan, kw = FAULTS[case]
+    table = flows(k8, **spec)
+    faults = _faults(k8, plan)
+    one = ran(k8, table, 1, faults=faults, **kw)
+    assert (one.route_epoch > 0).any(), "no flow was re-routed: the case tests nothing"
+    for parts in (2, 3):
+        many = ran(k8, table, parts, faults=faults, **kw)
+        assert many.partitioned["partitions"] == parts, many.partitioned
+        assert differences(one, many) == [], parts
+        assert many.applied_faults == one.applied_faults
+
+
+def test_faults_partitions_cannot_apply_exactly_run_on_one_partition(k8):
+    """A link taken down during the run (its packets in flight lost across the cut) runs on
+    one partition from the start; a restore under go-back-N that moves flows underway
+    between partitions back to their routes (linux moves every flow) is found during the
+    run, which starts again on one partition. Each says why; the results are one's."""
+    table = flows(k8, pattern="permutation", gpus=128, size="2MB")
+    down = _faults(k8, [(100, 20_000, "down")])
+    sim = Simulation(k8, table, partitions=2, faults=down)
+    assert "taken down during the run" in partition.why_not(sim, None)
+    plan = _faults(k8, [("p0-atsw0", 20_000, "drain"), ("p0-atsw0", 60_000, "up")])
+    one = ran(k8, table, 1, faults=plan, ecmp="linux")
+    many = ran(k8, table, 2, faults=plan, ecmp="linux")
+    assert many.partitioned["partitions"] == 1
+    assert "a flow underway to another partition" in many.partitioned["why"]
+    assert differences(one, many) == []
+
+
 COLLECTIVES = {
     "ring AllReduce, 4 QPs round-robin (steps with no bytes for some QPs)": dict(
         collective="allreduce", algorithm="ring", size="1MiB", gpus=64, qps=4,
