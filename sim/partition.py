@@ -180,8 +180,8 @@ def why_not(sim, until_ns) -> str | None:
             "a link or switch taken down during the run (its packets in flight are lost "
             "across the cut)"
         )
-    if len(sim.capture_ports):
-        return "packet captures"
+    if len(sim.capture_ports):  # a captured ACK carries its flow's next PSN, which only
+        return "packet captures"  # the sender's partition keeps
     if sim.routing.policy == "adaptive":
         return "adaptive routing"
     if sim.routing.policy == "spray" and sim.params["loss_recovery"] == "go-back-n":
