@@ -340,15 +340,15 @@ class PartitionedRun:
 
     def _fault_apply(self, k: int, routing, shares) -> None:
         """Partition k applies its next fault, re-routing the flows every partition found
-        (`shares`: each one's `_fault_share`)."""
-        if any(blocked for _, _, blocked in shares):
+        (`shares`: each one's flows and whether one is underway across the cut)."""
+        if any(blocked for _, blocked in shares):
             raise Fallback(
                 "a fault moved a flow underway to another partition to a new route under "
                 "go-back-N (its last packet out of order starts the sender's timeout at the "
                 "receiver, across the cut)"
             )
         c, t = self.parts[k], self.sim.flows
-        which = np.sort(np.concatenate([w for _, w, _ in shares]))
+        which = np.sort(np.concatenate([w for w, _ in shares]))
         c._apply(c.pending_faults.pop(0), which=which, routing=routing)
         at_sender = (t.bytes == 0) | (np.diff(c.path_ptr) == 0) | bool(c.prm[L.P_FINISH_AT_SENDER])
         if (np.where(at_sender, self.part[t.src], self.part[t.dst]) != self.ends).any():
@@ -361,7 +361,7 @@ class PartitionedRun:
         c = self.parts[k]
         while self._fault_t(k) <= c.ctl[W.C_T0]:
             routing, which, blocked = self._fault_share(k)
-            self.shares[k] = (None, which, blocked)
+            self.shares[k] = (which, blocked)
             self.fault_barrier.wait()
             shares = list(self.shares)
             self.fault_barrier.wait()  # every thread has read the shares: they may change
@@ -759,7 +759,7 @@ class Windows:
             out = {}
             for k in self.local:
                 routings[k], which, blocked = r._fault_share(k)
-                out[k] = (None, which, blocked)
+                out[k] = (which, blocked)
             return out
 
         shares = list(self._exchange(w, share).values())
