@@ -243,11 +243,7 @@ class PartitionedRun:
         why = slow_messages(sim, self.part, self.lookahead)
         if why:
             raise Fallback(why)
-        t = sim.flows
-        at_sender = (
-            (t.bytes == 0) | (np.diff(sim.path_ptr) == 0) | bool(sim.prm[L.P_FINISH_AT_SENDER])
-        )
-        self.ends = np.where(at_sender, self.part[t.src], self.part[t.dst])
+        self.ends = self._ends(sim)
         self.quota = np.bincount(self.ends, minlength=self.n)
         far = far_parts(f, self.part)
         # every partition's outbox of even windows and of odd ones: the others read one
@@ -265,6 +261,14 @@ class PartitionedRun:
         self.boxes = [[[] for _ in range(self.n)] for _ in range(2)]  # those rows, by parity
         self.windows = 0
         self.merged = False
+
+    def _ends(self, c) -> np.ndarray:
+        """The partition each flow of `c` (the simulation or a partition) ends in: its
+        sender's where the sender sees its end (no bytes, no path, finish at the sender),
+        else its receiver's."""
+        t = c.flows
+        at_sender = (t.bytes == 0) | (np.diff(c.path_ptr) == 0) | bool(c.prm[L.P_FINISH_AT_SENDER])
+        return np.where(at_sender, self.part[t.src], self.part[t.dst])
 
     def _partition(self, k: int, far: np.ndarray, i: int):
         """A copy of the simulation's state holding partition k's first events only (its
@@ -347,11 +351,10 @@ class PartitionedRun:
                 "go-back-N (its last packet out of order starts the sender's timeout at the "
                 "receiver, across the cut)"
             )
-        c, t = self.parts[k], self.sim.flows
+        c = self.parts[k]
         which = np.sort(np.concatenate([w for w, _ in shares]))
         c._apply(c.pending_faults.pop(0), which=which, routing=routing)
-        at_sender = (t.bytes == 0) | (np.diff(c.path_ptr) == 0) | bool(c.prm[L.P_FINISH_AT_SENDER])
-        if (np.where(at_sender, self.part[t.src], self.part[t.dst]) != self.ends).any():
+        if (self._ends(c) != self.ends).any():
             # a flow left with no path ends at its sender, one given a path at its receiver
             raise Fallback("a fault during the run moved where a flow ends (a path lost or found)")
 
@@ -578,7 +581,7 @@ class PartitionedRun:
             sim.nd[nodes] = c.nd[nodes]
         src, dst = self.part[sim.flows.src], self.part[sim.flows.dst]
         if sim.pending_faults:
-            self._combine_routes(src)
+            self._combine_routes()
         receiver = list(RECEIVER_COLUMNS)
         if not sim.prm[L.P_FINISH_AT_SENDER]:
             receiver += [L.FL_STATE, L.FL_T_END_PS]
@@ -621,27 +624,13 @@ class PartitionedRun:
         sim.sample_rows = parts[0].sample_rows
         sim.closed = True  # `close` has nothing left to do
 
-    def _combine_routes(self, src: np.ndarray) -> None:
-        """After faults during the run, each flow's route (and which routing chose it) is
-        its sender's partition's; the routing and the faults applied are what every
-        partition applied up to the end."""
-        sim, parts = self.sim, self.parts
-        lengths = np.zeros(len(src), dtype=np.int64)
-        for k, c in enumerate(parts):
-            mine = src == k
-            lengths[mine] = np.diff(c.path_ptr)[mine]
-            sim.route_epoch[mine] = c.route_epoch[mine]
-        ptr = np.zeros(len(src) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=ptr[1:])
-        ports = np.empty(int(ptr[-1]), dtype=np.int64)
-        for k, c in enumerate(parts):
-            flows = np.flatnonzero((src == k) & (lengths > 0))
-            n = lengths[flows]
-            which = np.repeat(np.arange(len(flows)), n)
-            offset = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
-            ports[ptr[flows][which] + offset] = c.path_port[c.path_ptr[flows][which] + offset]
-        sim.path_ptr, sim.path_port = ptr, ports
-        first = parts[0]
+    def _combine_routes(self) -> None:
+        """After faults during the run: every partition re-routed the same flows the same
+        way (`_fault_apply`), so partition 0's routes, routing and faults are the run's."""
+        sim, first = self.sim, self.parts[0]
+        sim.path_ptr, sim.path_port, sim.route_epoch = (
+            first.path_ptr, first.path_port, first.route_epoch
+        )  # fmt: skip
         sim.routing = first.routing
         sim.applied_faults, sim.pending_faults = first.applied_faults, first.pending_faults
 
@@ -914,11 +903,6 @@ class Windows:
                     fr=c.fr,
                     sample_chunks=c.sample_chunks,
                     sample_rows=c.sample_rows,
-                    **(
-                        dict(path_ptr=c.path_ptr, path_port=c.path_port, route_epoch=c.route_epoch)
-                        if r.sim.pending_faults
-                        else {}
-                    ),
                 )  # fmt: skip
                 for k in self.local
                 if (c := r.parts[k])
