@@ -14,7 +14,11 @@ median wall and CPU seconds of each, the ratio of one partition's wall time to e
 count's, the windows the partitions ran in, and whether the flow records, the port series
 and every counter equal one partition's. `--htsim-conventions` runs them as
 bench_htsim.py sets aifabric to htsim's conventions (an ACK per packet, static per-port
-buffers, 64 bytes of header overhead, no congestion control).
+buffers, 64 bytes of header overhead, no congestion control). `--lossy KIB` runs every
+switch with PFC off and a static buffer of KIB per port (ECN from a quarter to half of
+it) under DCQCN, so packets drop; `--loss-recovery` picks go-back-N (a run in which a
+sender times out on a flow another partition receives falls back to one partition) or
+selective repeat.
 Issue 27's goal: (b) on 2 partitions at least 1.7 times faster in wall time than on one.
 Under `mpirun -n N` the partitions run on the MPI job's ranks (aifabric.sim.mpi): rank 0
 runs the benchmark and prints, the others serve.
@@ -56,6 +60,19 @@ def htsim_fabric(fabric):
     return replace(fabric, queues={**fabric.queues, **queues})
 
 
+def lossy_fabric(fabric, buffer_bytes: int):
+    """Every switch with PFC off and a static buffer of `buffer_bytes` per port."""
+    queues = {}
+    for r in Role:
+        if r == Role.NIC:
+            continue
+        q = fabric.queue(r)
+        ecn = replace(q.ecn, kmin_bytes=buffer_bytes // 4, kmax_bytes=buffer_bytes // 2)
+        pfc = replace(q.pfc, enabled=False)
+        queues[r] = replace(q, model="static", buffer_bytes=buffer_bytes, ecn=ecn, pfc=pfc)
+    return replace(fabric, queues={**fabric.queues, **queues})
+
+
 def same(one: Simulation, other: Simulation) -> bool:
     a, b = one.flow_records(), other.flow_records()
     if any(not np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a):
@@ -79,18 +96,25 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, nargs="+", default=[2])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--htsim-conventions", action="store_true")
+    ap.add_argument("--lossy", type=int, metavar="KIB", help="PFC off, KIB per switch port")
+    ap.add_argument("--loss-recovery", choices=["go-back-n", "selective"], default="go-back-n")
     args = ap.parse_args()
-    kw = {}
+    kw: dict = {}
     if args.htsim_conventions:
         from bench_htsim import HEADER_OVERHEAD
 
         kw["cc_params"] = {"ack_every": 1, "header_overhead": HEADER_OVERHEAD}
+    if args.lossy:
+        kw["cc"] = "dcqcn"
+        kw["cc_params"] = {**kw.get("cc_params", {}), "loss_recovery": args.loss_recovery}
     print(f"cores: {len(os.sched_getaffinity(0))}; load {os.getloadavg()[0]:.2f}")
     for case in args.cases:
         topology, make, size = CASES[case]
         fabric = load_fabric(topology)
         if args.htsim_conventions:
             fabric = htsim_fabric(fabric)
+        if args.lossy:
+            fabric = lossy_fabric(fabric, args.lossy * 1024)
         flows = make(fabric, size, 1)
         counts = [1, *args.partitions]
         ran: dict[int, list[tuple[float, float]]] = {p: [] for p in counts}
@@ -107,7 +131,16 @@ def main() -> None:
                 sim.close()
                 last[p] = sim
         wall1 = statistics.median(w for w, _ in ran[1])
-        print(f"({case}) {topology}, {len(flows):,} flows of {size:,} B, median of {args.repeat}")
+        lossy = (
+            f", lossy ({args.lossy} KiB a port, {args.loss_recovery}): "
+            f"{last[1].counters()['drops']:,} drops"
+            if args.lossy
+            else ""
+        )
+        print(
+            f"({case}) {topology}, {len(flows):,} flows of {size:,} B{lossy}, "
+            f"median of {args.repeat}"
+        )
         for p in counts:
             wall = statistics.median(w for w, _ in ran[p])
             cpu = statistics.median(c for _, c in ran[p])

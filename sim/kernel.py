@@ -52,6 +52,7 @@ from aifabric.sim.layout import (
     EV_CREDIT,
     EV_DEP,
     EV_FLOW_START,
+    EV_LOST,
     EV_PFC,
     EV_PFC_REFRESH,
     EV_RELEASE,
@@ -112,6 +113,7 @@ from aifabric.sim.layout import (
     G_LAST_KEY,
     G_NFREE,
     G_NOW_PS,
+    G_ONE_PARTITION,
     G_OUT,
     G_OVERFLOW,
     G_PFC,
@@ -166,6 +168,7 @@ from aifabric.sim.layout import (
     P_EVENT_RESERVE,
     P_FINISH_AT_SENDER,
     P_GO_BACK_N,
+    P_LOOKAHEAD_PS,
     P_MTU_BYTES,
     P_OUT_RESERVE,
     P_OVERHEAD_BYTES,
@@ -626,24 +629,42 @@ def release_packet(S, i):
 @njit(cache=True)
 def drop(S, i, p, now):
     """Packet i is lost at port p; the sender finds out after the retransmission timeout."""
-    g, prm, pt, pk, pc, ev = S.g, S.prm, S.pt, S.pk, S.pc, S.ev
+    g, prm, pt, pk, pc = S.g, S.prm, S.pt, S.pk, S.pc
     pt[p, PT_S_DROPS] += 1
     g[G_DROPS] += 1
     kind = pk[i, PK_KIND]
     f = pk[i, PK_FLOW]
+    # the timeout is the NIC's that acts on it: with partitions, a message to its own
+    # (`send`), a window or more away (the driver checks the timeout against the lookahead)
+    t = now + prm[P_RTO_PS]
+    sender = S.fl[f, FL_SRC]
     if kind == K_DATA:
-        S.fl[f, FL_MAY_REORDER] = 1
+        may_reorder(S, f, now)
     if kind == K_DATA and prm[P_GO_BACK_N]:
-        schedule(ev, g, now + prm[P_RTO_PS], EV_RTO, f, pc[i, PC_OFFSET_BYTES])
+        send(S, sender, t, EV_RTO, f, pc[i, PC_OFFSET_BYTES])
     elif kind == K_DATA:
-        schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, pk[i, PK_BYTES])
+        send(S, sender, t, EV_RETX, f, pk[i, PK_BYTES])
     elif kind == K_CTS:
-        schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, -pc[i, PC_ARG])
+        send(S, sender, t, EV_RETX, f, -pc[i, PC_ARG])
     elif kind == K_REQ:
-        schedule(ev, g, now + prm[P_RTO_PS], EV_RETX, f, 0)
+        send(S, sender, t, EV_RETX, f, 0)
     elif kind == K_ACK and last_ack(S, i):
-        schedule(ev, g, now + prm[P_RTO_PS], EV_ACK_RTO, f, 0)
+        send(S, S.fl[f, FL_DST], t, EV_ACK_RTO, f, 0)
     release_packet(S, i)
+
+
+@njit(cache=True)
+def may_reorder(S, f, now):
+    """Data of flow f was lost: what follows it may reach the receiver out of order (a
+    go-back-N receiver then checks each packet's offset: `deliver`). With partitions, the
+    receiver's partition hears it a lookahead later (EV_LOST), before the flow's next packet
+    can get there: that packet is behind the lost one, a link between partitions away."""
+    if S.prm[P_PARTITIONED]:
+        part = S.nd[S.fl[f, FL_DST], ND_PART]
+        if part != S.prm[P_PART]:
+            export(S, part, now + S.prm[P_LOOKAHEAD_PS], np.int64(EV_LOST), f, np.int64(0))
+            return
+    S.fl[f, FL_MAY_REORDER] = 1
 
 
 @njit(cache=True, inline="always")
@@ -1427,7 +1448,7 @@ def deliver(S, i, now):
             # the flow's last packet, dropped here: nothing after it may come to NAK a gap
             # (this one's NAK may have been sent already, and the sender may have passed
             # over it), so the sender's timeout goes back if nothing else has (`drop`)
-            schedule(S.ev, g, now + S.prm[P_RTO_PS], EV_RTO, f, offset)
+            send(S, fl[f, FL_SRC], now + S.prm[P_RTO_PS], EV_RTO, f, offset)
     elif kind == K_DATA:
         fl[f, FL_NAKED] = 0
         fl[f, FL_DELIV_BYTES] += pk[i, PK_BYTES]
@@ -1549,10 +1570,17 @@ def go_back(S, f, offset, now):
 @njit(cache=True)
 def data_timeout(S, f, offset, now):
     """Go-back-N: data at `offset` was lost one timeout ago. Unless the sender went back
-    since (a NAK) or the receiver has it, go back to where the receiver is."""
-    fl = S.fl
-    lost_at = now - S.prm[P_RTO_PS]
-    if fl[f, FL_REWIND_PS] < lost_at and fl[f, FL_DELIV_BYTES] <= offset:
+    since (a NAK) or the receiver has it, go back to where the receiver is. A partition
+    that would read the count of a receiver another partition holds marks the run for one
+    partition instead (G_ONE_PARTITION)."""
+    fl, prm = S.fl, S.prm
+    lost_at = now - prm[P_RTO_PS]
+    if fl[f, FL_REWIND_PS] >= lost_at:
+        return
+    if prm[P_PARTITIONED] and S.nd[fl[f, FL_DST], ND_PART] != prm[P_PART]:
+        S.g[G_ONE_PARTITION] = 1  # the receiver's count is another partition's
+        return
+    if fl[f, FL_DELIV_BYTES] <= offset:
         go_back(S, f, fl[f, FL_DELIV_BYTES], now)
 
 
@@ -1758,6 +1786,9 @@ def run(S_counted, t_stop, max_events):
         elif kind == EV_ACK_RTO:
             if fl[a, FL_STATE] != ST_DONE:  # the sender timed out; the receiver ACKs again
                 send_ack(S, a, now)
+        elif kind == EV_LOST:  # partitions' bookkeeping, not an event of one partition's run
+            fl[a, FL_MAY_REORDER] = 1
+            g[G_EVENTS] -= 1
         elif kind == EV_SAMPLE:
             close_sample(S, now)
             if partitioned:  # the driver sees the whole run: it tells a stall

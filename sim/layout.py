@@ -57,6 +57,8 @@ EV_RELEASE = 10  # a = stream, b = steps: its inputs are there, its flows may se
 EV_DEP = 11  # a = flow: one of the flows it waits on arrived or completed (a message)
 EV_CREDIT = 12  # a = stream, b = steps * CREDIT_SLOTS + which output: that output released them
 EV_SEEN = 13  # a = stream (GR_EMPTY), b = steps: its receiver hears they were released
+EV_LOST = 14  # a = flow: partitions only: its receiver's partition hears that data of it was
+# lost in another (FL_MAY_REORDER), a lookahead later: before its next packet can arrive
 CREDIT_SLOTS = 16  # outputs a stream may have
 # Events of one time are taken by kind in this order, then by the one thing each is about
 # (`aifabric.sim.heap.tie_key`), never by when they were scheduled: the order is the same
@@ -64,7 +66,7 @@ CREDIT_SLOTS = 16  # outputs a stream may have
 # a port looks for its next frame (EV_TX) once everything else of that time is done.
 TIE_ORDER = (
     EV_SAMPLE, EV_ARRIVE, EV_PFC, EV_SEEN, EV_CREDIT, EV_DEP, EV_FLOW_START, EV_RELEASE,
-    EV_CC_TIMER, EV_RETX, EV_RTO, EV_ACK_RTO, EV_PFC_REFRESH, EV_TX,
+    EV_CC_TIMER, EV_RETX, EV_RTO, EV_ACK_RTO, EV_LOST, EV_PFC_REFRESH, EV_TX,
 )  # fmt: skip
 
 # global scalars (g[...])
@@ -96,8 +98,10 @@ TIE_ORDER = (
     G_OUT,  # rows written to the outbox (out)
     G_KEY_STOP,  # the loop stops before an event of time t_stop whose key is greater
     G_LAST_KEY,  # the key of the event that made the flows done reach P_QUOTA
+    G_ONE_PARTITION,  # 1: a partition met what only one partition decides: a go-back-N
+    # timeout of a flow whose receiver another partition holds (it reads the receiver's count)
     G_NG,
-) = range(28)
+) = range(29)
 
 # parameters (prm[...], int64; rates bit/s, times ps)
 (
@@ -130,8 +134,9 @@ TIE_ORDER = (
     P_PARTITIONED,  # 1: one partition of several: sampling goes on; stalls are the driver's
     P_PART,  # this partition (nd[:, ND_PART] names every node's)
     P_OUT_RESERVE,  # free outbox rows kept before each event: the most one event sends
+    P_LOOKAHEAD_PS,  # partitions: a window's length, the shortest delay between partitions
     P_NPRM,
-) = range(29)
+) = range(30)
 # float parameters (fprm[...])
 FP_G, FP_NFPRM = range(2)
 

@@ -30,8 +30,10 @@ carries like a frame, a path's propagation or a step or base latency later; a ru
 which one would come within a window stays on one partition (`slow_messages`). What
 needs more than that is not partitioned (`why_not`): a link or switch taken down during
 the run, captures, adaptive routing (its choice reads every port's load) and spraying
-with go-back-N; and a run in which a packet is dropped is run again on one partition
-(the sender's timeout reads the receiver's count, across the cut). Drains and restores
+with go-back-N. A drop's timeout is a message to the NIC that acts on it, and a go-back-N
+receiver hears of its flow's loss in another partition a lookahead later (EV_LOST); a run
+in which a go-back-N timeout would go back for a flow whose receiver another partition
+holds is run again on one partition (it reads the receiver's count). Drains and restores
 during the run are applied by every partition at once, between windows
 (`_fault_share`, `_fault_apply`). A sprayed packet's route is chosen whole
 at its sender from the packet's own header, so spraying with selective repeat is
@@ -55,6 +57,10 @@ from aifabric.sim import layout as L
 from aifabric.sim import windows as W
 
 PS = L.PS_PER_NS
+ONE_PARTITION = (
+    "a go-back-N sender timed out on a flow whose receiver another partition holds (its "
+    "timeout reads the receiver's count)"
+)
 NEVER = kernel.NEVER  # a quota no partition reaches, a key above every key
 SLICE = 1 << 22  # events per kernel call, between looks at the stop flag
 PROGRESS_S = 0.5  # wall seconds between progress reports of windows that meet by message
@@ -290,6 +296,7 @@ class PartitionedRun:
         c.route_epoch = sim.route_epoch.copy()
         c.pt[:, L.PT_FAR_PART] = far
         c.prm[L.P_PARTITIONED] = 1
+        c.prm[L.P_LOOKAHEAD_PS] = self.lookahead
         c.prm[L.P_QUOTA] = self.quota[k] if self.quota[k] else NEVER
         heap.clear(c.ev, c.g)
         fl = c.fl
@@ -516,8 +523,8 @@ class PartitionedRun:
                         self.progress_fn(self.progress(int(c.ctl[W.C_T0])))
                 elif code == W.W_FAULT:
                     self._faults_spinning(k)
-                elif code == W.W_DROP:
-                    raise Fallback("a packet was dropped")
+                elif code == W.W_ONE:
+                    raise Fallback(ONE_PARTITION)
                 elif code == W.W_STALL:
                     raise Fallback("the run stalled")
                 else:
@@ -771,8 +778,8 @@ class Windows:
                 self.reached[k] = True
                 self.last[k] = (int(c.g[L.G_NOW_PS]), int(c.g[L.G_LAST_KEY]))
                 c.prm[L.P_QUOTA] = NEVER
-            if c.g[L.G_DROPS]:
-                raise Fallback("a packet was dropped")
+            if c.g[L.G_ONE_PARTITION]:
+                raise Fallback(ONE_PARTITION)
             out[k] = self._said(k, w)
         return out
 
@@ -923,6 +930,7 @@ class Windows:
 # columns of a flow's row that its receiver keeps (the rest: its sender)
 RECEIVER_COLUMNS = (
     L.FL_DELIV_BYTES,
+    L.FL_MAY_REORDER,
     L.FL_LAST_CNP_PS,
     L.FL_NAKED,
     L.FL_UNACKED,

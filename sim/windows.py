@@ -31,7 +31,7 @@ from aifabric.sim.heap import peek
     W_DRAIN_SAMPLES,
     W_DRAIN_CAPTURE,
     W_YIELD,  # a while has passed: progress, a stop asked for
-    W_DROP,  # a packet was dropped here
+    W_ONE,  # this partition met what only one partition decides (G_ONE_PARTITION)
     W_STALL,  # no data delivered anywhere for the stall time while flows are unfinished
     W_ABORT,  # another thread gave up (flags[n] set)
     W_SPILL,  # the outbox is full: the driver keeps its rows aside (ctl[C_SPILLED])
@@ -202,8 +202,8 @@ def windows(S0, S1, k, n, lookahead, box, sync, flags, ctl, budget):
                     continue
                 elif code != L.R_STOP:
                     return _code(code)
-            if g[L.G_DROPS]:
-                return W_DROP
+            if g[L.G_ONE_PARTITION]:
+                return W_ONE
             _publish(S, k, sync, slot, ctl)
             ctl[C_PHASE] = PH_WAIT
         elif phase == PH_WAIT:

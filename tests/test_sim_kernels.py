@@ -829,3 +829,73 @@ def test_a_step_of_no_bytes_reaches_its_receiver_a_paths_propagation_after_its_r
     # the steps with no bytes among the first two are there; one with bytes is not
     steps = [kernel.step_end(gr, s, k) for k in range(3)]
     assert gr[s, L.GR_DONE] == next(k for k in range(3) if k == 2 or steps[k + 1] > steps[k])
+
+
+def _as_partition(sim, parts: int, k: int, lookahead_ps: int):
+    """`sim`'s state as partition k of `parts` holds it (aifabric.sim.partition)."""
+    from aifabric.sim import partition
+
+    part = partition.assign(sim.fabric, parts)
+    sim.nd[:, L.ND_PART] = part
+    sim.prm[L.P_PARTITIONED], sim.prm[L.P_PART] = 1, k
+    sim.prm[L.P_LOOKAHEAD_PS] = lookahead_ps
+    return part
+
+
+def test_a_drop_tells_the_nics_that_act_on_it_in_their_partitions():
+    """A data packet lost in partition 0: its timeout is its sender's event, the timeout
+    later (a message when another partition holds the sender), and a go-back-N receiver
+    in another partition hears a lookahead later that the flow may come out of order
+    (EV_LOST); one in this partition knows at once."""
+    fab = preset("fat-tree-k8")
+    sim = Simulation(fab, _collective(fab, pattern="permutation", gpus=128, size="1MB"))
+    lookahead, now = 500_000, 10**6
+    part = _as_partition(sim, 2, 0, lookahead)
+    src, dst = part[sim.flows.src], part[sim.flows.dst]
+    rto = int(sim.prm[L.P_RTO_PS])
+    assert sim.prm[L.P_GO_BACK_N] and rto > lookahead
+    p = int(np.flatnonzero(part[fab.port_node] == 0)[0])  # a port of partition 0
+    for f, lost, sent in (
+        (int(np.flatnonzero((src == 1) & (dst == 1))[0]), [(L.EV_LOST, 1)], [(L.EV_RTO, 1)]),
+        (int(np.flatnonzero((src == 0) & (dst == 1))[0]), [(L.EV_LOST, 1)], []),
+        (int(np.flatnonzero((src == 1) & (dst == 0))[0]), [], [(L.EV_RTO, 1)]),
+    ):
+        sim.g[L.G_OUT] = 0
+        before = events(sim, L.EV_RTO, L.EV_LOST)
+        i = borrowing(kernel.alloc, sim._state())
+        sim.pk[i, L.PK_KIND], sim.pk[i, L.PK_FLOW], sim.pk[i, L.PK_BYTES] = L.K_DATA, f, 4000
+        sim.pc[i, L.PC_OFFSET_BYTES] = 8000
+        borrowing(kernel.drop, sim._state(), i, p, now)
+        out = sim.out[: int(sim.g[L.G_OUT])]
+        got = sorted((int(r[L.O_KIND]), int(r[L.O_PART]), int(r[L.O_TIME_PS])) for r in out)
+        want = sorted(
+            [(k, q, now + lookahead) for k, q in lost] + [(k, q, now + rto) for k, q in sent]
+        )
+        assert got == want, f
+        assert all(int(r[L.O_A]) == f for r in out)
+        here = new_events(sim, before, L.EV_RTO, L.EV_LOST)
+        assert here == ([] if sent else [(L.EV_RTO, f, 8000)]), f
+        assert sim.fl[f, L.FL_MAY_REORDER] == (0 if lost else 1), f
+
+
+def test_a_go_back_n_timeout_that_would_read_another_partitions_receiver_says_so():
+    """A go-back-N timeout that goes back reads what the receiver has: with the receiver in
+    another partition, the partition flags the run for one partition and sends nothing
+    again; a timeout the sender went back since does nothing either way."""
+    fab = preset("fat-tree-k8")
+    sim = Simulation(fab, _collective(fab, pattern="permutation", gpus=128, size="1MB"))
+    part = _as_partition(sim, 2, 0, 500_000)
+    rto = int(sim.prm[L.P_RTO_PS])
+    now = 2 * rto
+    f = int(np.flatnonzero((part[sim.flows.src] == 0) & (part[sim.flows.dst] == 1))[0])
+    sim.fl[f, L.FL_STATE] = L.ST_ACTIVE
+    sim.fl[f, L.FL_UNSENT_BYTES] = sim.fl[f, L.FL_BYTES] - 16_000  # 16 kB sent
+    sim.fl[f, L.FL_REWIND_PS] = now - rto + 1  # went back after the loss
+    borrowing(kernel.data_timeout, sim._state(), f, 8000, now)
+    assert sim.g[L.G_ONE_PARTITION] == 0 and sim.g[L.G_RETX_BYTES] == 0
+    sim.fl[f, L.FL_REWIND_PS] = -1
+    borrowing(kernel.data_timeout, sim._state(), f, 8000, now)
+    assert sim.g[L.G_ONE_PARTITION] == 1 and sim.g[L.G_RETX_BYTES] == 0
+    sim.prm[L.P_PARTITIONED] = 0  # one partition: back to what the receiver has (nothing)
+    borrowing(kernel.data_timeout, sim._state(), f, 8000, now)
+    assert sim.g[L.G_RETX_BYTES] == 16_000 and sim.fl[f, L.FL_REWIND_PS] == now

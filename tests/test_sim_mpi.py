@@ -145,17 +145,42 @@ def test_drains_during_the_run_on_mpi_ranks_write_what_one_process_writes(tmp_pa
     assert a["faults"] == b["faults"] and len(a["faults"]) == 2
 
 
+LOSSY = """[scenario]
+topology = "fat-tree-k8"
+[workload]
+pattern = "permutation"
+gpus = 128
+size = "1MB"
+[queue]
+pfc = false
+buffer = "64KiB"
+ecn_kmin = "16KiB"
+ecn_kmax = "32KiB"
+"""
+
+
 @needs_mpi
-def test_an_mpi_run_that_cannot_be_partitioned_runs_on_rank_0(tmp_path):
-    """A run that drops (incast-lossy, found midway): rank 0 runs it alone, says why, and
-    writes what one process writes; the other ranks end."""
-    preset, why = "incast-lossy", "a packet was dropped"
-    one = plain("run", preset, "-o", str(tmp_path / f"{preset}-one"))
+@pytest.mark.parametrize("recovery", ["selective", "go-back-n"])
+def test_a_run_that_drops_on_mpi_ranks_writes_what_one_process_writes(tmp_path, recovery):
+    """Lossy (PFC off, a small buffer): under selective repeat the drops' timeouts go to
+    their senders' ranks, and the run is partitioned; under go-back-N a sender times out
+    on a flow whose receiver another rank holds (found midway), and rank 0 runs it alone
+    and says why. Either way it writes what one process writes; the other ranks end."""
+    spec = tmp_path / "lossy.toml"
+    spec.write_text(LOSSY)
+    opt = ["--set", f"congestion_control.loss_recovery={recovery}"]
+    one = plain("run", str(spec), "-o", str(tmp_path / "one"), *opt)
     assert one.returncode == 0, one.stderr
-    got = mpirun(2, "run", preset, "-o", str(tmp_path / preset), "--set", "simulator.partitions=2")
+    assert summary(tmp_path / "one")["drops"] > 0
+    got = mpirun(2, "run", str(spec), "-o", str(tmp_path / "mpi"), *opt, "--set",
+                 "simulator.partitions=2")  # fmt: skip
     assert got.returncode == 0, got.stdout + got.stderr
-    assert "partitions        1, on MPI rank 0 alone (2 ranks): " + why in got.stdout
-    assert same_results(tmp_path / f"{preset}-one", tmp_path / preset)
+    if recovery == "selective":
+        assert "partitions        2 on 2 MPI ranks, windows of " in got.stdout
+    else:
+        why = "a go-back-N sender timed out on a flow whose receiver another partition holds"
+        assert "partitions        1, on MPI rank 0 alone (2 ranks): " + why in got.stdout
+    assert same_results(tmp_path / "one", tmp_path / "mpi")
 
 
 @needs_mpi

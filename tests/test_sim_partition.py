@@ -51,6 +51,7 @@ def differences(one: Simulation, many: Simulation) -> list[str]:
     return out
 
 
+SELECTIVE = {"loss_recovery": "selective"}
 CASES = {
     "permutation": (dict(pattern="permutation", gpus=128, size="2MB"), {}),
     "permutation, DCQCN": (dict(pattern="permutation", gpus=128, size="2MB"), dict(cc="dcqcn")),
@@ -107,16 +108,74 @@ def test_a_partitioned_run_ends_at_its_last_flow_as_one_partition_does(k8):
     assert many.sample_rows == one.sample_rows
 
 
-def test_a_run_that_drops_runs_again_on_one_partition(k8):
-    """Lossy (PFC off, small buffers): a drop sends the sender's timeout across the cut,
-    which partitions cannot do exactly; the run goes on one partition and says why."""
-    sc = load_scenario("incast-lossy")
-    table = sc.flows
-    kw = dict(cc=sc.cc, cc_params=sc.cc_params)
-    one = ran(sc.fabric, table, 1, **kw)
+def lossy(fabric, buffer_bytes: int):
+    """Every switch with PFC off and a static buffer of `buffer_bytes` per port (ECN
+    marking from a quarter to half of it): drops."""
+    queues = {}
+    for r in Role:
+        if r != Role.NIC:
+            q = fabric.queue(r)
+            pfc = replace(q.pfc, enabled=False)
+            ecn = replace(q.ecn, kmin_bytes=buffer_bytes // 4, kmax_bytes=buffer_bytes // 2)
+            queues[r] = replace(q, model="static", buffer_bytes=buffer_bytes, ecn=ecn, pfc=pfc)
+    return replace(fabric, queues={**fabric.queues, **queues})
+
+
+LOSSY = {  # (workload, switch buffer, simulation options)
+    "an incast over every rack, selective repeat": (
+        dict(pattern="incast", gpus=128, senders=24, size="512KB"), 64 * 2**10,
+        dict(cc_params=SELECTIVE),
+    ),
+    "a permutation, selective repeat (drops at uplinks, timeouts across the cut)": (
+        dict(pattern="permutation", gpus=128, size="1MB"), 64 * 2**10,
+        dict(cc_params=SELECTIVE),
+    ),
+    "an incast over every rack, go-back-N (lost data sent again on NAKs)": (
+        dict(pattern="incast", gpus=128, senders=24, size="512KB"), 64 * 2**10, {},
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", LOSSY)
+def test_runs_that_drop_give_the_results_of_one_partition(k8, case):
+    """A drop's timeout is an event at the NIC that acts on it (a message to its partition,
+    the timeout later), and a go-back-N receiver in another partition hears a lookahead
+    later that its flow lost data (EV_LOST: before the flow's next packet can arrive), so
+    runs that drop, lost data sent again by NAK or by timeout, are one partition's."""
+    spec, buffer_bytes, kw = LOSSY[case]
+    fabric = lossy(k8, buffer_bytes)
+    table = flows(fabric, **spec)
+    one = ran(fabric, table, 1, **kw)
+    counters = one.counters()
+    assert counters["drops"] > 0 and counters["retransmitted_bytes"] > 0
+    for parts in (2, 3):
+        many = ran(fabric, table, parts, **kw)
+        assert many.partitioned["partitions"] == parts, many.partitioned
+        assert differences(one, many) == [], parts
+
+
+def test_a_go_back_n_timeout_across_the_cut_runs_again_on_one_partition(k8):
+    """Under go-back-N a timeout goes back to what the receiver has: a sender whose receiver
+    another partition holds cannot read that, so the run starts again on one partition,
+    says why, and gives one partition's results."""
+    fabric = lossy(k8, 64 * 2**10)
+    table = flows(fabric, pattern="permutation", gpus=128, size="1MB")
+    one = ran(fabric, table, 1)
     assert one.counters()["drops"] > 0
-    many = ran(sc.fabric, table, 2, **kw)
-    assert many.partitioned == {"partitions": 1, "asked": 2, "why": "a packet was dropped"}
+    many = ran(fabric, table, 2)
+    assert many.partitioned == {"partitions": 1, "asked": 2, "why": partition.ONE_PARTITION}
+    assert differences(one, many) == []
+
+
+def test_the_lossy_preset_runs_on_partitions():
+    """incast-lossy (PFC off, a small buffer, go-back-N): drops, and one partition's results
+    on two."""
+    sc = load_scenario("incast-lossy")
+    kw = dict(cc=sc.cc, cc_params=sc.cc_params)
+    one = ran(sc.fabric, sc.flows, 1, **kw)
+    assert one.counters()["drops"] > 0
+    many = ran(sc.fabric, sc.flows, 2, **kw)
+    assert many.partitioned["partitions"] == 2, many.partitioned
     assert differences(one, many) == []
 
 
@@ -138,7 +197,6 @@ def _switch(fabric, name: str) -> int:
     return fabric.node_name.index(name)
 
 
-SELECTIVE = {"loss_recovery": "selective"}
 FAULTS = {  # (workload, faults: (node or link, time in ns, action), simulation options)
     "an AllToAll, a CTSW drained and restored": (
         dict(collective="alltoall", algorithm="pairwise", size="1MiB", gpus=32),
