@@ -446,6 +446,7 @@ class PartitionedRun:
             c.ctl[W.C_LAST_T] = c.ctl[W.C_LAST_KEY] = -1
             c.ctl[W.C_STALL_PS] = c.prm[L.P_STALL_PS]
             c.ctl[W.C_FAULT_T] = self._fault_t(k)
+            c.ctl[W.C_YIELD_EVERY] = W.YIELD_EVENTS
         self.progress_fn = progress
         self.shares: list = [None] * n
         self.fault_barrier = threading.Barrier(n)

@@ -56,13 +56,17 @@ from aifabric.sim.heap import peek
     C_SPILLED,  # chunks of this window's outbox the driver keeps aside
     C_SPILL_TAKEN,  # 1: the driver injected what the others spilled in the window before
     C_FAULT_T,  # the time of the next fault during the run (NEVER: none)
+    C_YIELD_EVENTS,  # thread 0: its partition's events when it last returned (W_YIELD)
+    C_YIELD_EVERY,  # thread 0 returns after this many events of its partition, or windows
     C_N,
-) = range(15)
+) = range(17)
 # phases of a window
 PH_TAKE, PH_RUN, PH_WAIT, PH_ON, PH_WAIT_ON, PH_NEXT, PH_END = range(7)
 # what a thread publishes after its part of a window (sync[window % 2, thread, ...])
 Y_REACHED, Y_LAST_T, Y_LAST_KEY, Y_FIRST, Y_PROGRESS, Y_OUT, Y_SPILLED, Y_N = range(8)
-YIELD_WINDOWS = 512  # windows between two returns of thread 0 (progress)
+YIELD_WINDOWS = 512  # windows between two returns of thread 0 (progress, a stop asked for)
+YIELD_EVENTS = 1 << 22  # or events of its partition (a second or less): big runs' windows
+# are long (cluster-24k: a third of a second each)
 NEVER = kernel.NEVER
 
 
@@ -249,7 +253,11 @@ def windows(S0, S1, k, n, lookahead, box, sync, flags, ctl, budget):
             ctl[C_PHASE] = PH_TAKE
             if window_end - progressed > ctl[C_STALL_PS]:
                 return W_STALL
-            if k == 0 and (w + 1) % YIELD_WINDOWS == 0:
+            if k == 0 and (
+                (w + 1) % YIELD_WINDOWS == 0
+                or g[L.G_EVENTS] - ctl[C_YIELD_EVENTS] >= ctl[C_YIELD_EVERY]
+            ):
+                ctl[C_YIELD_EVENTS] = g[L.G_EVENTS]
                 return W_YIELD
         else:  # PH_END
             if ctl[C_LAST_T] != ctl[C_END_T] or ctl[C_LAST_KEY] != ctl[C_END_KEY]:

@@ -17,6 +17,7 @@ from aifabric.fabric.model import Role
 from aifabric.scenarios import load_scenario
 from aifabric.sim import Simulation, partition
 from aifabric.sim import layout as L
+from aifabric.sim import windows as W
 
 
 @pytest.fixture(scope="module")
@@ -468,6 +469,29 @@ def test_a_partitioned_run_stopped_midway_keeps_what_ran(k8, monkeypatch, parts)
     assert (records["start_ns"] >= 0).sum() > 64 and (records["end_ns"] == -1).all()
     assert (records["start_ns"] <= now).all()
     assert sim.sample_rows == now // sim.sample_interval_ns + (now % sim.sample_interval_ns > 0)
+
+
+def test_spinning_threads_report_after_so_many_events_whatever_the_windows(k8, monkeypatch):
+    """Thread 0 comes back to Python (progress, and where a Ctrl-C is acted on) every 512
+    windows or after YIELD_EVENTS events of its partition, whichever comes first: a big
+    fabric's windows take a third of a second each, so 512 of them made a stop wait minutes.
+    The windows of this run are fewer than 512; the events decide, and nothing changes."""
+    monkeypatch.setattr(partition, "cores", lambda: 2)
+    table = flows(k8, pattern="permutation", gpus=128, size="512KB")
+    one = ran(k8, table, 1)
+    reports, default = {}, W.YIELD_EVENTS
+    for every in (default, 20_000):
+        monkeypatch.setattr(W, "YIELD_EVENTS", every)
+        seen = []
+        sim = Simulation(k8, table, partitions=2)
+        assert sim.run(progress=seen.append)
+        sim.close()
+        assert sim.partitioned["windows"] < W.YIELD_WINDOWS
+        assert differences(one, sim) == []
+        reports[every] = len(seen)
+    events = one.counters()["events"]
+    assert reports[default] == 0  # fewer than 512 windows, and fewer events than that
+    assert reports[20_000] >= events // 3 // 20_000  # partition 0 runs about half of them
 
 
 def test_a_stopped_partitioned_run_is_one_line_on_the_terminal():
