@@ -333,33 +333,19 @@ class PartitionedRun:
     # knows whether it has started), they share them, and each re-routes them all: a
     # flow's route is read at both ends (its receiver's ACKs go back along it) ----------
     def _fault_share(self, k: int) -> tuple:
-        """Partition k's part of its next fault: the routing after it, the flows it sends
-        that the fault re-routes, and whether one of them is underway to another partition
-        under go-back-N (its last packet out of order would start the sender's timeout at
-        the receiver, across the cut)."""
+        """Partition k's part of its next fault: the routing after it and the flows it sends
+        that the fault re-routes."""
         c, t = self.parts[k], self.sim.flows
         fault = c.pending_faults[0]
         routing = routing_after(fault, c.routing)
-        mine = self.part[t.src] == k
-        which = c.moved_by(fault, routing, senders=mine)
-        state = c.fl[which, L.FL_STATE]
-        underway = (state == L.ST_ACTIVE) | (state == L.ST_SENT)
-        blocked = bool(c.prm[L.P_GO_BACK_N]) and bool(
-            (underway & (self.part[t.dst[which]] != k)).any()
-        )
-        return routing, which, blocked
+        return routing, c.moved_by(fault, routing, senders=self.part[t.src] == k)
 
     def _fault_apply(self, k: int, routing, shares) -> None:
         """Partition k applies its next fault, re-routing the flows every partition found
-        (`shares`: each one's flows and whether one is underway across the cut)."""
-        if any(blocked for _, blocked in shares):
-            raise Fallback(
-                "a fault moved a flow underway to another partition to a new route under "
-                "go-back-N (its last packet out of order starts the sender's timeout at the "
-                "receiver, across the cut)"
-            )
+        (`shares`). A flow underway may then arrive out of order: every partition marks it
+        (`Simulation._apply`), so its receiver checks, as after a loss."""
         c = self.parts[k]
-        which = np.sort(np.concatenate([w for w, _ in shares]))
+        which = np.sort(np.concatenate(shares))
         c._apply(c.pending_faults.pop(0), which=which, routing=routing)
         if (self._ends(c) != self.ends).any():
             # a flow left with no path ends at its sender, one given a path at its receiver
@@ -370,8 +356,8 @@ class PartitionedRun:
         (W_FAULT): the faults up to there, with the other threads."""
         c = self.parts[k]
         while self._fault_t(k) <= c.ctl[W.C_T0]:
-            routing, which, blocked = self._fault_share(k)
-            self.shares[k] = (which, blocked)
+            routing, which = self._fault_share(k)
+            self.shares[k] = which
             self.fault_barrier.wait()
             shares = list(self.shares)
             self.fault_barrier.wait()  # every thread has read the shares: they may change
@@ -755,8 +741,7 @@ class Windows:
         def share() -> dict:
             out = {}
             for k in self.local:
-                routings[k], which, blocked = r._fault_share(k)
-                out[k] = (which, blocked)
+                routings[k], out[k] = r._fault_share(k)
             return out
 
         shares = list(self._exchange(w, share).values())
