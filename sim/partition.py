@@ -29,15 +29,14 @@ Collectives cross partitions as messages: what a NIC learns of another's part of
 carries like a frame, a path's propagation or a step or base latency later; a run in
 which one would come within a window stays on one partition (`slow_messages`). What
 needs more than that is not partitioned (`why_not`): a link or switch taken down during
-the run, captures, adaptive routing (its choice reads every port's load) and spraying
-with go-back-N. A drop's timeout is a message to the NIC that acts on it, and a go-back-N
-receiver hears of its flow's loss in another partition a lookahead later (EV_LOST); a run
-in which a go-back-N timeout would go back for a flow whose receiver another partition
-holds is run again on one partition (it reads the receiver's count). Drains and restores
-during the run are applied by every partition at once, between windows
-(`_fault_share`, `_fault_apply`). A sprayed packet's route is chosen whole
-at its sender from the packet's own header, so spraying with selective repeat is
-partitioned like any other routing.
+the run, captures and adaptive routing (its choice reads every port's load). A drop's
+timeout is a message to the NIC that acts on it, and a go-back-N receiver hears of its
+flow's loss in another partition a lookahead later (EV_LOST); a run in which a go-back-N
+timeout would go back for a flow whose receiver another partition holds is run again on
+one partition (it reads the receiver's count). Drains and restores during the run are
+applied by every partition at once, between windows (`_fault_share`, `_fault_apply`). A
+sprayed packet's route is chosen whole at its sender from the packet's own header, so
+spraying is partitioned like any other routing.
 """
 
 from __future__ import annotations
@@ -190,11 +189,6 @@ def why_not(sim, until_ns) -> str | None:
         return "packet captures"  # the sender's partition keeps
     if sim.routing.policy == "adaptive":
         return "adaptive routing"
-    if sim.routing.policy == "spray" and sim.params["loss_recovery"] == "go-back-n":
-        return (
-            "spray routing with go-back-N (a flow's last packet out of order starts the "
-            "sender's timeout at the receiver, across the cut)"
-        )
     if len(sim.flows) == 0:
         return "no flows"
     return None
