@@ -138,6 +138,10 @@ LOSSY = {  # (workload, switch buffer, simulation options)
     "an incast over every rack, go-back-N (lost data sent again on NAKs)": (
         dict(pattern="incast", gpus=128, senders=24, size="512KB"), 64 * 2**10, {},
     ),
+    "a permutation, clear-to-send, selective repeat": (
+        dict(pattern="permutation", gpus=128, size="1MB"), 64 * 2**10,
+        dict(cc="cts", cc_params=SELECTIVE),
+    ),
 }  # fmt: skip
 
 
