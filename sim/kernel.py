@@ -653,7 +653,7 @@ def drop(S, i, p, now):
     release_packet(S, i)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def may_reorder(S, f, now):
     """Data of flow f was lost: what follows it may reach the receiver out of order (a
     go-back-N receiver then checks each packet's offset: `deliver`). With partitions, the
@@ -662,7 +662,8 @@ def may_reorder(S, f, now):
     if S.prm[P_PARTITIONED]:
         part = S.nd[S.fl[f, FL_DST], ND_PART]
         if part != S.prm[P_PART]:
-            export(S, part, now + S.prm[P_LOOKAHEAD_PS], np.int64(EV_LOST), f, np.int64(0))
+            t = now + S.prm[P_LOOKAHEAD_PS]
+            export(S, part, t, np.int64(EV_LOST), np.int64(f), np.int64(0))
             return
     S.fl[f, FL_MAY_REORDER] = 1
 
