@@ -13,7 +13,9 @@ packets instead of byte offsets:
 - a timeout (no packet taken for the RTO while data is outstanding: sent and not
   yet taken) sends the sender back to the PSN the receiver expects, by the NAK's
   rule. The simulator times it from the loss itself, which only it sees; the
-  replay, as a NIC, from the last progress.
+  replay, as a NIC, from the last progress. The simulator's sender goes back to what
+  its ACKs said the receiver had; the replay sends no ACKs and reads what the
+  receiver expects, which is where the ACKs lead once they are back.
 
 PSNs here are unwrapped (they count from 0); the wire carries their low 24 bits.
 """

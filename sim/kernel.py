@@ -61,6 +61,7 @@ from aifabric.sim.layout import (
     EV_SAMPLE,
     EV_SEEN,
     EV_TX,
+    FL_ACKED_BYTES,
     FL_BASE_PS,
     FL_BYTES,
     FL_DELIV_BYTES,
@@ -659,12 +660,11 @@ def may_reorder(S, f, now):
     go-back-N receiver then checks each packet's offset: `deliver`). With partitions, the
     receiver's partition hears it a lookahead later (EV_LOST), before the flow's next packet
     can get there: that packet is behind the lost one, a link between partitions away."""
-    if S.prm[P_PARTITIONED]:
-        part = S.nd[S.fl[f, FL_DST], ND_PART]
-        if part != S.prm[P_PART]:
-            t = now + S.prm[P_LOOKAHEAD_PS]
-            export(S, part, t, np.int64(EV_LOST), np.int64(f), np.int64(0))
-            return
+    part = elsewhere(S, S.fl[f, FL_DST])
+    if part >= 0:
+        t = now + S.prm[P_LOOKAHEAD_PS]
+        export(S, part, t, np.int64(EV_LOST), np.int64(f), np.int64(0))
+        return
     S.fl[f, FL_MAY_REORDER] = 1
 
 
@@ -1163,12 +1163,21 @@ def send(S, node, t, kind, a, b):
     """An event at time t at `node` (a NIC): here, or into the outbox when another
     partition holds that node (then t is a message's delay away, at least the lookahead:
     aifabric.sim.partition checks before it runs)."""
+    part = elsewhere(S, node)
+    if part >= 0:
+        export(S, part, t, np.int64(kind), np.int64(a), np.int64(b))
+        return
+    schedule(S.ev, S.g, t, kind, a, b)
+
+
+@njit(cache=True, inline="always")
+def elsewhere(S, node):
+    """The partition that holds `node` (a NIC) when this one does not, else -1."""
     if S.prm[P_PARTITIONED]:
         part = S.nd[node, ND_PART]
         if part != S.prm[P_PART]:
-            export(S, part, t, np.int64(kind), np.int64(a), np.int64(b))
-            return
-    schedule(S.ev, S.g, t, kind, a, b)
+            return part
+    return -1
 
 
 @njit(cache=True, inline="always")
@@ -1442,7 +1451,12 @@ def deliver(S, i, now):
     ):
         offset = S.pc[i, PC_OFFSET_BYTES]
         gap = offset > fl[f, FL_DELIV_BYTES]
-        if gap and fl[f, FL_NAKED] == 0 and fl[f, FL_STATE] != ST_DONE:
+        if not gap:
+            # a duplicate (the sender went back further than it had to): acknowledged at
+            # once, as a responder answers a duplicate request, so that a sender whose
+            # timeout went back to its last ACK hears what the receiver has
+            send_ack(S, f, now)
+        elif fl[f, FL_NAKED] == 0 and fl[f, FL_STATE] != ST_DONE:
             fl[f, FL_NAKED] = 1
             send_control(S, f, np.int64(K_ACK), fl[f, FL_DELIV_BYTES] + 1, now)
         if gap and offset + pk[i, PK_BYTES] >= fl[f, FL_BYTES]:
@@ -1472,10 +1486,13 @@ def deliver(S, i, now):
                 port = ack(S, f, now)
         if fl[f, FL_DELIV_BYTES] >= fl[f, FL_BYTES] and fl[f, FL_T_RECEIVED_PS] < 0:
             received(S, f, now)
-    elif kind == K_ACK and S.pc[i, PC_ARG] > 0:  # a NAK
-        go_back(S, f, S.pc[i, PC_ARG] - 1, now)
     elif kind == K_ACK:
-        if last_ack(S, i) and fl[f, FL_STATE] != ST_DONE:
+        # an ACK or a NAK: the sender hears how many bytes the receiver had as it sent it
+        if S.pc[i, PC_OFFSET_BYTES] > fl[f, FL_ACKED_BYTES]:
+            fl[f, FL_ACKED_BYTES] = S.pc[i, PC_OFFSET_BYTES]
+        if S.pc[i, PC_ARG] > 0:  # a NAK
+            go_back(S, f, S.pc[i, PC_ARG] - 1, now)
+        elif last_ack(S, i) and fl[f, FL_STATE] != ST_DONE:
             acknowledged(S, f, now)
     elif kind == K_CNP:
         if fl[f, FL_STATE] == ST_ACTIVE and congestion.on_cnp(S, f, now) & DO_REPACE:
@@ -1571,18 +1588,21 @@ def go_back(S, f, offset, now):
 @njit(cache=True)
 def data_timeout(S, f, offset, now):
     """Go-back-N: data at `offset` was lost one timeout ago. Unless the sender went back
-    since (a NAK) or the receiver has it, go back to where the receiver is. A partition
-    that would read the count of a receiver another partition holds marks the run for one
-    partition instead (G_ONE_PARTITION)."""
+    since (a NAK) or has heard the receiver has it (an ACK past it), it goes back to what it
+    last heard the receiver had, as a NIC's timer does: what the receiver had and did not
+    ACK yet it sends again, and the receiver drops as duplicates. Only the sender's state
+    is read, except on one partition for a flow that ends at its receiver: there the sender
+    does nothing once the receiver has every byte. A partition holding the sender of such a
+    flow, and not its receiver, marks the run for one partition instead
+    (G_ONE_PARTITION)."""
     fl, prm = S.fl, S.prm
     lost_at = now - prm[P_RTO_PS]
-    if fl[f, FL_REWIND_PS] >= lost_at:
+    if fl[f, FL_REWIND_PS] >= lost_at or fl[f, FL_ACKED_BYTES] > offset:
         return
-    if prm[P_PARTITIONED] and S.nd[fl[f, FL_DST], ND_PART] != prm[P_PART]:
-        S.g[G_ONE_PARTITION] = 1  # the receiver's count is another partition's
+    if not prm[P_FINISH_AT_SENDER] and elsewhere(S, fl[f, FL_DST]) >= 0:
+        S.g[G_ONE_PARTITION] = 1  # the flow's end is the receiver's partition's
         return
-    if fl[f, FL_DELIV_BYTES] <= offset:
-        go_back(S, f, fl[f, FL_DELIV_BYTES], now)
+    go_back(S, f, fl[f, FL_ACKED_BYTES], now)
 
 
 # samples ----------------------------------------------------------------------------------

@@ -99,7 +99,8 @@ TIE_ORDER = (
     G_KEY_STOP,  # the loop stops before an event of time t_stop whose key is greater
     G_LAST_KEY,  # the key of the event that made the flows done reach P_QUOTA
     G_ONE_PARTITION,  # 1: a partition met what only one partition decides: a go-back-N
-    # timeout of a flow whose receiver another partition holds (it reads the receiver's count)
+    # timeout that goes back for a flow that ends at its receiver, which another partition
+    # holds (on one partition it does nothing once the receiver has every byte)
     G_NG,
 ) = range(29)
 
@@ -237,6 +238,7 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     FL_WINDOW,  # cts: grants outstanding at most
     FL_NAKED,  # go-back-N receiver: 1 once it asked for the data after its current gap
     FL_REWIND_PS,  # go-back-N sender: when it last went back to resend
+    FL_ACKED_BYTES,  # sender: the most bytes its ACKs and NAKs said the receiver had
     FL_MAY_REORDER,  # 1 once the flow lost data or changed route: it may arrive out of order
     FL_UNACKED,  # receiver: in-order data packets since its last ACK
     FL_T_RECEIVED_PS,  # when the receiver had every byte, -1 before
@@ -254,7 +256,7 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     FL_PACER,  # 1 + the flow whose FL_PACE_PS paces this one with its op's others (0: none)
     FL_PACE_PS,  # a pacer: when the next packet of its flows may leave
     FL_N,
-) = range(45)
+) = range(46)
 # FR_PACE_BPS: a pacer's rate (the protocol's cap on an op's flows from one NIC, together)
 FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_PACE_BPS, FR_N = range(6)
 

@@ -31,9 +31,10 @@ which one would come within a window stays on one partition (`slow_messages`). W
 needs more than that is not partitioned (`why_not`): a link or switch taken down during
 the run, captures and adaptive routing (its choice reads every port's load). A drop's
 timeout is a message to the NIC that acts on it, and a go-back-N receiver hears of its
-flow's loss in another partition a lookahead later (EV_LOST); a run in which a go-back-N
-timeout would go back for a flow whose receiver another partition holds is run again on
-one partition (it reads the receiver's count). Drains and restores during the run are
+flow's loss in another partition a lookahead later (EV_LOST); a go-back-N timeout reads
+only its sender's state (what the sender heard ACKed), except for a flow that ends at its
+receiver: a run in which such a timeout would go back with the receiver in another
+partition is run again on one partition. Drains and restores during the run are
 applied by every partition at once, between windows (`_fault_share`, `_fault_apply`). A
 sprayed packet's route is chosen whole at its sender from the packet's own header, so
 spraying is partitioned like any other routing.
@@ -57,8 +58,9 @@ from aifabric.sim import windows as W
 
 PS = L.PS_PER_NS
 ONE_PARTITION = (
-    "a go-back-N sender timed out on a flow whose receiver another partition holds (its "
-    "timeout reads the receiver's count)"
+    "a go-back-N sender timed out on a flow that ends at its receiver, which another "
+    "partition holds (on one partition a sender does not go back once its receiver has "
+    "every byte)"
 )
 NEVER = kernel.NEVER  # a quota no partition reaches, a key above every key
 SLICE = 1 << 22  # events per kernel call, between looks at the stop flag

@@ -15,18 +15,21 @@ The rules, as `sim/kernel.py` states them (this module does not call it):
   the port is free. It reaches the receiver one serialization plus the delay after.
 - The receiver takes data only in order (its byte offset is the delivered count). Data
   past a gap is discarded and the first such packet sends one NAK, not again until an
-  in-order packet arrives; an old duplicate (below the delivered count) does nothing; no
-  NAK once the flow is done. A NAK (ACK_WIRE_BYTES) travels back over both links.
+  in-order packet arrives; no NAK once the flow is done. An old duplicate (below the
+  delivered count) is acknowledged at once (an ACK, below), as a responder answers a
+  duplicate request. A NAK (ACK_WIRE_BYTES) travels back over both links.
 - A NAK for offset o reaching the sender: unless the flow is done, if o is below what has
   been sent, it is sent again from o (the resent bytes are sent - o) and the time noted;
   an idle sender starts at once (or when its port frees).
 - A drop at time t for offset o: at t + rto, if the sender has not gone back since t and
-  the receiver has not got o, the sender goes back to what the receiver has. The receiver
-  discarding the flow's last packet past a gap counts as such a drop (nothing after it
-  would come to be NAKed).
+  has not heard the receiver got o (an ACK or a NAK saying it had more than o bytes), the
+  sender goes back to the most bytes an ACK or a NAK it got said the receiver had (0 if
+  none came). The receiver discarding the flow's last packet past a gap counts as such a
+  drop (nothing after it would come to be NAKed).
 - ACKs (`ack_every`): the receiver sends one every `ack_every` packets it takes and for
   the last one (None: one per flow, as the last byte arrives). An ACK, like a NAK, goes
-  back over both links (ACK_WIRE_BYTES). The flow completes when the last byte is
+  back over both links (ACK_WIRE_BYTES) and carries the bytes the receiver had as it was
+  sent. The flow completes when the last byte is
   delivered (`finish_at_sender=False`) or when the ACK of it reaches the sender; a NAK
   reaching a sender whose flow is complete does nothing. The receiver's port and the
   switch's port towards each sender send NAKs and ACKs one at a time (a scenario where
@@ -69,10 +72,11 @@ def sender_goes_back(offset: int, sent: int, done: bool) -> bool:
     return not done and offset < sent
 
 
-def timeout_goes_back(rewind_ps: int, lost_ps: int, delivered: int, offset: int) -> bool:
-    """One RTO after data at `offset` was lost at `lost_ps`: does the sender go back (to what
-    the receiver has, `delivered`)? Not if it went back since, or the receiver has it."""
-    return rewind_ps < lost_ps and delivered <= offset
+def timeout_goes_back(rewind_ps: int, lost_ps: int, acked: int, offset: int) -> bool:
+    """One RTO after data at `offset` was lost at `lost_ps`: does the sender go back (to the
+    bytes its ACKs and NAKs said the receiver had, `acked`)? Not if it went back since, or
+    heard the receiver has it."""
+    return rewind_ps < lost_ps and acked <= offset
 
 
 class Tie(Exception):
@@ -122,12 +126,12 @@ def incast(
     # (time, rank of the kind, what it is about, kind, payload): at one picosecond the
     # kernel runs arrivals, then timeouts, then a port's next frame
     events: list[tuple] = []
-    rank = {"arrive": 0, "deliver": 0, "nak": 0, "acked": 0, "rto": 1, "emit": 2}
+    rank = {"arrive": 0, "deliver": 0, "nak": 0, "ack": 0, "rto": 1, "emit": 2}
 
     def at(t, kind, payload):
         f = payload if isinstance(payload, int) else payload[0]
         # arrivals: over sender f's link (2f), the link back to it (2f + 1), the receiver's
-        who = -1 if kind == "deliver" else 2 * f + (kind in ("nak", "acked"))
+        who = -1 if kind == "deliver" else 2 * f + (kind in ("nak", "ack"))
         heapq.heappush(events, (t, rank[kind], who, kind, payload))
 
     n = len(senders)
@@ -136,6 +140,7 @@ def incast(
     emitting = [False] * n
     rewind_ps = [-1] * n
     delivered = [0] * n
+    acked = [0] * n  # the sender's: the most bytes an ACK or a NAK said the receiver had
     naked = [False] * n
     unacked = [0] * n
     received_ps: list[int | None] = [None] * n
@@ -179,7 +184,8 @@ def incast(
             wake(f, t)
 
     def control(f, t, nak_offset):
-        """The receiver's port sends a NAK (offset) or an ACK (None) of flow f back."""
+        """The receiver's port sends a NAK (offset) or an ACK (None) of flow f back, each
+        with the bytes the receiver has."""
         nonlocal receiver_free
         if receiver_free > t:
             raise Tie(f"the receiver's port is busy at {t} ps (not modelled)")
@@ -192,8 +198,8 @@ def incast(
         back = back_free[f] + s.delay_ps
         if nak_offset is not None:
             at(back, "nak", (f, nak_offset))
-        elif finish_at_sender and delivered[f] >= s.size_bytes:
-            at(back, "acked", f)
+        else:
+            at(back, "ack", (f, delivered[f]))
 
     for f, s in enumerate(senders):
         at(s.start_ps, "emit", f)
@@ -227,13 +233,17 @@ def incast(
                 unsent[f] += size
                 resent[f] += size
                 wake(f, t)
-            elif timeout_goes_back(rewind_ps[f], t - rto_ps, delivered[f], offset):
-                go_back(f, delivered[f], t)
+            elif timeout_goes_back(rewind_ps[f], t - rto_ps, acked[f], offset):
+                go_back(f, acked[f], t)
         elif kind == "nak":
-            go_back(*payload, t)
-        elif kind == "acked":
-            if done_ps[payload] is None:
-                done_ps[payload] = t
+            f, offset = payload
+            acked[f] = max(acked[f], offset)
+            go_back(f, offset, t)
+        elif kind == "ack":
+            f, had = payload
+            acked[f] = max(acked[f], had)
+            if finish_at_sender and had >= senders[f].size_bytes and done_ps[f] is None:
+                done_ps[f] = t
         elif kind == "deliver":
             f, offset, size = payload
             takes, nak = receiver_takes(offset, delivered[f], naked[f])
@@ -252,6 +262,9 @@ def incast(
                     if not finish_at_sender:
                         done_ps[f] = t
             else:
+                if offset < delivered[f]:  # a duplicate: acknowledged at once
+                    unacked[f] = 0
+                    control(f, t, None)
                 if nak and received_ps[f] is None:
                     naked[f] = True
                     naks[f] += 1

@@ -8,8 +8,10 @@ tick while it has one to send; a data packet arrives `DELAY` ticks later unless 
 loses that transmission (the k-th of its PSN; lost one tick after it left); a NAK arrives
 back `DELAY` ticks after it is sent unless the script loses it. Each engine times its
 retransmission timeout its own way (the simulator from the loss, the replay from the last
-packet taken): with a timeout far longer than a whole flow's sending, both fire with the
-sender idle, so what they resend compares exactly; with a short one, both go back
+packet taken) and goes back its own way (the simulator's sender to what its ACKs said the
+receiver had, the replay's, whose receivers send no ACKs, to what the receiver expects):
+with a timeout far longer than a whole flow's sending, both fire with the sender idle and
+every ACK back, so what they resend compares exactly; with a short one, both go back
 mid-flow, as far apart as their timers start.
 """
 
@@ -77,11 +79,15 @@ class ReplayRules:
 
 
 class ReferenceRules:
-    """The reference model's state for one flow and its decisions (in packets, not bytes)."""
+    """The reference model's state for one flow and its decisions (in packets, not bytes).
+    Its receiver ACKs every packet it takes and every duplicate, `DELAY` ticks back (never
+    lost here); its sender's timeout goes back to what the ACKs and NAKs it got said
+    (`acked`)."""
 
     def __init__(self):
         self.delivered, self.naked = 0, False  # receiver
-        self.position, self.rewind = 0, -1  # sender
+        self.position, self.rewind, self.acked = 0, -1, 0  # sender
+        self.acks = []  # (due, packets the receiver had)
         self.timers = []  # (due, lost at, psn)
         self.timeouts = 0
 
@@ -99,12 +105,16 @@ class ReferenceRules:
         if takes:
             self.delivered += 1
             self.naked = False
+            self.acks.append((t + DELAY, self.delivered))
+        elif psn < self.delivered:  # a duplicate is acknowledged at once
+            self.acks.append((t + DELAY, self.delivered))
         elif nak and self.delivered < N:
             self.naked = True
             return self.delivered
         return None
 
     def nak(self, psn, t):
+        self.acked = max(self.acked, psn)
         if ref.sender_goes_back(psn, self.position, self.delivered >= N):
             self.position = psn
             self.rewind = t
@@ -112,11 +122,14 @@ class ReferenceRules:
         return False
 
     def tick(self, t):
+        for ack in [x for x in self.acks if x[0] <= t]:
+            self.acks.remove(ack)
+            self.acked = max(self.acked, ack[1])
         for timer in [x for x in self.timers if x[0] == t]:
             self.timers.remove(timer)
             _, lost_at, psn = timer
-            if ref.timeout_goes_back(self.rewind, lost_at, self.delivered, psn):
-                self.timeouts += self.nak(self.delivered, t)
+            if ref.timeout_goes_back(self.rewind, lost_at, self.acked, psn):
+                self.timeouts += self.nak(self.acked, t)
 
     def received(self):
         return self.delivered

@@ -878,24 +878,35 @@ def test_a_drop_tells_the_nics_that_act_on_it_in_their_partitions():
         assert sim.fl[f, L.FL_MAY_REORDER] == (0 if lost else 1), f
 
 
-def test_a_go_back_n_timeout_that_would_read_another_partitions_receiver_says_so():
-    """A go-back-N timeout that goes back reads what the receiver has: with the receiver in
-    another partition, the partition flags the run for one partition and sends nothing
-    again; a timeout the sender went back since does nothing either way."""
+def test_a_go_back_n_timeout_reads_only_what_its_sender_heard():
+    """A go-back-N timeout goes back to what its sender's ACKs and NAKs said the receiver
+    had, never to the receiver's own count, so it acts the same with the receiver in
+    another partition. Only a flow that ends at its receiver, held by another partition,
+    flags the run for one partition (there, on one partition, a sender does not go back once
+    its receiver has every byte); a timeout the sender went back since does nothing."""
     fab = preset("fat-tree-k8")
     sim = Simulation(fab, _collective(fab, pattern="permutation", gpus=128, size="1MB"))
     part = _as_partition(sim, 2, 0, 500_000)
     rto = int(sim.prm[L.P_RTO_PS])
     now = 2 * rto
     f = int(np.flatnonzero((part[sim.flows.src] == 0) & (part[sim.flows.dst] == 1))[0])
-    sim.fl[f, L.FL_STATE] = L.ST_ACTIVE
-    sim.fl[f, L.FL_UNSENT_BYTES] = sim.fl[f, L.FL_BYTES] - 16_000  # 16 kB sent
-    sim.fl[f, L.FL_REWIND_PS] = now - rto + 1  # went back after the loss
-    borrowing(kernel.data_timeout, sim._state(), f, 8000, now)
-    assert sim.g[L.G_ONE_PARTITION] == 0 and sim.g[L.G_RETX_BYTES] == 0
-    sim.fl[f, L.FL_REWIND_PS] = -1
-    borrowing(kernel.data_timeout, sim._state(), f, 8000, now)
-    assert sim.g[L.G_ONE_PARTITION] == 1 and sim.g[L.G_RETX_BYTES] == 0
-    sim.prm[L.P_PARTITIONED] = 0  # one partition: back to what the receiver has (nothing)
-    borrowing(kernel.data_timeout, sim._state(), f, 8000, now)
-    assert sim.g[L.G_RETX_BYTES] == 16_000 and sim.fl[f, L.FL_REWIND_PS] == now
+    fl = sim.fl
+
+    def timeout(acked, rewind=-1, at_sender=1):
+        fl[f, L.FL_STATE] = L.ST_ACTIVE
+        fl[f, L.FL_UNSENT_BYTES] = fl[f, L.FL_BYTES] - 16_000  # 16 kB sent
+        fl[f, L.FL_DELIV_BYTES] = 12_000  # the receiver's (another partition's) count
+        fl[f, L.FL_ACKED_BYTES] = acked
+        fl[f, L.FL_REWIND_PS] = rewind
+        sim.prm[L.P_FINISH_AT_SENDER] = at_sender
+        sim.g[L.G_RETX_BYTES] = sim.g[L.G_ONE_PARTITION] = 0
+        borrowing(kernel.data_timeout, sim._state(), f, 8000, now)  # lost data at 8000
+        return int(sim.g[L.G_RETX_BYTES]), int(sim.g[L.G_ONE_PARTITION])
+
+    assert timeout(4000, rewind=now - rto + 1) == (0, 0)  # went back after the loss
+    assert timeout(12_000) == (0, 0)  # an ACK said the receiver has it
+    assert timeout(4000) == (12_000, 0)  # back to 4000, not to the receiver's 12 kB
+    assert fl[f, L.FL_REWIND_PS] == now
+    assert timeout(4000, at_sender=0) == (0, 1)  # ends at a receiver in another partition
+    sim.prm[L.P_PARTITIONED] = 0  # one partition: it goes back
+    assert timeout(4000, at_sender=0) == (12_000, 0)

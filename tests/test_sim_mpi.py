@@ -160,25 +160,26 @@ ecn_kmax = "32KiB"
 
 
 @needs_mpi
-@pytest.mark.parametrize("recovery", ["selective", "go-back-n"])
-def test_a_run_that_drops_on_mpi_ranks_writes_what_one_process_writes(tmp_path, recovery):
-    """Lossy (PFC off, a small buffer): under selective repeat the drops' timeouts go to
-    their senders' ranks, and the run is partitioned; under go-back-N a sender times out
-    on a flow whose receiver another rank holds (found midway), and rank 0 runs it alone
-    and says why. Either way it writes what one process writes; the other ranks end."""
+@pytest.mark.parametrize("finish", ["sender", "receiver"])
+def test_a_run_that_drops_on_mpi_ranks_writes_what_one_process_writes(tmp_path, finish):
+    """Lossy (PFC off, a small buffer, go-back-N): the drops' timeouts go to their senders'
+    ranks and read only what those heard ACKed, and the run is partitioned; with flows that
+    end at their receivers a sender times out on a flow whose receiver another rank holds
+    (found midway), and rank 0 runs it alone and says why. Either way it writes what one
+    process writes; the other ranks end."""
     spec = tmp_path / "lossy.toml"
     spec.write_text(LOSSY)
-    opt = ["--set", f"congestion_control.loss_recovery={recovery}"]
+    opt = ["--set", f"congestion_control.finish={finish}"]
     one = plain("run", str(spec), "-o", str(tmp_path / "one"), *opt)
     assert one.returncode == 0, one.stderr
     assert summary(tmp_path / "one")["drops"] > 0
     got = mpirun(2, "run", str(spec), "-o", str(tmp_path / "mpi"), *opt, "--set",
                  "simulator.partitions=2")  # fmt: skip
     assert got.returncode == 0, got.stdout + got.stderr
-    if recovery == "selective":
+    if finish == "sender":
         assert "partitions        2 on 2 MPI ranks, windows of " in got.stdout
     else:
-        why = "a go-back-N sender timed out on a flow whose receiver another partition holds"
+        why = "a go-back-N sender timed out on a flow that ends at its receiver, which another"
         assert "partitions        1, on MPI rank 0 alone (2 ranks): " + why in got.stdout
     assert same_results(tmp_path / "one", tmp_path / "mpi")
 
