@@ -16,8 +16,7 @@ and every counter equal one partition's. `--htsim-conventions` runs them as
 bench_htsim.py sets aifabric to htsim's conventions (an ACK per packet, static per-port
 buffers, 64 bytes of header overhead, no congestion control). `--lossy KIB` runs every
 switch with PFC off and a static buffer of KIB per port (ECN from a quarter to half of
-it) under DCQCN, so packets drop; `--loss-recovery` picks go-back-N (a run in which a
-sender times out on a flow another partition receives falls back to one partition) or
+it) under DCQCN, so packets drop; `--loss-recovery` picks go-back-N (the default) or
 selective repeat.
 Issue 27's goal: (b) on 2 partitions at least 1.7 times faster in wall time than on one.
 Under `mpirun -n N` the partitions run on the MPI job's ranks (aifabric.sim.mpi): rank 0
