@@ -1491,6 +1491,14 @@ def deliver(S, i, now):
         if S.pc[i, PC_OFFSET_BYTES] > fl[f, FL_ACKED_BYTES]:
             fl[f, FL_ACKED_BYTES] = S.pc[i, PC_OFFSET_BYTES]
         if S.pc[i, PC_ARG] > 0:  # a NAK
+            if (
+                not S.prm[P_FINISH_AT_SENDER]
+                and (S.prm[P_SPRAY] or fl[f, FL_MAY_REORDER])
+                and elsewhere(S, fl[f, FL_DST]) >= 0
+            ):
+                # out of order, a NAK may come after its receiver ended the flow, which
+                # only the receiver's partition knows (see `data_timeout`)
+                g[G_ONE_PARTITION] = 1
             go_back(S, f, S.pc[i, PC_ARG] - 1, now)
         elif last_ack(S, i) and fl[f, FL_STATE] != ST_DONE:
             acknowledged(S, f, now)
@@ -1805,8 +1813,9 @@ def run(S_counted, t_stop, max_events):
         elif kind == EV_RTO:
             data_timeout(S, a, b, now)
         elif kind == EV_ACK_RTO:
-            if fl[a, FL_STATE] != ST_DONE:  # the sender timed out; the receiver ACKs again
-                send_ack(S, a, now)
+            # the sender timed out on its last ACK; the receiver ACKs again (whether the
+            # sender has heard a duplicate's ACK since is its partition's to know)
+            send_ack(S, a, now)
         elif kind == EV_LOST:  # partitions' bookkeeping, not an event of one partition's run
             fl[a, FL_MAY_REORDER] = 1
             g[G_EVENTS] -= 1

@@ -99,8 +99,9 @@ TIE_ORDER = (
     G_KEY_STOP,  # the loop stops before an event of time t_stop whose key is greater
     G_LAST_KEY,  # the key of the event that made the flows done reach P_QUOTA
     G_ONE_PARTITION,  # 1: a partition met what only one partition decides: a go-back-N
-    # timeout that goes back for a flow that ends at its receiver, which another partition
-    # holds (on one partition it does nothing once the receiver has every byte)
+    # timeout that goes back, or a NAK out of order, for a flow that ends at its receiver,
+    # which another partition holds (on one partition neither acts once the receiver has
+    # every byte)
     G_NG,
 ) = range(29)
 

@@ -179,7 +179,7 @@ def test_a_run_that_drops_on_mpi_ranks_writes_what_one_process_writes(tmp_path, 
     if finish == "sender":
         assert "partitions        2 on 2 MPI ranks, windows of " in got.stdout
     else:
-        why = "a go-back-N sender timed out on a flow that ends at its receiver, which another"
+        why = "a go-back-N sender went back for a flow that ends at its receiver, which another"
         assert "partitions        1, on MPI rank 0 alone (2 ranks): " + why in got.stdout
     assert same_results(tmp_path / "one", tmp_path / "mpi")
 

@@ -176,15 +176,19 @@ def test_runs_that_drop_give_the_results_of_one_partition(k8, case):
         assert differences(one, many) == [], parts
 
 
-def test_a_go_back_n_timeout_of_a_flow_ending_at_its_receiver_runs_again_on_one(k8):
+@pytest.mark.parametrize("why", ["timeouts", "spray"])
+def test_a_go_back_of_a_flow_ending_at_its_receiver_runs_again_on_one(k8, why):
     """A flow that ends at its receiver (`finish = "receiver"`) is done in its receiver's
     partition; on one partition its sender does not go back once the receiver has every
-    byte, which a sender in another partition cannot know. A run where such a timeout
-    would go back starts again on one partition, says why, and gives one partition's
-    results."""
-    fabric = lossy(k8, 64 * 2**10)
+    byte, which a sender in another partition cannot know. A run where such a sender's
+    timeout would go back (a lossy permutation), or where it gets a NAK that may come
+    after the receiver's end (sprayed out of order), starts again on one partition, says
+    why, and gives one partition's results."""
+    fabric = k8 if why == "spray" else lossy(k8, 64 * 2**10)
     table = flows(fabric, pattern="permutation", gpus=128, size="1MB")
     kw = dict(cc_params={"finish": "receiver"})
+    if why == "spray":
+        kw.update(ecmp="spray", cc="dcqcn")
     one = ran(fabric, table, 1, **kw)
     assert one.counters()["retransmitted_bytes"] > 0
     many = ran(fabric, table, 2, **kw)
