@@ -34,11 +34,11 @@ timeout is a message to the NIC that acts on it, and a go-back-N receiver hears 
 flow's loss in another partition a lookahead later (EV_LOST); a go-back-N timeout reads
 only its sender's state (what the sender heard ACKed), except for a flow that ends at its
 receiver: a run in which such a timeout would go back with the receiver in another
-partition, or such a flow gets a NAK out of order (sprayed or re-routed, it may come after
-the receiver ended the flow), is run again on one partition. Drains and restores during the run are
-applied by every partition at once, between windows (`_fault_share`, `_fault_apply`). A
-sprayed packet's route is chosen whole at its sender from the packet's own header, so
-spraying is partitioned like any other routing.
+partition, or such a flow gets a NAK out of order (sprayed or re-routed, it may come
+after the receiver ended the flow), is run again on one partition. Drains and restores
+during the run are applied by every partition at once, between windows (`_fault_share`,
+`_fault_apply`). A sprayed packet's route is chosen whole at its sender from the packet's
+own header, so spraying is partitioned like any other routing.
 """
 
 from __future__ import annotations
