@@ -62,6 +62,7 @@ from aifabric.sim.layout import (
     EV_SEEN,
     EV_TX,
     FL_ACKED_BYTES,
+    FL_ACKED_PSN,
     FL_BASE_PS,
     FL_BYTES,
     FL_DELIV_BYTES,
@@ -85,6 +86,8 @@ from aifabric.sim.layout import (
     FL_QP,
     FL_READY_PS,
     FL_REWIND_PS,
+    FL_RX_PSN,
+    FL_SENT_PKTS,
     FL_SLOT,
     FL_SPORT,
     FL_SRC,
@@ -703,7 +706,8 @@ def queue_control(S, f, kind, arg, now):
     pk[i, PK_FLOW] = f
     pk[i, PK_KIND] = kind
     pk[i, PK_BYTES] = 0
-    pc[i, PC_PSN] = fl[f, FL_PSN]
+    # a request is its sender's; the rest its receiver's, carrying the last PSN it took
+    pc[i, PC_PSN] = fl[f, FL_PSN] if kind == K_REQ else fl[f, FL_RX_PSN] - 1
     pk[i, PK_NHOPS] = n
     pc[i, PC_ARG] = arg
     overhead = S.prm[P_OVERHEAD_BYTES]
@@ -774,15 +778,17 @@ def send_data(S, f, p, now):
     psn = fl[f, FL_PSN]
     pc[i, PC_PSN] = psn
     pc[i, PC_OFFSET_BYTES] = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES] - fl[f, FL_HELD_BYTES] - size
-    pc[i, PC_ARG] = 0
+    entropy = fl[f, FL_SENT_PKTS]
+    pc[i, PC_ARG] = entropy
     fl[f, FL_PSN] = psn + 1
+    fl[f, FL_SENT_PKTS] = entropy + 1
     n = -1
     if prm[P_SPRAY]:
         ip = S.nic_ip
         src = fl[f, FL_SRC]
         dst = fl[f, FL_DST]
         n = route_packet(
-            src, dst, ip[src], ip[dst], fl[f, FL_SPORT], fl[f, FL_DQPN], psn & 0xFFFFFF,
+            src, dst, ip[src], ip[dst], fl[f, FL_SPORT], fl[f, FL_DQPN], entropy & 0xFFFFFF,
             S.rnd, MODE_SPRAY, S.net, S.live, S.load, 0.0, pk[i, PK_ROUTE:],
         )  # fmt: skip
     if n <= 0:
@@ -1034,9 +1040,9 @@ def adapt_route(S, i, j):
     lj = net.leaf_ord[net.nic_switch[dst]]
     s = net.port_peer[pk[i, PK_ROUTE + j - 1]]
     seeds, table, ip = S.live.seeds, S.live.crc_table, S.nic_ip
-    psn = S.pc[i, PC_PSN] & 0xFFFFFF
+    entropy = S.pc[i, PC_ARG] & 0xFFFFFF
     while j < n - 1:
-        h = flow_hash(ip[src], ip[dst], fl[f, FL_SPORT], ROCE_UDP_PORT, fl[f, FL_DQPN], psn,
+        h = flow_hash(ip[src], ip[dst], fl[f, FL_SPORT], ROCE_UDP_PORT, fl[f, FL_DQPN], entropy,
                       MODE_SPRAY, seeds[s], table)  # fmt: skip
         q = shortest_queue(S, s, lj, h)
         if q < 0:
@@ -1178,6 +1184,13 @@ def elsewhere(S, node):
         if part != S.prm[P_PART]:
             return part
     return -1
+
+
+@njit(cache=True, inline="always")
+def ends_elsewhere(S, f):
+    """Flow f ends at its receiver (`finish = "receiver"`), which another partition holds:
+    whether it has ended is that partition's to know."""
+    return not S.prm[P_FINISH_AT_SENDER] and elsewhere(S, S.fl[f, FL_DST]) >= 0
 
 
 @njit(cache=True, inline="always")
@@ -1466,6 +1479,7 @@ def deliver(S, i, now):
             send(S, fl[f, FL_SRC], now + S.prm[P_RTO_PS], EV_RTO, f, offset)
     elif kind == K_DATA:
         fl[f, FL_NAKED] = 0
+        fl[f, FL_RX_PSN] = S.pc[i, PC_PSN] + 1
         fl[f, FL_DELIV_BYTES] += pk[i, PK_BYTES]
         g[G_PROGRESS_T_PS] = now
         if fl[f, FL_DELIV_BYTES] >= fl[f, FL_WATCH_BYTES]:
@@ -1490,16 +1504,13 @@ def deliver(S, i, now):
         # an ACK or a NAK: the sender hears how many bytes the receiver had as it sent it
         if S.pc[i, PC_OFFSET_BYTES] > fl[f, FL_ACKED_BYTES]:
             fl[f, FL_ACKED_BYTES] = S.pc[i, PC_OFFSET_BYTES]
+            fl[f, FL_ACKED_PSN] = S.pc[i, PC_PSN] + 1
         if S.pc[i, PC_ARG] > 0:  # a NAK
-            if (
-                not S.prm[P_FINISH_AT_SENDER]
-                and (S.prm[P_SPRAY] or fl[f, FL_MAY_REORDER])
-                and elsewhere(S, fl[f, FL_DST]) >= 0
-            ):
+            if (S.prm[P_SPRAY] or fl[f, FL_MAY_REORDER]) and ends_elsewhere(S, f):
                 # out of order, a NAK may come after its receiver ended the flow, which
                 # only the receiver's partition knows (see `data_timeout`)
                 g[G_ONE_PARTITION] = 1
-            go_back(S, f, S.pc[i, PC_ARG] - 1, now)
+            go_back(S, f, S.pc[i, PC_ARG] - 1, S.pc[i, PC_PSN] + 1, now)
         elif last_ack(S, i) and fl[f, FL_STATE] != ST_DONE:
             acknowledged(S, f, now)
     elif kind == K_CNP:
@@ -1581,8 +1592,9 @@ def resend(S, f, nbytes, now):
 
 
 @njit(cache=True)
-def go_back(S, f, offset, now):
-    """Go-back-N: the sender of flow f sends everything again from byte `offset` on."""
+def go_back(S, f, offset, psn, now):
+    """Go-back-N: the sender of flow f sends everything again from byte `offset` on, from
+    `psn` on (the PSN its receiver expects there, which a NAK or the last ACK told it)."""
     fl = S.fl
     state = fl[f, FL_STATE]
     if state not in (ST_ACTIVE, ST_SENT):
@@ -1590,6 +1602,7 @@ def go_back(S, f, offset, now):
     sent = fl[f, FL_BYTES] - fl[f, FL_UNSENT_BYTES] - fl[f, FL_HELD_BYTES]
     if offset < sent:
         fl[f, FL_REWIND_PS] = now
+        fl[f, FL_PSN] = psn
         resend(S, f, sent - offset, now)
 
 
@@ -1607,10 +1620,10 @@ def data_timeout(S, f, offset, now):
     lost_at = now - prm[P_RTO_PS]
     if fl[f, FL_REWIND_PS] >= lost_at or fl[f, FL_ACKED_BYTES] > offset:
         return
-    if not prm[P_FINISH_AT_SENDER] and elsewhere(S, fl[f, FL_DST]) >= 0:
+    if ends_elsewhere(S, f):
         S.g[G_ONE_PARTITION] = 1  # the flow's end is the receiver's partition's
         return
-    go_back(S, f, fl[f, FL_ACKED_BYTES], now)
+    go_back(S, f, fl[f, FL_ACKED_BYTES], fl[f, FL_ACKED_PSN], now)
 
 
 # samples ----------------------------------------------------------------------------------

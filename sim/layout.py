@@ -213,7 +213,10 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     FL_DST,
     FL_BYTES,
     FL_UNSENT_BYTES,  # bytes to send (retransmissions come back here)
-    FL_PSN,
+    FL_PSN,  # the PSN of its next data packet (go-back-N goes back to an earlier one)
+    FL_SENT_PKTS,  # data packets sent, those sent again included: a packet's entropy
+    # (PC_ARG), which sprays it and breaks adaptive routing's ties, so that a packet sent
+    # again may take another path
     FL_DELIV_BYTES,  # bytes the receiver has
     FL_DEPS,  # prerequisites not yet complete
     FL_EARLIEST_PS,
@@ -240,8 +243,11 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     FL_NAKED,  # go-back-N receiver: 1 once it asked for the data after its current gap
     FL_REWIND_PS,  # go-back-N sender: when it last went back to resend
     FL_ACKED_BYTES,  # sender: the most bytes its ACKs and NAKs said the receiver had
+    FL_ACKED_PSN,  # sender: the PSN after the last that ACK acknowledged (where it goes back)
     FL_MAY_REORDER,  # 1 once the flow lost data or changed route: it may arrive out of order
     FL_UNACKED,  # receiver: in-order data packets since its last ACK
+    FL_RX_PSN,  # receiver: 1 + the PSN of the last data packet it took (0: none); its ACKs,
+    # CNPs and grants carry that PSN (an ACK acknowledges up to it, a NAK asks for the next)
     FL_T_RECEIVED_PS,  # when the receiver had every byte, -1 before
     FL_GROUP,  # the stream it is a QP of (gr), -1: the flow is a whole transfer
     FL_QP,  # its QP index in the stream
@@ -257,7 +263,7 @@ DO_GRANT = 32  # the receiver sends the grants that are due
     FL_PACER,  # 1 + the flow whose FL_PACE_PS paces this one with its op's others (0: none)
     FL_PACE_PS,  # a pacer: when the next packet of its flows may leave
     FL_N,
-) = range(46)
+) = range(49)
 # FR_PACE_BPS: a pacer's rate (the protocol's cap on an op's flows from one NIC, together)
 FR_RC_BPS, FR_RT_BPS, FR_ALPHA, FR_LINE_BPS, FR_PACE_BPS, FR_N = range(6)
 
@@ -316,7 +322,8 @@ ND_OFF, ND_CNT, ND_RR, ND_SB_SIZE, ND_SB_USED, ND_SB_ALPHA, ND_PART, ND_N = rang
     PK_ROUTE,
 ) = range(9)
 PK_N = PK_ROUTE + MAX_HOPS  # 16 int32: one cache line
-PC_PSN, PC_ARG, PC_OFFSET_BYTES, PC_N = range(4)  # PC_ARG: cts grant bytes; NAK offset + 1
+PC_PSN, PC_ARG, PC_OFFSET_BYTES, PC_N = range(4)  # PC_ARG: cts grant bytes; NAK offset + 1;
+# data: its entropy (FL_SENT_PKTS as it left)
 # PC_OFFSET_BYTES: where a data packet's payload starts in its flow; an ACK's bytes acknowledged
 K_DATA, K_CNP, K_ACK, K_CTS, K_REQ, K_PFC = range(6)
 

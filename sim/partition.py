@@ -24,21 +24,23 @@ The windows' partitions run in threads: the loop (`kernel.run`) holds no GIL. Un
 `local`, the partitions one rank holds, and `close_local` and `combine`, the two
 halves of `merge`).
 
-Collectives cross partitions as messages: what a NIC learns of another's part of one
-(a buffer's credit, a step of no bytes, a transfer it waits on) is an event the outbox
+Collectives cross partitions as messages: what a NIC learns of another's part of one (a
+buffer's credit, a step of no bytes, a transfer it waits on) is an event the outbox
 carries like a frame, a path's propagation or a step or base latency later; a run in
 which one would come within a window stays on one partition (`slow_messages`). What
 needs more than that is not partitioned (`why_not`): a link or switch taken down during
-the run, captures and adaptive routing (its choice reads every port's load). A drop's
-timeout is a message to the NIC that acts on it, and a go-back-N receiver hears of its
-flow's loss in another partition a lookahead later (EV_LOST); a go-back-N timeout reads
-only its sender's state (what the sender heard ACKed), except for a flow that ends at its
-receiver: a run in which such a timeout would go back with the receiver in another
-partition, or such a flow gets a NAK out of order (sprayed or re-routed, it may come
-after the receiver ended the flow), is run again on one partition. Drains and restores
-during the run are applied by every partition at once, between windows (`_fault_share`,
-`_fault_apply`). A sprayed packet's route is chosen whole at its sender from the packet's
-own header, so spraying is partitioned like any other routing.
+the run and adaptive routing (its choice reads every port's load). A captured port's
+frames are its own partition's (a control packet carries the PSN its receiver took, not
+its sender's), so captures merge as they are. A drop's timeout is a message to the NIC
+that acts on it, and a go-back-N receiver hears of its flow's loss in another partition
+a lookahead later (EV_LOST); a go-back-N timeout reads only its sender's state (what the
+sender heard ACKed), except for a flow that ends at its receiver: a run in which such a
+timeout would go back with the receiver in another partition, or such a flow gets a NAK
+out of order (sprayed or re-routed, it may come after the receiver ended the flow), is
+run again on one partition. Drains and restores during the run are applied by every
+partition at once, between windows (`_fault_share`, `_fault_apply`). A sprayed packet's
+route is chosen whole at its sender from the packet's own header, so spraying is
+partitioned like any other routing.
 """
 
 from __future__ import annotations
@@ -188,8 +190,6 @@ def why_not(sim, until_ns) -> str | None:
             "a link or switch taken down during the run (its packets in flight are lost "
             "across the cut)"
         )
-    if len(sim.capture_ports):  # a captured ACK carries its flow's next PSN, which only
-        return "packet captures"  # the sender's partition keeps
     if sim.routing.policy == "adaptive":
         return "adaptive routing"
     if len(sim.flows) == 0:
@@ -613,6 +613,12 @@ class PartitionedRun:
                 merged[name] = merged[name][order]
         sim.sample_chunks = [merged] if merged else []
         sim.sample_rows = parts[0].sample_rows
+        # a port's frames are all its partition's, in its order: in time order, as on one
+        caps = [chunk for c in parts for chunk in c.capture_chunks]
+        if caps:
+            caps = np.concatenate(caps)
+            caps = caps[np.argsort(caps[:, L.CP_TIME], kind="stable")]
+        sim.capture_chunks = [caps] if len(caps) else []
         sim.closed = True  # `close` has nothing left to do
 
     def _combine_routes(self) -> None:
@@ -893,6 +899,7 @@ class Windows:
                     fr=c.fr,
                     sample_chunks=c.sample_chunks,
                     sample_rows=c.sample_rows,
+                    capture_chunks=c.capture_chunks,
                 )  # fmt: skip
                 for k in self.local
                 if (c := r.parts[k])
@@ -917,6 +924,7 @@ RECEIVER_COLUMNS = (
     L.FL_LAST_CNP_PS,
     L.FL_NAKED,
     L.FL_UNACKED,
+    L.FL_RX_PSN,
     L.FL_T_RECEIVED_PS,
     L.FL_GRANTED_BYTES,
     L.FL_STEPS_DONE,

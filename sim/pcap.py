@@ -8,8 +8,11 @@ clear-to-send grant). Here each record becomes an Ethernet frame, built by
 - data: IPv4 (DSCP 26, ECT(0) or CE) / UDP 4791 / BTH (RC SEND FIRST, MIDDLE,
   LAST or ONLY) / payload (zeros) / ICRC;
 - CNP: BTH opcode 0x81, BECN set, 16 reserved bytes, ICRC (DSCP 48);
-- ACK: BTH RC ACKNOWLEDGE / AETH; clear-to-send grants and requests: RC SEND
-  ONLY with a 16-byte payload carrying the granted bytes;
+- ACK: BTH RC ACKNOWLEDGE / AETH, acknowledging the PSN of the last data
+  packet its receiver took; a NAK (syndrome PSN sequence error) asks for the
+  PSN after it;
+- clear-to-send grants and requests: RC SEND ONLY with a 16-byte payload
+  carrying the granted bytes;
 - PFC: 802.1Qbb MAC control (0x8808, opcode 0x0101) to 01:80:c2:00:00:01,
   pausing the lossless priority for the quanta (0 resumes).
 
@@ -78,6 +81,8 @@ class FrameBuilder:
             return fr.roce_frame(*macs, self.ip[src], self.ip[dst], sport, tos, transport)
         if kind == L.K_CNP:
             transport = fr.cnp(sqpn)
+        elif kind == L.K_ACK and rec[L.CP_ARG]:  # a NAK: go back to the PSN after it
+            transport = fr.acknowledge(sqpn, psn + 1, fr.AETH_NAK_PSN_SEQUENCE)
         elif kind == L.K_ACK:
             transport = fr.acknowledge(sqpn, psn)
         elif kind == L.K_CTS:

@@ -7,11 +7,15 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from scapy.contrib.roce import AETH, BTH
+from scapy.layers.l2 import Ether
 
+from aifabric.fabric import frames as fr
 from aifabric.fabric.cc import DEFAULT_ACK_EVERY
 from aifabric.sim import Simulation
 from aifabric.sim import layout as L
 from aifabric.sim.driver import Stalled
+from aifabric.sim.pcap import FrameBuilder
 from tests import gbn_reference as ref
 from tests.conftest import fabric as preset
 from tests.simhelp import ack_return_ps, flows, run
@@ -182,6 +186,50 @@ def test_one_loss_at_psn_k_of_n_in_flight_resends_n_minus_k_packets_after_one_na
     assert int(sim.fl[0, L.FL_T_RECEIVED_PS]) == received
     route = [int(fab.nic_port[src]), int(fab.nic_port[dst]) ^ 1]
     assert int(sim.fl[0, L.FL_T_END_PS]) == received + ack_return_ps(fab, route)
+
+
+def frames(sim, fab, port):
+    """The BTH opcode and PSN, and the AETH syndrome (None: no AETH), of every frame the
+    simulator captured on `port`, read back by scapy."""
+    b = FrameBuilder(fab, sim.flows, sim.routing.ip, MTU)
+    recs = sim.captures()
+    out = []
+    for r in recs[recs[:, L.CP_PORT] == port]:
+        pkt = Ether(b.frame(r))
+        out.append((pkt[BTH].opcode, pkt[BTH].psn, pkt[AETH].syndrome if AETH in pkt else None))
+    return out
+
+
+def test_a_capture_shows_the_nak_and_the_psns_sent_again_as_a_roce_nic_would():
+    """One loss at PSN k of k + 2: the receiver ACKs the PSN of every DEFAULT_ACK_EVERY-th
+    packet it takes, NAKs (PSN sequence error) asking for k when k + 1 comes in its place,
+    and the sender sends k and k + 1 again under their own PSNs and opcodes (MIDDLE, LAST),
+    which the last ACK acknowledges."""
+    rate, packets = 47 * 10**9, 5
+    t_in, t_out, d_in, d_out, r_in = closed_form_setup(rate, packets)
+    k = first_drop(t_in, t_out, packets)
+    n = k + 2
+    fab, src, dst = lossy_pair(rate, packets * WIRE)
+    out, back = int(fab.nic_port[src]), int(fab.nic_port[dst])
+    sim = run(
+        fab, flows([src], [dst], n * MTU), cc="none", capture_ports=[out, back],
+        cc_params={"rto": "100000ns", "loss_recovery": "go-back-n"},
+    )  # fmt: skip
+    assert sim.counters()["drops"] == 1
+    first, middle, last, ack, nak = 0x00, 0x01, 0x02, 0x11, fr.AETH_NAK_PSN_SEQUENCE
+    sent = [(first, 0, None)] + [(middle, p, None) for p in range(1, n - 1)]
+    sent += [(last, n - 1, None), (middle, k, None), (last, k + 1, None)]
+    assert frames(sim, fab, out) == sent
+    taken = [*range(k), k, k + 1]  # in order: k + 1's first copy was dropped as out of order
+    acks, since = [], 0
+    for i, psn in enumerate(taken):
+        if i == k:  # k + 1 came before k's second copy
+            acks.append((ack, k, nak))
+        since += 1
+        if since == DEFAULT_ACK_EVERY or psn == n - 1:
+            acks.append((ack, psn, fr.AETH_ACK))
+            since = 0
+    assert frames(sim, fab, back) == acks
 
 
 def test_go_back_n_locks_in_phase_and_never_recovers_in_the_model_as_in_the_simulator():

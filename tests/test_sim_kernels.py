@@ -897,6 +897,8 @@ def test_a_go_back_n_timeout_reads_only_what_its_sender_heard():
         fl[f, L.FL_UNSENT_BYTES] = fl[f, L.FL_BYTES] - 16_000  # 16 kB sent
         fl[f, L.FL_DELIV_BYTES] = 12_000  # the receiver's (another partition's) count
         fl[f, L.FL_ACKED_BYTES] = acked
+        fl[f, L.FL_ACKED_PSN] = 1 if acked == 4000 else 3  # the PSN that ACK asked for next
+        fl[f, L.FL_PSN] = fl[f, L.FL_SENT_PKTS] = 4  # four packets sent
         fl[f, L.FL_REWIND_PS] = rewind
         sim.prm[L.P_FINISH_AT_SENDER] = at_sender
         sim.g[L.G_RETX_BYTES] = sim.g[L.G_ONE_PARTITION] = 0
@@ -904,9 +906,12 @@ def test_a_go_back_n_timeout_reads_only_what_its_sender_heard():
         return int(sim.g[L.G_RETX_BYTES]), int(sim.g[L.G_ONE_PARTITION])
 
     assert timeout(4000, rewind=now - rto + 1) == (0, 0)  # went back after the loss
+    assert fl[f, L.FL_PSN] == 4
     assert timeout(12_000) == (0, 0)  # an ACK said the receiver has it
     assert timeout(4000) == (12_000, 0)  # back to 4000, not to the receiver's 12 kB
     assert fl[f, L.FL_REWIND_PS] == now
+    # and to the PSN its last ACK asked for next: what it sent since took PSNs from 1 on
+    assert fl[f, L.FL_PSN] - 1 == fl[f, L.FL_SENT_PKTS] - 4
     assert timeout(4000, at_sender=0) == (0, 1)  # ends at a receiver in another partition
     sim.prm[L.P_PARTITIONED] = 0  # one partition: it goes back
     assert timeout(4000, at_sender=0) == (12_000, 0)

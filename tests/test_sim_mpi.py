@@ -166,10 +166,12 @@ def test_a_run_that_drops_on_mpi_ranks_writes_what_one_process_writes(tmp_path, 
     ranks and read only what those heard ACKed, and the run is partitioned; with flows that
     end at their receivers a sender times out on a flow whose receiver another rank holds
     (found midway), and rank 0 runs it alone and says why. Either way it writes what one
-    process writes; the other ranks end."""
+    process writes, captures of ports in both ranks' partitions and across the cut
+    included; the other ranks end."""
     spec = tmp_path / "lossy.toml"
     spec.write_text(LOSSY)
-    opt = ["--set", f"congestion_control.finish={finish}"]
+    ports = "z0-r0-h0-nic0,z7-r3-h3-nic0,z7-r3-rtsw--z7-r3-h3-nic0,z3-ctsw0--p0-atsw3"
+    opt = ["--set", f"congestion_control.finish={finish}", "--capture", ports]
     one = plain("run", str(spec), "-o", str(tmp_path / "one"), *opt)
     assert one.returncode == 0, one.stderr
     assert summary(tmp_path / "one")["drops"] > 0
@@ -182,6 +184,11 @@ def test_a_run_that_drops_on_mpi_ranks_writes_what_one_process_writes(tmp_path, 
         why = "a go-back-N sender went back for a flow that ends at its receiver, which another"
         assert "partitions        1, on MPI rank 0 alone (2 ranks): " + why in got.stdout
     assert same_results(tmp_path / "one", tmp_path / "mpi")
+    pcaps = sorted((tmp_path / "one" / "captures").glob("*.pcap"))
+    assert len(pcaps) == 4
+    for a in pcaps:
+        b = tmp_path / "mpi" / "captures" / a.name
+        assert a.stat().st_size > 10_000 and a.read_bytes() == b.read_bytes(), a.name
 
 
 @needs_mpi

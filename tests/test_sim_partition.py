@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from aifabric.scenarios import load_scenario
 from aifabric.sim import Simulation, partition
 from aifabric.sim import layout as L
 from aifabric.sim import windows as W
+from aifabric.sim.engine import write_captures
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +196,55 @@ def test_a_go_back_of_a_flow_ending_at_its_receiver_runs_again_on_one(k8, why):
     many = ran(fabric, table, 2, **kw)
     assert many.partitioned == {"partitions": 1, "asked": 2, "why": partition.ONE_PARTITION}
     assert differences(one, many) == []
+
+
+CAPTURED = {  # (workload, switch buffer, simulation options)
+    "a lossy permutation, go-back-N: NAKs, timeouts, data sent again": (
+        dict(pattern="permutation", gpus=128, size="512KB"), 64 * 2**10, {},
+    ),
+    "an incast, DCQCN: CNPs and PFC": (
+        dict(pattern="incast", gpus=33, size="1MB"), None, dict(cc="dcqcn"),
+    ),
+    "a permutation, clear-to-send: requests and grants": (
+        dict(pattern="permutation", gpus=64, size="512KB"), None, dict(cc="cts"),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CAPTURED)
+def test_captures_are_the_same_on_any_number_of_partitions(k8, case, tmp_path):
+    """A captured port's frames are all its own partition's, and a control packet carries
+    what its receiver took (not its sender's PSN): every port's pcap is byte for byte one
+    partition's."""
+    spec, buffer_bytes, kw = CAPTURED[case]
+    fabric = k8 if buffer_bytes is None else lossy(k8, buffer_bytes)
+    table = flows(fabric, **spec)
+    ports = list(range(fabric.n_ports))  # every port, on both sides of every cut
+    one = ran(fabric, table, 1, capture_ports=ports, **kw)
+    kinds = set(one.captures()[:, L.CP_KIND].tolist())
+    assert {L.K_DATA, L.K_ACK} <= kinds
+    if kw.get("cc") == "dcqcn":
+        assert {L.K_CNP, L.K_PFC} <= kinds
+    if kw.get("cc") == "cts":
+        assert {L.K_CTS, L.K_REQ} <= kinds
+    if buffer_bytes is not None:  # NAKs among the ACKs
+        assert one.counters()["drops"] > 0
+        assert (one.captures()[:, L.CP_ARG][one.captures()[:, L.CP_KIND] == L.K_ACK] > 0).any()
+
+    def pcaps(sim, name):
+        out = tmp_path / name
+        out.mkdir()
+        folder = SimpleNamespace(capture_path=lambda port: out / f"{port}.pcap")
+        write_captures(sim, folder, ports)
+        return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+    files = pcaps(one, "one")
+    assert len(files) == len(ports)
+    for parts in (2, 3):
+        many = ran(fabric, table, parts, capture_ports=ports, **kw)
+        assert many.partitioned["partitions"] == parts, many.partitioned
+        assert differences(one, many) == [], parts
+        assert pcaps(many, str(parts)) == files, parts
 
 
 def test_the_lossy_preset_runs_on_partitions():

@@ -75,6 +75,11 @@ def test_cnp_and_ack_frames_parse_in_scapy(builder):
     assert bytes(cnp)[-4:] == icrc_by_scapy(bytes(cnp))
     ack = Ether(b.frame(record(back, L.K_ACK, psn=2)))
     assert ack[BTH].opcode == 0x11 and ack.haslayer(AETH) and ack[BTH].psn == 2
+    assert ack[AETH].syndrome == 0
+    # a NAK (the record's argument: 1 + the byte offset it asks for) asks for the PSN after
+    # the last its receiver took, with the syndrome "PSN sequence error"
+    nak = Ether(b.frame(record(back, L.K_ACK, psn=2, arg=1 + 3 * MTU)))
+    assert nak[BTH].opcode == 0x11 and nak[BTH].psn == 3 and nak[AETH].syndrome == 0x60
 
 
 @pytest.mark.parametrize("quanta", [0, 1, 0xFFFF])
