@@ -1662,7 +1662,8 @@ def close_sample(S, now):
 # faults -------------------------------------------------------------------------------------
 
 
-PURGE_ROOM = 4  # free event rows one purged packet needs: its resend, a PFC resume
+PURGE_ROOM = 4  # free event (and outbox) rows one purged packet needs: its resend, a PFC
+# resume, with partitions its timeout and its loss told to another partition
 
 
 @njit(cache=True)
@@ -1675,7 +1676,7 @@ def purge(S, p, now):
         return defer_purge(S, p)
     for cls in range(2):
         while pt[p, PT_HEAD0 + 2 * cls] >= 0:
-            if g[G_HEAP] + PURGE_ROOM > ev.shape[1]:
+            if g[G_HEAP] + PURGE_ROOM > ev.shape[1] or outbox_full(S, PURGE_ROOM):
                 return defer_purge(S, p)
             i = dequeue(pt, pk, p, cls, now)
             if pt[p, PT_SHARED]:
@@ -1695,6 +1696,13 @@ def purge(S, p, now):
         pt[p, PT_PURGE] = 0
         g[G_PURGING] -= 1
     return True
+
+
+@njit(cache=True, inline="always")
+def outbox_full(S, more):
+    """With partitions: the outbox has no room for `more` rows beyond its reserve (the
+    loop then has the driver keep its rows aside: R_DRAIN_OUT)."""
+    return S.prm[P_PARTITIONED] and S.g[G_OUT] + S.prm[P_OUT_RESERVE] + more > S.out.shape[0]
 
 
 @njit(cache=True)
@@ -1747,7 +1755,7 @@ def run(S_counted, t_stop, max_events):
             if g[G_OVERFLOW]:
                 return R_OVERFLOW
             if not finish_purges(S, g[G_NOW_PS]):
-                return R_GROW_EVENTS
+                return R_DRAIN_OUT if outbox_full(S, PURGE_ROOM) else R_GROW_EVENTS
         if g[G_DONE] + g[G_STUCK] >= n_flows or g[G_HEAP] == 0:
             g[G_LAST_KEY] = key
             return R_DONE
@@ -1777,8 +1785,8 @@ def run(S_counted, t_stop, max_events):
         if kind == EV_ARRIVE:
             h = pk[a, PK_HOP]
             p = pk[a, PK_ROUTE + h]
-            if not pt[p, PT_ALIVE]:
-                drop(S, a, p, now)
+            if not pt[p, PT_ALIVE]:  # its link went down on the way: lost where it arrives,
+                drop(S, a, p ^ 1, now)  # as a receiver counts a cut frame (its partition's)
             elif h + 1 == pk[a, PK_NHOPS]:
                 port = deliver(S, a, now)
             else:

@@ -28,19 +28,22 @@ Collectives cross partitions as messages: what a NIC learns of another's part of
 buffer's credit, a step of no bytes, a transfer it waits on) is an event the outbox
 carries like a frame, a path's propagation or a step or base latency later; a run in
 which one would come within a window stays on one partition (`slow_messages`). What
-needs more than that is not partitioned (`why_not`): a link or switch taken down during
-the run and adaptive routing (its choice reads every port's load). A captured port's
-frames are its own partition's (a control packet carries the PSN its receiver took, not
-its sender's), so captures merge as they are. A drop's timeout is a message to the NIC
-that acts on it, and a go-back-N receiver hears of its flow's loss in another partition
-a lookahead later (EV_LOST); a go-back-N timeout reads only its sender's state (what the
-sender heard ACKed), except for a flow that ends at its receiver: a run in which such a
-timeout would go back with the receiver in another partition, or such a flow gets a NAK
-out of order (sprayed or re-routed, it may come after the receiver ended the flow), is
-run again on one partition. Drains and restores during the run are applied by every
-partition at once, between windows (`_fault_share`, `_fault_apply`). A sprayed packet's
-route is chosen whole at its sender from the packet's own header, so spraying is
-partitioned like any other routing.
+needs more than that is not partitioned (`why_not`): adaptive routing (its choice reads
+every port's load). A captured port's frames are its own partition's (a control packet
+carries the PSN its receiver took, not its sender's), so captures merge as they are. A
+drop's timeout is a message to the NIC that acts on it, and a go-back-N receiver hears
+of its flow's loss in another partition a lookahead later (EV_LOST); a go-back-N timeout
+reads only its sender's state (what the sender heard ACKed), except for a flow that ends
+at its receiver: a run in which such a timeout would go back with the receiver in
+another partition, or such a flow gets a NAK out of order (sprayed or re-routed, it may
+come after the receiver ended the flow), is run again on one partition. Drains and
+restores during the run are applied by every partition at once, between windows
+(`_fault_share`, `_fault_apply`), and so are links and switches taken down: each
+partition purges its own ports at the fault's time, into the outbox of the window that
+begins there (a window begins at a fault's time), and a frame in flight on a link that
+went down is lost at the port it arrives at, its partition's. A sprayed packet's route
+is chosen whole at its sender from the packet's own header, so spraying is partitioned
+like any other routing.
 """
 
 from __future__ import annotations
@@ -185,11 +188,6 @@ def why_not(sim, until_ns) -> str | None:
     """Why `sim` runs on one partition whatever it asks for (None: it may run on several)."""
     if until_ns is not None:
         return "a run to a given time"
-    if any(f.action == "down" for f in sim.pending_faults):
-        return (
-            "a link or switch taken down during the run (its packets in flight are lost "
-            "across the cut)"
-        )
     if sim.routing.policy == "adaptive":
         return "adaptive routing"
     if len(sim.flows) == 0:
@@ -343,7 +341,9 @@ class PartitionedRun:
         (`Simulation._apply`), so its receiver checks, as after a loss."""
         c = self.parts[k]
         which = np.sort(np.concatenate(shares))
-        c._apply(c.pending_faults.pop(0), which=which, routing=routing)
+        fault = c.pending_faults.pop(0)
+        c.g[L.G_NOW_PS] = fault.at_ns * PS  # as on one partition: a purge drops at that time
+        c._apply(fault, which=which, routing=routing)
         if (self._ends(c) != self.ends).any():
             # a flow left with no path ends at its sender, one given a path at its receiver
             raise Fallback("a fault during the run moved where a flow ends (a path lost or found)")
@@ -352,6 +352,7 @@ class PartitionedRun:
         """Partition k's thread at a window that begins at or after its next fault's time
         (W_FAULT): the faults up to there, with the other threads."""
         c = self.parts[k]
+        c.out = c.outs[int(c.ctl[W.C_W]) & 1]  # what a purge sends goes out with this window
         while self._fault_t(k) <= c.ctl[W.C_T0]:
             routing, which = self._fault_share(k)
             self.shares[k] = which
@@ -421,7 +422,7 @@ class PartitionedRun:
         self.sync = np.zeros((2, n, W.Y_N), dtype=np.int64)
         self.flags = np.zeros(n + 1, dtype=np.int64)  # flags[n]: a thread gave up
         self.spilled = [[(-1, [])] * n for _ in range(2)]  # by parity: (window, rows)
-        first = min(self._earliest(k) for k in range(n))
+        first = min(min(self._earliest(k) for k in range(n)), self._fault_t(0))
         for k, c in enumerate(self.parts):
             c.ctl = np.zeros(W.C_N, dtype=np.int64)
             c.ctl[W.C_T0] = first
@@ -573,18 +574,22 @@ class PartitionedRun:
         src, dst = self.part[sim.flows.src], self.part[sim.flows.dst]
         if sim.pending_faults:
             self._combine_routes()
-        receiver = list(RECEIVER_COLUMNS)
-        if not sim.prm[L.P_FINISH_AT_SENDER]:
-            receiver += [L.FL_STATE, L.FL_T_END_PS]
-        received = (sim.flows.bytes > 0) & (np.diff(sim.path_ptr) > 0)
+        # what a flow's receiver kept, also for a flow whose path a fault took away; and
+        # where it ends at its receiver, its end
+        carries = sim.flows.bytes > 0
+        ends = np.diff(sim.path_ptr) > 0 if not sim.prm[L.P_FINISH_AT_SENDER] else None
         for k, c in enumerate(parts):
             sent = src == k
             sim.fl[sent] = c.fl[sent]
             sim.fr[sent] = c.fr[sent]
         for k, c in enumerate(parts):
-            got = (dst == k) & received
-            for col in receiver:
+            got = (dst == k) & carries
+            for col in RECEIVER_COLUMNS:
                 sim.fl[got, col] = c.fl[got, col]
+            if ends is not None:
+                got &= ends
+                for col in (L.FL_STATE, L.FL_T_END_PS):
+                    sim.fl[got, col] = c.fl[got, col]
         g = parts[0].g.copy()
         for col in SUMMED:
             g[col] = sum(int(c.g[col]) for c in parts)
@@ -709,10 +714,14 @@ class Windows:
         r = self.run_
         stall = int(r.sim.prm[L.P_STALL_PS])
         first = min((r._earliest(k) for k in self.local), default=NEVER)
-        t0 = min(self.ranks.alltoall([first] * self.ranks.size))
-        w, shown = 0, time.perf_counter()
         faults = [f.at_ns * PS for f in r.sim.pending_faults]  # every partition's
+        t0 = min([*self.ranks.alltoall([first] * self.ranks.size), *faults[:1]])
+        w, shown = 0, time.perf_counter()
         while True:
+            for k in self.local:  # window w's outbox, which a fault's purge may fill first
+                c = r.parts[k]
+                c.out = c.outs[w & 1]
+                c.g[L.G_OUT] = 0
             while faults and faults[0] <= t0:
                 self._fault(max(w - 1, 0))
                 faults.pop(0)
@@ -725,7 +734,7 @@ class Windows:
                 return
             if any(s[0] for s in st.values()):
                 st = self._exchange(w, self._past_quota, w, window_end)
-            t0 = min(s[2] for s in st.values())
+            t0 = min([*(s[2] for s in st.values()), *faults[:1]])
             if window_end - max(s[3] for s in st.values()) > stall:
                 raise Fallback("the run stalled")
             w += 1
@@ -761,8 +770,6 @@ class Windows:
                 r._take(k, rows, len(rows))
             r.boxes[w & 1][k] = []
             self.sent[k] = (0, 0)
-            c.out = c.outs[w & 1]
-            c.g[L.G_OUT] = 0
             if not self.reached[k] and r._advance(k, window_end, NEVER, w) == L.R_DONE:
                 self.reached[k] = True
                 self.last[k] = (int(c.g[L.G_NOW_PS]), int(c.g[L.G_LAST_KEY]))

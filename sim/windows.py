@@ -242,7 +242,9 @@ def windows(S0, S1, k, n, lookahead, box, sync, flags, ctl, budget):
                 return W_ABORT
             ctl[C_PHASE] = PH_NEXT
         elif phase == PH_NEXT:
-            t0 = NEVER
+            # the next window begins at the earliest event, or at the next fault's time: what
+            # the fault sends across the cut then comes a lookahead after it, in time
+            t0 = ctl[C_FAULT_T]
             progressed = 0
             for j in range(n):
                 t0 = min(t0, sync[slot, j, Y_FIRST])

@@ -19,7 +19,7 @@ from aifabric.scenarios import load_scenario
 from aifabric.sim import Simulation, partition
 from aifabric.sim import layout as L
 from aifabric.sim import windows as W
-from aifabric.sim.engine import write_captures
+from aifabric.sim.engine import simulation_for, write_captures
 
 
 @pytest.fixture(scope="module")
@@ -298,6 +298,21 @@ FAULTS = {  # (workload, faults: (node or link, time in ns, action), simulation 
         [("p0-atsw0", 20_000, "drain"), ("p0-atsw0", 60_000, "up")],
         dict(ecmp="linux"),
     ),
+    "a permutation, an ATSW down and back (frames queued and in flight lost across cuts)": (
+        dict(pattern="permutation", gpus=128, size="2MB"),
+        [("p0-atsw0", 20_000, "down"), ("p0-atsw0", 60_000, "up")],
+        {},
+    ),
+    "a permutation, linux, an ATSW down (flows underway move), go-back-N": (
+        dict(pattern="permutation", gpus=128, size="2MB"),
+        [("p0-atsw0", 20_000, "down")],
+        dict(ecmp="linux"),
+    ),
+    "an AllToAll, a CTSW down, selective repeat": (
+        dict(collective="alltoall", algorithm="pairwise", size="1MiB", gpus=32),
+        [("z0-ctsw0", 10_000, "down")],
+        dict(cc_params=SELECTIVE),
+    ),
 }  # fmt: skip
 
 
@@ -324,6 +339,8 @@ def test_drains_and_restores_during_the_run_on_any_number_of_partitions(k8, case
     assert (one.route_epoch > 0).any(), "no flow was re-routed: the case tests nothing"
     if "out of order" in case:  # receivers NAK'd the gaps, senders went back
         assert one.counters()["retransmitted_bytes"] > 0
+    if any(action == "down" for _, _, action in plan):
+        assert one.counters()["drops"] > 0
     for parts in (2, 3):
         many = ran(k8, table, parts, faults=faults, **kw)
         assert many.partitioned["partitions"] == parts, many.partitioned
@@ -331,13 +348,44 @@ def test_drains_and_restores_during_the_run_on_any_number_of_partitions(k8, case
         assert many.applied_faults == one.applied_faults
 
 
-def test_faults_partitions_cannot_apply_exactly_run_on_one_partition(k8):
-    """A link taken down during the run (its packets in flight lost across the cut) runs on
-    one partition from the start, and says why."""
-    table = flows(k8, pattern="permutation", gpus=128, size="2MB")
-    down = _faults(k8, [(100, 20_000, "down")])
-    sim = Simulation(k8, table, partitions=2, faults=down)
-    assert "taken down during the run" in partition.why_not(sim, None)
+def test_a_link_down_under_a_deep_queue_purges_it_with_an_outbox_of_a_few_rows(k8, monkeypatch):
+    """The link to a 64-to-1 incast's receiver goes down under its deep queue: the purge
+    tells each lost packet's sender in another partition (its timeout), more rows than the
+    outbox holds when it has room for a few, so the purge waits for the driver to keep
+    rows aside and goes on, in the same order, at the fault's time. A frame in flight when
+    its link went down is lost at the port it arrives at, which its own partition holds."""
+    from aifabric.fabric.scenario import Fault
+
+    table = flows(k8, pattern="incast", gpus=65, senders=64, size="1MB", placement="fragmented")
+    link = int(k8.nic_port[int(table.dst[0])]) // 2
+    faults = [Fault("link", link, 40_000, "down")]
+    one = ran(k8, table, 1, faults=faults)
+    assert one.counters()["drops"] > 100
+    monkeypatch.setattr(partition, "out_rows", lambda sim, far, lookahead: 0)  # the least
+    for parts in (2, 3):
+        many = ran(k8, table, parts, faults=faults)
+        assert many.partitioned["partitions"] == parts, many.partitioned
+        assert many.partitioned["outboxes_filled"] > 100
+        assert differences(one, many) == [], parts
+
+
+def test_the_link_failure_preset_runs_on_partitions():
+    """link-failure (an RTSW uplink down 50 us in, under DCQCN): one partition's results on
+    two and three."""
+    sc = load_scenario("link-failure")
+
+    def on(parts):
+        sim = simulation_for(replace(sc, partitions=parts))
+        assert sim.run()
+        sim.close()
+        return sim
+
+    one = on(1)
+    assert one.counters()["drops"] > 0 and one.applied_faults
+    for parts in (2, 3):
+        many = on(parts)
+        assert many.partitioned["partitions"] == parts, many.partitioned
+        assert differences(one, many) == [], parts
 
 
 COLLECTIVES = {
