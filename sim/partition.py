@@ -27,23 +27,23 @@ halves of `merge`).
 Collectives cross partitions as messages: what a NIC learns of another's part of one (a
 buffer's credit, a step of no bytes, a transfer it waits on) is an event the outbox
 carries like a frame, a path's propagation or a step or base latency later; a run in
-which one would come within a window stays on one partition (`slow_messages`). What
-needs more than that is not partitioned (`why_not`): adaptive routing (its choice reads
-every port's load). A captured port's frames are its own partition's (a control packet
-carries the PSN its receiver took, not its sender's), so captures merge as they are. A
-drop's timeout is a message to the NIC that acts on it, and a go-back-N receiver hears
-of its flow's loss in another partition a lookahead later (EV_LOST); a go-back-N timeout
-reads only its sender's state (what the sender heard ACKed), except for a flow that ends
-at its receiver: a run in which such a timeout would go back with the receiver in
-another partition, or such a flow gets a NAK out of order (sprayed or re-routed, it may
-come after the receiver ended the flow), is run again on one partition. Drains and
-restores during the run are applied by every partition at once, between windows
-(`_fault_share`, `_fault_apply`), and so are links and switches taken down: each
-partition purges its own ports at the fault's time, into the outbox of the window that
-begins there (a window begins at a fault's time), and a frame in flight on a link that
-went down is lost at the port it arrives at, its partition's. A sprayed packet's route
-is chosen whole at its sender from the packet's own header, so spraying is partitioned
-like any other routing.
+which one would come within a window stays on one partition (`slow_messages`). Adaptive
+routing is partitioned too: a switch picks a packet's next hop from its own queues, and
+the hops after it, rewritten there, are picked again at each switch. A captured port's
+frames are its own partition's (a control packet carries the PSN its receiver took, not
+its sender's), so captures merge as they are. A drop's timeout is a message to the NIC
+that acts on it, and a go-back-N receiver hears of its flow's loss in another partition
+a lookahead later (EV_LOST); a go-back-N timeout reads only its sender's state (what the
+sender heard ACKed), except for a flow that ends at its receiver: a run in which such a
+timeout would go back with the receiver in another partition, or such a flow gets a NAK
+out of order (sprayed or re-routed, it may come after the receiver ended the flow), is
+run again on one partition. Drains and restores during the run are applied by every
+partition at once, between windows (`_fault_share`, `_fault_apply`), and so are links
+and switches taken down: each partition purges its own ports at the fault's time, into
+the outbox of the window that begins there (a window begins at a fault's time), and a
+frame in flight on a link that went down is lost at the port it arrives at, its
+partition's. A sprayed packet's route is chosen whole at its sender from the packet's
+own header, so spraying is partitioned like any other routing.
 """
 
 from __future__ import annotations
@@ -188,8 +188,6 @@ def why_not(sim, until_ns) -> str | None:
     """Why `sim` runs on one partition whatever it asks for (None: it may run on several)."""
     if until_ns is not None:
         return "a run to a given time"
-    if sim.routing.policy == "adaptive":
-        return "adaptive routing"
     if len(sim.flows) == 0:
         return "no flows"
     return None

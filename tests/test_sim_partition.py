@@ -87,6 +87,16 @@ CASES = {
         dict(pattern="incast", gpus=33, size="1MB"),
         dict(ecmp="spray", cc="dcqcn"),
     ),
+    # each switch picks the next hop by its own queues; the hops after it, rewritten there
+    # from what it holds of the next switches, are picked again at each of them
+    "permutation, adaptive routing": (
+        dict(pattern="permutation", gpus=128, size="2MB"),
+        dict(ecmp="adaptive"),
+    ),
+    "ring AllReduce, adaptive routing, DCQCN": (
+        dict(collective="allreduce", algorithm="ring", size="1MiB", gpus=64),
+        dict(ecmp="adaptive", cc="dcqcn"),
+    ),
 }
 
 
@@ -150,6 +160,9 @@ LOSSY = {  # (workload, switch buffer, simulation options)
     "an incast from hosts across the fabric, go-back-N": (
         dict(pattern="incast", gpus=25, senders=24, size="512KB", placement="fragmented"),
         64 * 2**10, {},
+    ),
+    "a permutation, adaptive routing, selective repeat": (
+        dict(pattern="permutation", gpus=128, size="1MB"), 64 * 2**10, dict(ecmp="adaptive"),
     ),
     "a sprayed DCQCN permutation, go-back-N (last packets behind a gap), no drops": (
         dict(pattern="permutation", gpus=128, size="1MB"), None, dict(ecmp="spray", cc="dcqcn"),
@@ -257,15 +270,6 @@ def test_the_lossy_preset_runs_on_partitions():
     many = ran(sc.fabric, sc.flows, 2, **kw)
     assert many.partitioned["partitions"] == 2, many.partitioned
     assert differences(one, many) == []
-
-
-def test_adaptive_routing_runs_on_one_partition(k8):
-    """Adaptive routing reads every port's load: across a cut it could not give one
-    partition's results, so it runs on one and says why."""
-    table = flows(k8, pattern="permutation", gpus=128, size="1MB")
-    sim = Simulation(k8, table, partitions=2, ecmp="adaptive")
-    assert partition.wanted(sim, None) == (2, partition.why_not(sim, None))
-    assert "adaptive routing" in partition.why_not(sim, None)
 
 
 def _switch(fabric, name: str) -> int:
@@ -619,5 +623,6 @@ def test_a_stopped_partitioned_run_is_one_line_on_the_terminal():
     from aifabric.cli_run import partitions_line
 
     assert partitions_line({"partitions": 2, "stopped": True}) == "2, stopped before the end"
-    line = partitions_line({"partitions": 1, "mpi_ranks": 2, "asked": "auto", "why": "captures"})
-    assert line == "1, on MPI rank 0 alone (2 ranks): captures"
+    why = "a run to a given time"
+    line = partitions_line({"partitions": 1, "mpi_ranks": 2, "asked": "auto", "why": why})
+    assert line == "1, on MPI rank 0 alone (2 ranks): a run to a given time"
