@@ -331,11 +331,13 @@ def _faults(fabric, plan):
 
 
 @pytest.mark.parametrize("case", FAULTS)
-def test_drains_and_restores_during_the_run_on_any_number_of_partitions(k8, case):
+def test_faults_during_the_run_on_any_number_of_partitions(k8, case):
     """Windows end before a fault's time; the partitions share the flows it re-routes (each
     knows the flows it sends) and all re-route them, since both ends of a flow read its
-    route: flow records (routes and the routing that chose each included), port series
-    and counters are one partition's, on threads spinning (2) or meeting by message (3)."""
+    route; a link or switch taken down loses what each partition's own ports queued, at
+    the fault's time, and the frames on its links where they arrive: flow records (routes
+    and the routing that chose each included), port series and counters are one
+    partition's, on threads spinning (2) or meeting by message (3)."""
     spec, plan, kw = FAULTS[case]
     table = flows(k8, **spec)
     faults = _faults(k8, plan)
