@@ -562,14 +562,16 @@ class Simulation:
     def _apply(
         self, fault: Fault, which: np.ndarray | None = None, routing: Routing | None = None
     ) -> None:
-        """Take a link or switch down (or drain it, or bring it back) now and re-route what
-        it concerns (`moved_by`), or `which` flows if given, with the routing after it
+        """Take a link or switch down (or drain it, or bring it back) at its time, which the
+        run's clock moves to (what a down purges is lost then), and re-route what it
+        concerns (`moved_by`), or `which` flows if given, with the routing after it
         (`routing`, if already made). A partitioned run finds `which` with its partitions
         (each knows the flows it sends: `aifabric.sim.partition`)."""
         earlier = list(self.applied_faults)
         self.routing = routing_after(fault, self.routing) if routing is None else routing
         self.applied_faults.append(fault)
-        now = int(self.g[L.G_NOW_PS])
+        now = fault.at_ns * PS
+        self.g[L.G_NOW_PS] = now
         if fault.action == "down":
             ports = fault_ports(self.fabric, fault)
             for p in ports:
@@ -682,9 +684,7 @@ class Simulation:
                     raise Stalled(self.stall_report())
                 elif code == L.R_STOP:
                     if self.pending_faults and self.pending_faults[0].at_ns * PS - 1 < stop_ps:
-                        fault = self.pending_faults.pop(0)
-                        self.g[L.G_NOW_PS] = fault.at_ns * PS
-                        self._apply(fault)
+                        self._apply(self.pending_faults.pop(0))
                     else:
                         self.g[L.G_NOW_PS] = stop_ps
                         return False

@@ -339,9 +339,7 @@ class PartitionedRun:
         (`Simulation._apply`), so its receiver checks, as after a loss."""
         c = self.parts[k]
         which = np.sort(np.concatenate(shares))
-        fault = c.pending_faults.pop(0)
-        c.g[L.G_NOW_PS] = fault.at_ns * PS  # as on one partition: a purge drops at that time
-        c._apply(fault, which=which, routing=routing)
+        c._apply(c.pending_faults.pop(0), which=which, routing=routing)
         if (self._ends(c) != self.ends).any():
             # a flow left with no path ends at its sender, one given a path at its receiver
             raise Fallback("a fault during the run moved where a flow ends (a path lost or found)")
