@@ -244,9 +244,11 @@ def partitions_line(part: dict) -> str:
         ranks = f" on {part['mpi_ranks']} MPI ranks" if "mpi_ranks" in part else ""
         if part.get("stopped"):
             return f"{part['partitions']}{ranks}, stopped before the end"
+        by = part.get("lookahead_by")
+        by = f", shorter than a link's delay: {by}" if by else ""
         return (
             f"{part['partitions']}{ranks}, windows of {part['lookahead_ns']:,.0f} ns "
-            f"({part['windows']:,} windows)"
+            f"({part['windows']:,} windows{by})"
         )
     if "mpi_ranks" in part:
         return f"1, on MPI rank 0 alone ({part['mpi_ranks']} ranks): {part['why']}"

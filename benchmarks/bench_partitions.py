@@ -2,7 +2,7 @@
 whether the results are the same.
 
     python benchmarks/bench_partitions.py [a b c d e f] [--partitions N ...] [--repeat N]
-        [--htsim-conventions]
+        [--htsim-conventions] [--lossy KIB [--loss-recovery R]] [--finish receiver]
 
 The cases are bench_sim.py's: permutations of 2 MB flows on (a) fat-tree-k8 (128 NICs),
 (b) fat-tree-k16 (1,024 NICs), (c) fat-tree-k32 (8,192 NICs; long), and ring AllReduces
@@ -17,7 +17,8 @@ bench_htsim.py sets aifabric to htsim's conventions (an ACK per packet, static p
 buffers, 64 bytes of header overhead, no congestion control). `--lossy KIB` runs every
 switch with PFC off and a static buffer of KIB per port (ECN from a quarter to half of
 it) under DCQCN, so packets drop; `--loss-recovery` picks go-back-N (the default) or
-selective repeat.
+selective repeat. `--finish receiver` ends flows at their receivers (the scenario key
+`finish`).
 Issue 27's goal: (b) on 2 partitions at least 1.7 times faster in wall time than on one.
 Under `mpirun -n N` the partitions run on the MPI job's ranks (aifabric.sim.mpi): rank 0
 runs the benchmark and prints, the others serve.
@@ -97,6 +98,7 @@ def main() -> None:
     ap.add_argument("--htsim-conventions", action="store_true")
     ap.add_argument("--lossy", type=int, metavar="KIB", help="PFC off, KIB per switch port")
     ap.add_argument("--loss-recovery", choices=["go-back-n", "selective"], default="go-back-n")
+    ap.add_argument("--finish", choices=["sender", "receiver"])
     args = ap.parse_args()
     kw: dict = {}
     if args.htsim_conventions:
@@ -106,6 +108,8 @@ def main() -> None:
     if args.lossy:
         kw["cc"] = "dcqcn"
         kw["cc_params"] = {**kw.get("cc_params", {}), "loss_recovery": args.loss_recovery}
+    if args.finish:
+        kw["cc_params"] = {**kw.get("cc_params", {}), "finish": args.finish}
     print(f"cores: {len(os.sched_getaffinity(0))}; load {os.getloadavg()[0]:.2f}")
     for case in args.cases:
         topology, make, size = CASES[case]
@@ -135,7 +139,7 @@ def main() -> None:
             f"{last[1].counters()['drops']:,} drops"
             if args.lossy
             else ""
-        )
+        ) + (f", flows end at their {args.finish}s" if args.finish else "")
         print(
             f"({case}) {topology}, {len(flows):,} flows of {size:,} B{lossy}, "
             f"median of {args.repeat}"

@@ -728,6 +728,7 @@ class Simulation:
                     "partitions": run.n,
                     **ranks,
                     "lookahead_ns": run.lookahead / PS,
+                    **({"lookahead_by": run.shortened_by} if run.shortened_by else {}),
                     "windows": run.windows,
                     "outboxes_filled": run.spills,
                 }
@@ -739,7 +740,8 @@ class Simulation:
         """One sentence: when the run stalled, which flows were stuck, where their packets were."""
         f, fl = self.fabric, self.fl
         state = fl[:, L.FL_STATE]
-        stuck = np.flatnonzero((state == L.ST_ACTIVE) | (state == L.ST_SENT))
+        underway = (state == L.ST_ACTIVE) | (state == L.ST_SENT)
+        stuck = np.flatnonzero(underway & (fl[:, L.FL_T_END_PS] < 0))
         live = self.pk[:-1, L.PK_KIND] >= 0
         rows = np.flatnonzero(live)
         port = self.pk[rows, L.PK_ROUTE + self.pk[rows, L.PK_HOP]]

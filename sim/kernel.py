@@ -117,7 +117,6 @@ from aifabric.sim.layout import (
     G_LAST_KEY,
     G_NFREE,
     G_NOW_PS,
-    G_ONE_PARTITION,
     G_OUT,
     G_OVERFLOW,
     G_PFC,
@@ -673,12 +672,9 @@ def may_reorder(S, f, now):
 
 @njit(cache=True, inline="always")
 def last_ack(S, i):
-    """Is packet i the ACK whose return ends its flow (finish at the sender)?"""
-    return (
-        S.prm[P_FINISH_AT_SENDER] == 1
-        and S.pc[i, PC_ARG] == 0
-        and S.pc[i, PC_OFFSET_BYTES] >= S.fl[S.pk[i, PK_FLOW], FL_BYTES]
-    )
+    """Is packet i the ACK of its flow's last byte, which tells the sender it is done (and
+    ends the flow when it finishes at the sender)?"""
+    return S.pc[i, PC_ARG] == 0 and S.pc[i, PC_OFFSET_BYTES] >= S.fl[S.pk[i, PK_FLOW], FL_BYTES]
 
 
 @njit(cache=True)
@@ -1187,13 +1183,6 @@ def elsewhere(S, node):
 
 
 @njit(cache=True, inline="always")
-def ends_elsewhere(S, f):
-    """Flow f ends at its receiver (`finish = "receiver"`), which another partition holds:
-    whether it has ended is that partition's to know."""
-    return not S.prm[P_FINISH_AT_SENDER] and elsewhere(S, S.fl[f, FL_DST]) >= 0
-
-
-@njit(cache=True, inline="always")
 def release_dep(S, h, t):
     """One prerequisite of flow h is met, as of time t (EV_DEP): h starts when the last
     one is."""
@@ -1207,20 +1196,29 @@ def release_dep(S, h, t):
 
 @njit(cache=True)
 def acknowledged(S, f, now):
-    """The ACK of flow f's last byte reached its sender (finish at the sender). A sender
-    that went back on a NAK sent before that ACK has nothing left to send."""
+    """The ACK of flow f's last byte reached its sender: the sender is done, and a sender
+    that went back on a NAK sent before that ACK has nothing left to send. The flow ends
+    now if it finishes at the sender; if it finishes at its receiver it ended there, and
+    until now its sender went on as a NIC does, on what its ACKs and NAKs told it."""
     if S.fl[f, FL_SLOT] >= 0:
         list_remove(S, f)
-    complete(S, f, now)
+    if S.prm[P_FINISH_AT_SENDER]:
+        complete(S, f, now)
+    elif S.fl[f, FL_STATE] != ST_NOPATH:
+        S.fl[f, FL_STATE] = ST_DONE
 
 
 @njit(cache=True)
 def complete(S, f, now):
-    """Flow f ends now (see `received`): the flows of later ops waiting on it may start."""
+    """Flow f ends now (see `received`): the flows of later ops waiting on it may start.
+    Its state is its sender's (`acknowledged`), which a flow that finishes at its receiver
+    reaches later; but a flow that lost its route is done where it ends."""
     g, fl, dep_ptr, dep = S.g, S.fl, S.dep_ptr, S.dep
     if fl[f, FL_STATE] == ST_NOPATH:  # its last bytes arrived after its route was lost
         g[G_STUCK] -= 1
-    fl[f, FL_STATE] = ST_DONE
+        fl[f, FL_STATE] = ST_DONE
+    elif S.prm[P_FINISH_AT_SENDER] or fl[f, FL_BYTES] == 0:
+        fl[f, FL_STATE] = ST_DONE
     fl[f, FL_T_END_PS] = now
     g[G_DONE] += 1
     op = fl[f, FL_OP]
@@ -1506,10 +1504,6 @@ def deliver(S, i, now):
             fl[f, FL_ACKED_BYTES] = S.pc[i, PC_OFFSET_BYTES]
             fl[f, FL_ACKED_PSN] = S.pc[i, PC_PSN] + 1
         if S.pc[i, PC_ARG] > 0:  # a NAK
-            if (S.prm[P_SPRAY] or fl[f, FL_MAY_REORDER]) and ends_elsewhere(S, f):
-                # out of order, a NAK may come after its receiver ended the flow, which
-                # only the receiver's partition knows (see `data_timeout`)
-                g[G_ONE_PARTITION] = 1
             go_back(S, f, S.pc[i, PC_ARG] - 1, S.pc[i, PC_PSN] + 1, now)
         elif last_ack(S, i) and fl[f, FL_STATE] != ST_DONE:
             acknowledged(S, f, now)
@@ -1612,16 +1606,11 @@ def data_timeout(S, f, offset, now):
     since (a NAK) or has heard the receiver has it (an ACK past it), it goes back to what it
     last heard the receiver had, as a NIC's timer does: what the receiver had and did not
     ACK yet it sends again, and the receiver drops as duplicates. Only the sender's state
-    is read, except on one partition for a flow that ends at its receiver: there the sender
-    does nothing once the receiver has every byte. A partition holding the sender of such a
-    flow, and not its receiver, marks the run for one partition instead
-    (G_ONE_PARTITION)."""
+    is read, whichever end the flow finishes at: a receiver that has every byte does not
+    stop its sender until that sender hears so."""
     fl, prm = S.fl, S.prm
     lost_at = now - prm[P_RTO_PS]
     if fl[f, FL_REWIND_PS] >= lost_at or fl[f, FL_ACKED_BYTES] > offset:
-        return
-    if ends_elsewhere(S, f):
-        S.g[G_ONE_PARTITION] = 1  # the flow's end is the receiver's partition's
         return
     go_back(S, f, fl[f, FL_ACKED_BYTES], fl[f, FL_ACKED_PSN], now)
 
@@ -1725,11 +1714,12 @@ def finish_purges(S, now):
 
 @njit(cache=True)
 def any_flow_underway(S):
-    """Is a flow started and not finished (sending, or waiting for its data to arrive)?"""
+    """Is a flow started and not finished (sending, or waiting for its data to arrive)? A
+    flow that ended at its receiver is finished, though its sender may not know yet."""
     fl = S.fl
     for f in range(fl.shape[0]):
         state = fl[f, FL_STATE]
-        if state in (ST_ACTIVE, ST_SENT):
+        if state in (ST_ACTIVE, ST_SENT) and fl[f, FL_T_END_PS] < 0:
             return True
     return False
 

@@ -98,12 +98,8 @@ TIE_ORDER = (
     G_OUT,  # rows written to the outbox (out)
     G_KEY_STOP,  # the loop stops before an event of time t_stop whose key is greater
     G_LAST_KEY,  # the key of the event that made the flows done reach P_QUOTA
-    G_ONE_PARTITION,  # 1: a partition met what only one partition decides: a go-back-N
-    # timeout that goes back, or a NAK out of order, for a flow that ends at its receiver,
-    # which another partition holds (on one partition neither acts once the receiver has
-    # every byte)
     G_NG,
-) = range(29)
+) = range(28)
 
 # parameters (prm[...], int64; rates bit/s, times ps)
 (

@@ -26,24 +26,22 @@ halves of `merge`).
 
 Collectives cross partitions as messages: what a NIC learns of another's part of one (a
 buffer's credit, a step of no bytes, a transfer it waits on) is an event the outbox
-carries like a frame, a path's propagation or a step or base latency later; a run in
-which one would come within a window stays on one partition (`slow_messages`). Adaptive
-routing is partitioned too: a switch picks a packet's next hop from its own queues, and
-the hops after it, rewritten there, are picked again at each switch. A captured port's
-frames are its own partition's (a control packet carries the PSN its receiver took, not
-its sender's), so captures merge as they are. A drop's timeout is a message to the NIC
-that acts on it, and a go-back-N receiver hears of its flow's loss in another partition
-a lookahead later (EV_LOST); a go-back-N timeout reads only its sender's state (what the
-sender heard ACKed), except for a flow that ends at its receiver: a run in which such a
-timeout would go back with the receiver in another partition, or such a flow gets a NAK
-out of order (sprayed or re-routed, it may come after the receiver ended the flow), is
-run again on one partition. Drains and restores during the run are applied by every
-partition at once, between windows (`_fault_share`, `_fault_apply`), and so are links
-and switches taken down: each partition purges its own ports at the fault's time, into
-the outbox of the window that begins there (a window begins at a fault's time), and a
-frame in flight on a link that went down is lost at the port it arrives at, its
-partition's. A sprayed packet's route is chosen whole at its sender from the packet's
-own header, so spraying is partitioned like any other routing.
+carries like a frame, a path's propagation or a step or base latency later; windows are
+no longer than the shortest of those either (`message_delays`). Adaptive routing is
+partitioned too: a switch picks a packet's next hop from its own queues, and the hops
+after it, rewritten there, are picked again at each switch. A captured port's frames are
+its own partition's (a control packet carries the PSN its receiver took, not its
+sender's), so captures merge as they are. A drop's timeout is a message to the NIC that
+acts on it, and a go-back-N receiver hears of its flow's loss in another partition a
+lookahead later (EV_LOST); a go-back-N timeout and a NAK read only their sender's state
+(what the sender heard ACKed), also for a flow that ends at its receiver: its sender goes
+on until it hears the last ACK, wherever the flow ended. Drains and restores during the
+run are applied by every partition at once, between windows (`_fault_share`,
+`_fault_apply`), and so are links and switches taken down: each partition purges its own
+ports at the fault's time, into the outbox of the window that begins there (a window
+begins at a fault's time), and a frame in flight on a link that went down is lost at the
+port it arrives at, its partition's. A sprayed packet's route is chosen whole at its
+sender from the packet's own header, so spraying is partitioned like any other routing.
 """
 
 from __future__ import annotations
@@ -63,11 +61,6 @@ from aifabric.sim import layout as L
 from aifabric.sim import windows as W
 
 PS = L.PS_PER_NS
-ONE_PARTITION = (
-    "a go-back-N sender went back for a flow that ends at its receiver, which another "
-    "partition holds (on one partition a sender does not go back once its receiver has "
-    "every byte)"
-)
 NEVER = kernel.NEVER  # a quota no partition reaches, a key above every key
 SLICE = 1 << 22  # events per kernel call, between looks at the stop flag
 PROGRESS_S = 0.5  # wall seconds between progress reports of windows that meet by message
@@ -193,11 +186,13 @@ def why_not(sim, until_ns) -> str | None:
     return None
 
 
-def slow_messages(sim, part: np.ndarray, lookahead: int) -> str | None:
-    """Why a message between partitions could come within a window (None: none can). A
-    flow hears of a flow it waits on a step or base latency after that one arrived or
-    completed; a stream's ends tell each other releases a path's propagation later."""
+def message_delays(sim, part: np.ndarray) -> dict[str, int]:
+    """The shortest delay of each kind of message between two partitions (a kind no message
+    of crosses is left out). A flow hears of a flow it waits on a step or base latency
+    after that one arrived or completed; a stream's ends tell each other releases a path's
+    propagation later; a drop's timeout comes to the NIC that acts on it."""
     t, fl = sim.flows, sim.fl
+    out = {"the retransmission timeout": int(sim.prm[L.P_RTO_PS])}
     waits = np.diff(sim.dep_ptr)
     if waits.any():
         f = np.repeat(np.arange(len(t), dtype=np.int64), waits)  # f: a flow h waits on
@@ -207,19 +202,15 @@ def slow_messages(sim, part: np.ndarray, lookahead: int) -> str | None:
         at_sender = np.where(same, empty, empty | bool(sim.prm[L.P_FINISH_AT_SENDER]))
         where = np.where(at_sender, t.src[f], t.dst[f])
         delay = np.where(same, fl[h, L.FL_LAT_PS], fl[h, L.FL_BASE_PS])
-        slow = (part[where] != part[t.src[h]]) & (delay < lookahead)
-        if slow.any():
-            d = int(delay[slow].min())
-            return (
-                f"a transfer hears of one it waits on, at another partition, {d / 1000:g} ns "
-                f"later, within a window ({lookahead / 1000:g} ns)"
-            )
+        cross = part[where] != part[t.src[h]]
+        if cross.any():
+            out["a transfer's wait for one at another partition"] = int(delay[cross].min())
     if len(sim.gr):
         f0 = sim.gr[:, L.GR_FLOW0]
         cross = part[t.src[f0]] != part[t.dst[f0]]
-        if (cross & (sim.gr[:, L.GR_PROP_PS] < lookahead)).any():
-            return "a collective's stream between partitions has a path shorter than a window"
-    return None
+        if cross.any():
+            out["a collective's stream between partitions"] = int(sim.gr[cross, L.GR_PROP_PS].min())
+    return out
 
 
 class PartitionedRun:
@@ -237,11 +228,14 @@ class PartitionedRun:
                 if self.n < 2
                 else "a link between partitions has no delay"
             )
-        if sim.prm[L.P_RTO_PS] < self.lookahead:
-            raise Fallback("the retransmission timeout is shorter than a link's delay")
-        why = slow_messages(sim, self.part, self.lookahead)
-        if why:
-            raise Fallback(why)
+        # a window is no longer than any message between partitions takes either: what a
+        # partition hears in one window is for a later one
+        self.shortened_by = None
+        for what, delay in message_delays(sim, self.part).items():
+            if delay <= 0:
+                raise Fallback(f"{what} takes no time (a message must take a window's time)")
+            if delay < self.lookahead:
+                self.lookahead, self.shortened_by = delay, what
         self.ends = self._ends(sim)
         self.quota = np.bincount(self.ends, minlength=self.n)
         far = far_parts(f, self.part)
@@ -504,8 +498,6 @@ class PartitionedRun:
                         self.progress_fn(self.progress(int(c.ctl[W.C_T0])))
                 elif code == W.W_FAULT:
                     self._faults_spinning(k)
-                elif code == W.W_ONE:
-                    raise Fallback(ONE_PARTITION)
                 elif code == W.W_STALL:
                     raise Fallback("the run stalled")
                 else:
@@ -571,7 +563,7 @@ class PartitionedRun:
         if sim.pending_faults:
             self._combine_routes()
         # what a flow's receiver kept, also for a flow whose path a fault took away; and
-        # where it ends at its receiver, its end
+        # where it ends at its receiver, its end (its state is its sender's)
         carries = sim.flows.bytes > 0
         ends = np.diff(sim.path_ptr) > 0 if not sim.prm[L.P_FINISH_AT_SENDER] else None
         for k, c in enumerate(parts):
@@ -584,8 +576,7 @@ class PartitionedRun:
                 sim.fl[got, col] = c.fl[got, col]
             if ends is not None:
                 got &= ends
-                for col in (L.FL_STATE, L.FL_T_END_PS):
-                    sim.fl[got, col] = c.fl[got, col]
+                sim.fl[got, L.FL_T_END_PS] = c.fl[got, L.FL_T_END_PS]
         g = parts[0].g.copy()
         for col in SUMMED:
             g[col] = sum(int(c.g[col]) for c in parts)
@@ -770,8 +761,6 @@ class Windows:
                 self.reached[k] = True
                 self.last[k] = (int(c.g[L.G_NOW_PS]), int(c.g[L.G_LAST_KEY]))
                 c.prm[L.P_QUOTA] = NEVER
-            if c.g[L.G_ONE_PARTITION]:
-                raise Fallback(ONE_PARTITION)
             out[k] = self._said(k, w)
         return out
 

@@ -31,14 +31,13 @@ from aifabric.sim.heap import peek
     W_DRAIN_SAMPLES,
     W_DRAIN_CAPTURE,
     W_YIELD,  # a while has passed: progress, a stop asked for
-    W_ONE,  # this partition met what only one partition decides (G_ONE_PARTITION)
     W_STALL,  # no data delivered anywhere for the stall time while flows are unfinished
     W_ABORT,  # another thread gave up (flags[n] set)
     W_SPILL,  # the outbox is full: the driver keeps its rows aside (ctl[C_SPILLED])
     W_TAKE_SPILLED,  # others spilled rows for this window: the driver injects them first
     W_OVERFLOW,  # a reserve ran out of room: a bug
     W_FAULT,  # the window begins at or after the next fault's time (ctl[C_FAULT_T]): apply it
-) = range(13)
+) = range(12)
 
 # a thread's place (ctl[...]), kept across calls
 (
@@ -206,8 +205,6 @@ def windows(S0, S1, k, n, lookahead, box, sync, flags, ctl, budget):
                     continue
                 elif code != L.R_STOP:
                     return _code(code)
-            if g[L.G_ONE_PARTITION]:
-                return W_ONE
             _publish(S, k, sync, slot, ctl)
             ctl[C_PHASE] = PH_WAIT
         elif phase == PH_WAIT:

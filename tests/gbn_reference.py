@@ -18,9 +18,10 @@ The rules, as `sim/kernel.py` states them (this module does not call it):
   in-order packet arrives; no NAK once the flow is done. An old duplicate (below the
   delivered count) is acknowledged at once (an ACK, below), as a responder answers a
   duplicate request. A NAK (ACK_WIRE_BYTES) travels back over both links.
-- A NAK for offset o reaching the sender: unless the flow is done, if o is below what has
-  been sent, it is sent again from o (the resent bytes are sent - o) and the time noted;
-  an idle sender starts at once (or when its port frees).
+- A NAK for offset o reaching the sender: unless the sender has heard the ACK of the last
+  byte (whichever end the flow finishes at), if o is below what has been sent, it is sent
+  again from o (the resent bytes are sent - o) and the time noted; an idle sender starts
+  at once (or when its port frees).
 - A drop at time t for offset o: at t + rto, if the sender has not gone back since t and
   has not heard the receiver got o (an ACK or a NAK saying it had more than o bytes), the
   sender goes back to the most bytes an ACK or a NAK it got said the receiver had (0 if
@@ -30,8 +31,9 @@ The rules, as `sim/kernel.py` states them (this module does not call it):
   the last one (None: one per flow, as the last byte arrives). An ACK, like a NAK, goes
   back over both links (ACK_WIRE_BYTES) and carries the bytes the receiver had as it was
   sent. The flow completes when the last byte is
-  delivered (`finish_at_sender=False`) or when the ACK of it reaches the sender; a NAK
-  reaching a sender whose flow is complete does nothing. The receiver's port and the
+  delivered (`finish_at_sender=False`) or when the ACK of it reaches the sender. Either
+  way the sender stops only once it hears that ACK: a NAK or a timeout before then sends
+  again what the receiver may already have. The receiver's port and the
   switch's port towards each sender send NAKs and ACKs one at a time (a scenario where
   one would wait for another is refused).
 
@@ -66,10 +68,11 @@ def receiver_takes(offset: int, delivered: int, naked: bool) -> tuple[bool, bool
     return False, offset > delivered and not naked
 
 
-def sender_goes_back(offset: int, sent: int, done: bool) -> bool:
+def sender_goes_back(offset: int, sent: int, heard_all: bool) -> bool:
     """Go-back-N's sender, having sent up to `sent`, got a NAK for `offset` (or timed out
-    with the receiver at `offset`): does it send again from `offset`?"""
-    return not done and offset < sent
+    with the receiver at `offset`): does it send again from `offset`? Not once it heard the
+    ACK of the last byte (`heard_all`)."""
+    return not heard_all and offset < sent
 
 
 def timeout_goes_back(rewind_ps: int, lost_ps: int, acked: int, offset: int) -> bool:
@@ -177,7 +180,7 @@ def incast(
 
     def go_back(f, offset, t):
         sent = senders[f].size_bytes - unsent[f]
-        if sender_goes_back(offset, sent, done_ps[f] is not None):
+        if sender_goes_back(offset, sent, acked[f] >= senders[f].size_bytes):
             rewind_ps[f] = t
             resent[f] += sent - offset
             unsent[f] = senders[f].size_bytes - offset

@@ -115,7 +115,7 @@ class ReferenceRules:
 
     def nak(self, psn, t):
         self.acked = max(self.acked, psn)
-        if ref.sender_goes_back(psn, self.position, self.delivered >= N):
+        if ref.sender_goes_back(psn, self.position, self.acked >= N):
             self.position = psn
             self.rewind = t
             return True

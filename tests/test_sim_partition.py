@@ -55,6 +55,7 @@ def differences(one: Simulation, many: Simulation) -> list[str]:
 
 
 SELECTIVE = {"loss_recovery": "selective"}
+RECEIVER = {"finish": "receiver"}
 CASES = {
     "permutation": (dict(pattern="permutation", gpus=128, size="2MB"), {}),
     "permutation, DCQCN": (dict(pattern="permutation", gpus=128, size="2MB"), dict(cc="dcqcn")),
@@ -64,7 +65,7 @@ CASES = {
     ),
     "permutation, finish at the receiver": (
         dict(pattern="permutation", gpus=128, size="1MB"),
-        dict(cc_params={"finish": "receiver"}),
+        dict(cc_params=RECEIVER),
     ),
     "permutation, an ACK per packet": (
         dict(pattern="permutation", gpus=64, size="1MB"),
@@ -167,6 +168,13 @@ LOSSY = {  # (workload, switch buffer, simulation options)
     "a sprayed DCQCN permutation, go-back-N (last packets behind a gap), no drops": (
         dict(pattern="permutation", gpus=128, size="1MB"), None, dict(ecmp="spray", cc="dcqcn"),
     ),
+    "a permutation, go-back-N, flows ending at their receivers (timeouts after the end)": (
+        dict(pattern="permutation", gpus=128, size="1MB"), 64 * 2**10, dict(cc_params=RECEIVER),
+    ),
+    "a sprayed DCQCN permutation, flows ending at their receivers (NAKs after the end)": (
+        dict(pattern="permutation", gpus=128, size="1MB"), None,
+        dict(ecmp="spray", cc="dcqcn", cc_params=RECEIVER),
+    ),
 }  # fmt: skip
 
 
@@ -189,26 +197,6 @@ def test_runs_that_drop_give_the_results_of_one_partition(k8, case):
         many = ran(fabric, table, parts, **kw)
         assert many.partitioned["partitions"] == parts, many.partitioned
         assert differences(one, many) == [], parts
-
-
-@pytest.mark.parametrize("why", ["timeouts", "spray"])
-def test_a_go_back_of_a_flow_ending_at_its_receiver_runs_again_on_one(k8, why):
-    """A flow that ends at its receiver (`finish = "receiver"`) is done in its receiver's
-    partition; on one partition its sender does not go back once the receiver has every
-    byte, which a sender in another partition cannot know. A run where such a sender's
-    timeout would go back (a lossy permutation), or where it gets a NAK that may come
-    after the receiver's end (sprayed out of order), starts again on one partition, says
-    why, and gives one partition's results."""
-    fabric = k8 if why == "spray" else lossy(k8, 64 * 2**10)
-    table = flows(fabric, pattern="permutation", gpus=128, size="1MB")
-    kw = dict(cc_params={"finish": "receiver"})
-    if why == "spray":
-        kw.update(ecmp="spray", cc="dcqcn")
-    one = ran(fabric, table, 1, **kw)
-    assert one.counters()["retransmitted_bytes"] > 0
-    many = ran(fabric, table, 2, **kw)
-    assert many.partitioned == {"partitions": 1, "asked": 2, "why": partition.ONE_PARTITION}
-    assert differences(one, many) == []
 
 
 CAPTURED = {  # (workload, switch buffer, simulation options)
@@ -429,18 +417,47 @@ def test_collectives_on_any_number_of_partitions_give_the_results_of_one(k8, cas
         assert differences(one, many) == [], parts
 
 
-def test_a_wait_shorter_than_a_window_runs_on_one_partition_saying_why(k8):
-    """Latencies of 0: a ring's next op hears at once that the one before it ended, at a
-    NIC another partition may hold; the run stays on one partition and says so."""
-    zero = {row: {"ll": 0.0, "ll128": 0.0, "simple": 0.0} for row in ("ring", "tree")}
-    zero = dict(base_latency_us=zero, net_latency_us=zero, nvlink_latency_us=zero)
+def latencies(us: float) -> dict:
+    """An [nccl] table with every latency `us`."""
+    row = {row: {"ll": us, "ll128": us, "simple": us} for row in ("ring", "tree")}
+    return dict(base_latency_us=row, net_latency_us=row, nvlink_latency_us=row)
+
+
+def test_a_wait_shorter_than_a_link_shortens_the_windows(k8):
+    """Latencies of 0.2 us, below the links' 500 ns: a ring's next step and op hear of
+    the one they wait on, at a NIC another partition may hold, sooner than a frame crosses
+    a link. The windows are that short instead, the run says why, and its results are one
+    partition's."""
     table = flows(
         k8, collective="allgather", algorithm="ring", size="1MiB", gpus=128, iterations=2,
-        nccl=zero,
+        nccl=latencies(0.2),
+    )  # fmt: skip
+    one = ran(k8, table, 1)
+    for parts in (2, 3):
+        many = ran(k8, table, parts)
+        info = many.partitioned
+        assert info["partitions"] == parts, info
+        assert 0 < info["lookahead_ns"] < 500
+        assert info["lookahead_by"] == "a transfer's wait for one at another partition"
+        assert differences(one, many) == [], parts
+    links = ran(k8, flows(k8, pattern="permutation", gpus=128, size="64KB"), 2)
+    assert links.partitioned["lookahead_ns"] == 500 and "lookahead_by" not in links.partitioned
+
+
+def test_a_wait_of_no_time_runs_on_one_partition_saying_why(k8):
+    """Latencies of 0: a ring's next op hears at once that the one before it ended, at a
+    NIC another partition may hold; no window is that short, and the run stays on one
+    partition and says so."""
+    table = flows(
+        k8, collective="allgather", algorithm="ring", size="1MiB", gpus=128, iterations=2,
+        nccl=latencies(0.0),
     )  # fmt: skip
     sim = ran(k8, table, 2)
     assert sim.partitioned["partitions"] == 1
-    assert "hears of one it waits on, at another partition, 0 ns later" in sim.partitioned["why"]
+    assert sim.partitioned["why"] == (
+        "a transfer's wait for one at another partition takes no time (a message must take "
+        "a window's time)"
+    )
     assert differences(ran(k8, table, 1), sim) == []
 
 
@@ -621,10 +638,17 @@ def test_spinning_threads_report_after_so_many_events_whatever_the_windows(k8, m
     assert reports[20_000] >= events // 3 // 20_000  # partition 0 runs about half of them
 
 
-def test_a_stopped_partitioned_run_is_one_line_on_the_terminal():
+def test_a_partitioned_run_is_one_line_on_the_terminal():
     from aifabric.cli_run import partitions_line
 
     assert partitions_line({"partitions": 2, "stopped": True}) == "2, stopped before the end"
     why = "a run to a given time"
     line = partitions_line({"partitions": 1, "mpi_ranks": 2, "asked": "auto", "why": why})
     assert line == "1, on MPI rank 0 alone (2 ranks): a run to a given time"
+    short = {"partitions": 2, "lookahead_ns": 400.0, "windows": 1234}
+    by = "a transfer's wait for one at another partition"
+    assert partitions_line({**short, "lookahead_by": by}) == (
+        "2, windows of 400 ns (1,234 windows, shorter than a link's delay: a transfer's wait "
+        "for one at another partition)"
+    )
+    assert partitions_line(short) == "2, windows of 400 ns (1,234 windows)"
