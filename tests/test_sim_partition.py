@@ -162,8 +162,12 @@ LOSSY = {  # (workload, switch buffer, simulation options)
         dict(pattern="incast", gpus=25, senders=24, size="512KB", placement="fragmented"),
         64 * 2**10, {},
     ),
-    "a permutation, adaptive routing, selective repeat": (
+    "a permutation, adaptive routing, go-back-N": (
         dict(pattern="permutation", gpus=128, size="1MB"), 64 * 2**10, dict(ecmp="adaptive"),
+    ),
+    "a permutation, adaptive routing, selective repeat": (
+        dict(pattern="permutation", gpus=128, size="1MB"), 64 * 2**10,
+        dict(ecmp="adaptive", cc_params=SELECTIVE),
     ),
     "a sprayed DCQCN permutation, go-back-N (last packets behind a gap), no drops": (
         dict(pattern="permutation", gpus=128, size="1MB"), None, dict(ecmp="spray", cc="dcqcn"),
