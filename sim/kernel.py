@@ -1204,20 +1204,21 @@ def acknowledged(S, f, now):
         list_remove(S, f)
     if S.prm[P_FINISH_AT_SENDER]:
         complete(S, f, now)
-    elif S.fl[f, FL_STATE] != ST_NOPATH:
+    else:
         S.fl[f, FL_STATE] = ST_DONE
 
 
 @njit(cache=True)
 def complete(S, f, now):
     """Flow f ends now (see `received`): the flows of later ops waiting on it may start.
-    Its state is its sender's (`acknowledged`), which a flow that finishes at its receiver
-    reaches later; but a flow that lost its route is done where it ends."""
+    Its state is its sender's: done here if it ends at its sender, else when its sender
+    hears the last ACK (`acknowledged`); but a flow that lost its route is done where it
+    ends."""
     g, fl, dep_ptr, dep = S.g, S.fl, S.dep_ptr, S.dep
     if fl[f, FL_STATE] == ST_NOPATH:  # its last bytes arrived after its route was lost
         g[G_STUCK] -= 1
         fl[f, FL_STATE] = ST_DONE
-    elif S.prm[P_FINISH_AT_SENDER] or fl[f, FL_BYTES] == 0:
+    elif S.prm[P_FINISH_AT_SENDER]:
         fl[f, FL_STATE] = ST_DONE
     fl[f, FL_T_END_PS] = now
     g[G_DONE] += 1
@@ -1539,6 +1540,7 @@ def start_flow(S, f, now):
         if S.prm[P_ACK_EVERY] == 0:
             send_ack(S, f, now)
         complete(S, f, now)
+        fl[f, FL_STATE] = ST_DONE  # its sender has nothing to wait for
         return
     fr[f, FR_RC_BPS] = fr[f, FR_LINE_BPS]
     fr[f, FR_RT_BPS] = fr[f, FR_LINE_BPS]
