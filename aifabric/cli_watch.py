@@ -183,7 +183,10 @@ def _run_frame(s):
             format_time(p.get("paused_ns", 0)),
             _count(p.get("drops")),
         )
-    parts = [head, clock, "", totals, "", jobs]
+    parts = [head, clock]
+    if r.get("covers"):  # a rank of an MPI run sees its own partitions' ports and flows
+        parts.append(f"[yellow]ports and jobs of {escape(r['covers'])} only[/]")
+    parts += ["", totals, "", jobs]
     if r["ports"]:
         parts += ["", hot]
     return Group(*parts)

@@ -28,6 +28,9 @@ an older one) is still complete without it. Fields:
                             a run directory: the most it held), utilization (of its
                             line rate over interval_ns), tx_bytes, ecn_marked,
                             paused_ns, drops (so far)
+    covers                  only where the record sees part of the fabric (a rank of
+                            an MPI run: the partitions it holds): which part; the
+                            clock, events and flows done are still the whole run's
 
 `from_run` makes the same record from a finished run directory's files.
 """
@@ -111,9 +114,11 @@ class LiveStream:
         totals: dict,
         queue_bytes,
         final: bool = False,
+        covers: str | None = None,
     ) -> dict:
         """`delivered` and `done` per flow (bytes the receiver has, finished or not),
-        `totals` per port of `ports` (cumulative series), `queue_bytes` per port now."""
+        `totals` per port of `ports` (cumulative series), `queue_bytes` per port now;
+        `covers`: what part of the fabric they are, where not all of it."""
         delivered_job = np.bincount(
             self._job_of,
             weights=np.asarray(delivered, dtype=np.float64),
@@ -131,7 +136,7 @@ class LiveStream:
         else:
             last_wall, last_ns, last_events, last_tx, last_ecn, last_job = self._last
         self._last = (wall, int(now_ns), events or 0, tx.copy(), ecn.copy(), delivered_job)
-        return figures(
+        rec = figures(
             self.fabric,
             self.ports,
             self._rate_bps,
@@ -154,6 +159,9 @@ class LiveStream:
             ecn_delta=ecn - last_ecn,
             queue_bytes=np.asarray(queue_bytes, dtype=np.int64),
         )
+        if covers is not None:
+            rec["covers"] = covers
+        return rec
 
 
 def figures(

@@ -9,6 +9,7 @@ Ctrl-C with everything up to that point readable.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -142,7 +143,19 @@ class Simulation:
         self.capture_chunks: list[np.ndarray] = []
         self.sample_chunks: list[dict[str, np.ndarray]] = []  # entries, block by block
         self.sample_rows = 0  # the samples drained into them
+        self.sample_lock = threading.Lock()  # held while they grow (a live view reads them)
+        self.running = None  # the partitioned run holding the state while it runs
         self.wall_s = 0.0
+
+    def __getstate__(self) -> dict:
+        """As pickled for another MPI rank (aifabric.sim.mpi): without its lock or a run."""
+        state = dict(self.__dict__)
+        state["sample_lock"], state["running"] = None, None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.sample_lock = threading.Lock()
 
     # set-up -----------------------------------------------------------------------------
     def _validate_flows(self) -> None:
@@ -552,11 +565,14 @@ class Simulation:
         cells where a port carried something are kept, each array in the narrowest
         integer type that holds it (a long run keeps millions)."""
         n = int(self.g[L.G_SAMPLES])
-        if n:
-            chunk = stacked(self.smp[:, :n], L.SERIES, self.sample_rows)
-            self.sample_chunks.append({k: narrow(v) for k, v in chunk.items()})
-            self.sample_rows += n
-        self.g[L.G_SAMPLES] = 0
+        if not n:
+            return
+        chunk = stacked(self.smp[:, :n], L.SERIES, self.sample_rows)
+        chunk = {k: narrow(v) for k, v in chunk.items()}
+        with self.sample_lock:  # the rows move from the buffer to the chunks at once
+            self.sample_chunks.append(chunk)
+            self.g[L.G_SAMPLES] = 0
+        self.sample_rows += n
 
     # faults ------------------------------------------------------------------------------
     def _apply(
@@ -713,6 +729,7 @@ class Simulation:
             except partition.Fallback as e:
                 why = str(e)
         if why is None:
+            self.running = run  # the state is the partitions' until they merge
             try:
                 run.run(progress)
             except partition.Fallback as e:
@@ -733,6 +750,8 @@ class Simulation:
                     "outboxes_filled": run.spills,
                 }
                 return True
+            finally:
+                self.running = None
         self.partitioned = {"partitions": 1, **ranks, "asked": self.partitions, "why": why}
         return False
 

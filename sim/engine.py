@@ -179,21 +179,45 @@ class LiveCounters:
     """A simulation's counters so far, as live.json records them, read from its state
     arrays between two slices of events: per port, the samples drained (added up once
     each), the rows in the sample buffer and the open interval; per flow, the bytes its
-    receiver has and whether it finished."""
+    receiver has and whether it finished.
+
+    A partitioned run's state is its partitions' until they merge (`sim.running`): each
+    port's figures come from the partition that owns it, each flow's from where its
+    receiver is (the bytes) and where it ends (done), and the clock, events and flows
+    done from the progress the run reports. The other partitions run on meanwhile, so
+    the port totals there are the closed sample intervals only (an interval closing
+    while it is read would be counted twice or not at all). Under MPI rank 0 sees only
+    the partitions it holds: the record says which (`covers`)."""
 
     def __init__(self, sim: Simulation):
         self.sim = sim
-        self._drained = 0
+        self._drained: dict[int, int] = {}  # sample chunks added up, by partition (-1: one)
         self._base = np.zeros((len(_LIVE_SERIES), sim.fabric.n_ports), dtype=np.int64)
+        self._source = None  # the partitioned run they came from (None: the simulation)
 
-    def __call__(self) -> dict:
-        sim = self.sim
-        for chunk in sim.sample_chunks[self._drained :]:
+    def _add_drained(self, k: int, c, owned=None) -> None:
+        """Add the sample chunks `c` drained since the last call into `_base` (only the
+        entries of the ports `owned`, a mask over every port, if given)."""
+        start = self._drained.get(k, 0)
+        chunks = c.sample_chunks[start:]
+        for chunk in chunks:
             # at the types of the sums: np.add.at on the chunks' narrow types takes 5 times as long
             ports = chunk["port_index"].astype(np.intp)
+            keep = slice(None) if owned is None else owned[ports]
             for row, name in enumerate(_LIVE_NAMES):
-                np.add.at(self._base[row], ports, chunk[name].astype(np.int64))
-        self._drained = len(sim.sample_chunks)
+                np.add.at(self._base[row], ports[keep], chunk[name][keep].astype(np.int64))
+        self._drained[k] = start + len(chunks)
+
+    def __call__(self, progress: Progress | None = None) -> dict:
+        sim = self.sim
+        run = sim.running if progress is not None else None
+        if run is not self._source:  # merged (or fallen back): the chunks are new ones
+            self._source = run
+            self._drained.clear()
+            self._base[:] = 0
+        if run is not None:
+            return self._partitioned(run, progress)
+        self._add_drained(-1, sim)
         rows = int(sim.g[L.G_SAMPLES])
         sums = self._base + sim.smp[_LIVE_SERIES, :rows].sum(axis=1)
         open_ = sim.pt[:, _OPEN_COLUMNS].T.copy()
@@ -206,9 +230,44 @@ class LiveCounters:
             "flows_done": sim.flows_done,
             "delivered": fl[:, L.FL_DELIV_BYTES],
             "done": fl[:, L.FL_T_END_PS] >= 0,
-            "totals": dict(zip((*TOTALS, "cnp_sent"), sums, strict=True)),
+            "totals": dict(zip(_LIVE_NAMES, sums, strict=True)),
             "queue_bytes": sim.pt[:, L.PT_Q0_BYTES] + sim.pt[:, L.PT_Q1_BYTES],
         }
+
+    def _partitioned(self, run, progress: Progress) -> dict:
+        sim = self.sim
+        port_part = run.part[sim.fabric.port_node]
+        dst_part = run.part[sim.flows.dst]
+        sums = self._base.copy()
+        queue = np.zeros(sim.fabric.n_ports, dtype=np.int64)
+        delivered = np.zeros(len(sim.flows), dtype=np.int64)
+        done = np.zeros(len(sim.flows), dtype=bool)
+        held = [k for k in run.local if run.parts[k] is not None]
+        for k in held:
+            c = run.parts[k]
+            owned = port_part == k
+            with c.sample_lock:  # not while its thread drains the buffer into a chunk
+                self._add_drained(k, c, owned)
+                rows = int(c.g[L.G_SAMPLES])
+                closed = c.smp[_LIVE_SERIES, :rows].sum(axis=1)
+            sums[:, owned] = self._base[:, owned] + closed[:, owned]
+            queue[owned] = c.pt[owned, L.PT_Q0_BYTES] + c.pt[owned, L.PT_Q1_BYTES]
+            got = dst_part == k
+            delivered[got] = c.fl[got, L.FL_DELIV_BYTES]
+            ends = run.ends == k
+            done[ends] = c.fl[ends, L.FL_T_END_PS] >= 0
+        out = {
+            "now_ns": progress.now_ns,
+            "events": progress.events,
+            "flows_done": progress.flows_done,
+            "delivered": delivered,
+            "done": done,
+            "totals": dict(zip(_LIVE_NAMES, sums, strict=True)),
+            "queue_bytes": queue,
+        }
+        if len(held) < run.n:
+            out["covers"] = f"{len(held)} of {run.n} partitions (this MPI rank's)"
+        return out
 
 
 class SimSession:
@@ -234,7 +293,7 @@ class SimSession:
 
         def hook(p: Progress) -> None:
             if live.due():
-                live.write(**self.counters())
+                live.write(**self.counters(p))
             if progress is not None:
                 progress(p)
             if stop.is_set():

@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from aifabric.cli import main
 from aifabric.fabric import live as live_mod
 from aifabric.fabric.rundir import Run, RunWriter, hold_lock, release_lock
+from aifabric.sim import layout as L
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,6 +105,98 @@ def test_a_run_streams_records_that_follow_its_state_and_end_at_its_results(demo
         closed, begun = t + interval <= now, t <= now
         assert per_sample[closed].sum() <= r["totals"]["tx_bytes"] <= per_sample[begun].sum()
         assert marks[closed].sum() <= r["totals"]["ecn_marked"] <= marks[begun].sum()
+
+
+@pytest.fixture(scope="module")
+def demo_on_partitions(tmp_path_factory):
+    """The demo on two partitions (its flows are too few for "auto" to choose them), and its
+    live records, as `demo` collects them."""
+    from aifabric.engines import run_scenario
+    from aifabric.scenarios import load_scenario
+
+    out = tmp_path_factory.mktemp("watch") / "demo-2"
+    seen = []
+
+    def progress(p, final=False):
+        rec = json.loads((out / live_mod.LIVE).read_text())
+        if not seen or rec != seen[-1][0]:
+            seen.append((rec, p))
+
+    sc = load_scenario("demo", overrides=[("simulator.partitions", 2)])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(live_mod, "EVERY_S", 0.0)
+        summary = run_scenario("sim", sc, out, progress=progress)
+    assert summary["status"] == "complete", summary
+    return out, seen
+
+
+def test_a_partitioned_run_streams_its_partitions_figures(demo_on_partitions):
+    """While partitions run, the simulation's own arrays hold the state they started from:
+    the records come from the partitions (each port's from its owner), not from those."""
+    out, seen = demo_on_partitions
+    run = Run(out)
+    summary = run.meta["results"]["summary"]
+    assert summary["partitions"]["partitions"] == 2
+    mid = [(r, p) for r, p in seen if not r["final"]]
+    assert len(mid) >= 3, f"only {len(mid)} records while the demo ran"
+    for r, p in mid:
+        assert (r["simulated_ns"], r["events"], r["flows_done"]) == (p.now_ns, p.events,
+                                                                     p.flows_done)  # fmt: skip
+        assert "covers" not in r  # one process holds every partition
+    late = mid[len(mid) // 2 :]
+    assert all(r["events"] > 0 and r["totals"]["tx_bytes"] > 0 and r["ports"] for r, _ in late)
+    assert all(sum(j["delivered_bytes"] for j in r["jobs"]) > 0 for r, _ in late)
+    for name in live_mod.TOTALS:
+        values = [r["totals"][name] for r, _ in mid]
+        assert values == sorted(values), name
+    for k in range(len(mid[0][0]["jobs"])):
+        got = [r["jobs"][k]["delivered_bytes"] for r, _ in mid]
+        assert got == sorted(got)
+
+    # the totals are the sample intervals each partition closed: at least those closed a
+    # window before the clock shown (the partitions' clocks differ by a window at most),
+    # at most those begun a window after it
+    ports = run.ports()
+    t, interval = ports["t_ns"], int(ports["interval_ns"])
+    window = summary["partitions"]["lookahead_ns"]
+    per_sample = ports["tx_bytes"].sum(axis=1)
+    for r, _ in mid:
+        now = r["simulated_ns"]
+        closed, begun = t + interval <= now - window, t <= now + window
+        assert per_sample[closed].sum() <= r["totals"]["tx_bytes"] <= per_sample[begun].sum()
+
+    last = json.loads((out / live_mod.LIVE).read_text())
+    assert last["final"] and last["flows_done"] == summary["flows"]
+    for name in ("tx_bytes", "ecn_marked", "pfc_sent", "paused_ns", "drops", "cnp_sent"):
+        assert last["totals"][name] == int(ports[name].sum()), name
+
+
+def test_a_rank_that_holds_some_partitions_says_what_its_figures_cover():
+    """Under MPI rank 0 holds only its partitions: its record counts their ports and flows
+    alone and says so; the clock, events and flows done are the run's (the progress)."""
+    from aifabric.scenarios import load_scenario
+    from aifabric.sim.driver import Progress
+    from aifabric.sim.engine import LiveCounters, simulation_for
+    from aifabric.sim.partition import PartitionedRun
+
+    sc = load_scenario("demo")
+    sim = simulation_for(sc)
+    run = PartitionedRun(sim, 2, local=lambda n: [0])  # partition 0 alone, as rank 0 of 2
+    sim.running = run
+    c = run.parts[0]
+    port_part = run.part[sim.fabric.port_node]
+    mine, theirs = np.flatnonzero(port_part == 0)[0], np.flatnonzero(port_part == 1)[0]
+    for p in (mine, theirs):  # a queue and a closed interval's bytes on either side
+        c.pt[p, L.PT_Q0_BYTES] = 1000 + p
+        c.smp[L.SERIES.index("tx_bytes"), 0, p] = 5000 + p
+    c.g[L.G_SAMPLES] = 1
+    progress = Progress(now_ns=7, flows_done=3, flows=len(sim.flows), events=11, wall_s=0.1)
+    got = LiveCounters(sim)(progress)
+    assert (got["now_ns"], got["events"], got["flows_done"]) == (7, 11, 3)
+    assert got["queue_bytes"][mine] == 1000 + mine and got["queue_bytes"][theirs] == 0
+    tx = got["totals"]["tx_bytes"]
+    assert tx[mine] == 5000 + mine and tx[theirs] == 0
+    assert got["covers"] == "1 of 2 partitions (this MPI rank's)"
 
 
 def test_the_final_record_is_what_the_run_directory_gives(demo):
@@ -237,6 +330,12 @@ def test_watch_once_on_a_run_in_progress(tmp_path):
                              "pfc_sent": zero, "drops": zero},
                      queue_bytes=zero)  # fmt: skip
         r = invoke("watch", writer.path, "--once")
+        stream.write(now_ns=2000, events=9000, flows_done=1, delivered=[100, 50, 1000],
+                     done=[True, False, False],
+                     totals={"tx_bytes": tx, "ecn_marked": ecn, "paused_ns": zero,
+                             "pfc_sent": zero, "drops": zero},
+                     queue_bytes=zero, covers="1 of 2 partitions (this MPI rank's)")  # fmt: skip
+        partial = invoke("watch", writer.path, "--once")
     finally:
         writer.finish("complete")
     assert r.exit_code == 0, r.output
@@ -248,6 +347,9 @@ def test_watch_once_on_a_run_in_progress(tmp_path):
     assert f"{12_500 * 8e9 / 1000 / rate:.0%}" in r.output
     assert fabric.port_name(5) in r.output
     assert re.search(r"ring\s+│\s+1/2 ", r.output) and re.search(r"incast\s+│\s+0/1 ", r.output)
+    # a record of part of the fabric (an MPI rank's partitions) says so; a whole one does not
+    assert "partitions" not in r.output
+    assert "ports and jobs of 1 of 2 partitions (this MPI rank's) only" in partial.output
 
 
 def test_ctrl_c_stops_the_watching_quietly(tmp_path):
