@@ -194,6 +194,7 @@ class LiveCounters:
         self._drained: dict[int, int] = {}  # sample chunks added up, by partition (-1: one)
         self._base = np.zeros((len(_LIVE_SERIES), sim.fabric.n_ports), dtype=np.int64)
         self._source = None  # the partitioned run they came from (None: the simulation)
+        self._where: dict = {}  # by partition of `_source`: what it holds (`_partitioned`)
 
     def _add_drained(self, k: int, c, owned=None) -> None:
         """Add the sample chunks `c` drained since the last call into `_base` (only the
@@ -215,11 +216,11 @@ class LiveCounters:
             self._source = run
             self._drained.clear()
             self._base[:] = 0
+            self._where = {}
         if run is not None:
             return self._partitioned(run, progress)
         self._add_drained(-1, sim)
-        rows = int(sim.g[L.G_SAMPLES])
-        sums = self._base + sim.smp[_LIVE_SERIES, :rows].sum(axis=1)
+        sums = self._base + _closed_sums(sim)
         open_ = sim.pt[:, _OPEN_COLUMNS].T.copy()
         open_[2] //= PS_PER_NS  # paused ps -> ns, as close_sample rounds each interval
         sums += open_
@@ -236,8 +237,14 @@ class LiveCounters:
 
     def _partitioned(self, run, progress: Progress) -> dict:
         sim = self.sim
-        port_part = run.part[sim.fabric.port_node]
-        dst_part = run.part[sim.flows.dst]
+        if not self._where:  # each partition's ports, and the flows it receives and ends
+            port_part = run.part[sim.fabric.port_node]
+            dst_part = run.part[sim.flows.dst]
+            self._where = {
+                k: (port_part == k, np.flatnonzero(port_part == k),
+                    np.flatnonzero(dst_part == k), np.flatnonzero(run.ends == k))
+                for k in range(run.n)
+            }  # fmt: skip
         sums = self._base.copy()
         queue = np.zeros(sim.fabric.n_ports, dtype=np.int64)
         delivered = np.zeros(len(sim.flows), dtype=np.int64)
@@ -245,16 +252,13 @@ class LiveCounters:
         held = [k for k in run.local if run.parts[k] is not None]
         for k in held:
             c = run.parts[k]
-            owned = port_part == k
+            owned, ports, receives, ends = self._where[k]
             with c.sample_lock:  # not while its thread drains the buffer into a chunk
                 self._add_drained(k, c, owned)
-                rows = int(c.g[L.G_SAMPLES])
-                closed = c.smp[_LIVE_SERIES, :rows].sum(axis=1)
-            sums[:, owned] = self._base[:, owned] + closed[:, owned]
-            queue[owned] = c.pt[owned, L.PT_Q0_BYTES] + c.pt[owned, L.PT_Q1_BYTES]
-            got = dst_part == k
-            delivered[got] = c.fl[got, L.FL_DELIV_BYTES]
-            ends = run.ends == k
+                closed = _closed_sums(c)
+            sums[:, ports] = self._base[:, ports] + closed[:, ports]
+            queue[ports] = c.pt[ports, L.PT_Q0_BYTES] + c.pt[ports, L.PT_Q1_BYTES]
+            delivered[receives] = c.fl[receives, L.FL_DELIV_BYTES]
             done[ends] = c.fl[ends, L.FL_T_END_PS] >= 0
         out = {
             "now_ns": progress.now_ns,
@@ -268,6 +272,13 @@ class LiveCounters:
         if len(held) < run.n:
             out["covers"] = f"{len(held)} of {run.n} partitions (this MPI rank's)"
         return out
+
+
+def _closed_sums(sim) -> np.ndarray:
+    """The live series' sums over the rows in `sim`'s sample buffer, per port (summing the
+    buffer's rows in place, then picking the series: a copy of the series first takes
+    several times as long on a large fabric)."""
+    return sim.smp[:, : int(sim.g[L.G_SAMPLES])].sum(axis=1)[_LIVE_SERIES]
 
 
 class SimSession:
