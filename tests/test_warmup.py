@@ -422,8 +422,11 @@ def test_a_full_compile_on_two_processes_leaves_a_cache_the_loop_uses_whole(tmp_
         env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    m = re.search(r"kernels ready in (\d+) s \((\d+) s of CPU\)", r.stderr)
-    assert m and int(m.group(2)) > int(m.group(1)), r.stderr  # two processes were at work
+    assert re.search(r"kernels ready in \d+ s \(\d+ s of CPU\)", r.stderr), r.stderr
+    # two processes were at work: the helper compiled (its start alone takes about 1 s of
+    # CPU, its share of the callees tens); not CPU against wall time, which the load moves
+    took = json.loads((tmp_path / "cache" / warmup.MARKER).read_text())
+    assert took["helpers_cpu_s"] > 5, took
     scenario = tmp_path / "one.toml"
     scenario.write_text(ONE_FLOW)
     again = subprocess.run(
