@@ -189,8 +189,11 @@ def test_what_local_workers_log_stays_off_the_terminal():
 
 
 def test_an_interrupted_sweep_resumes_without_rerunning_finished_points(tiny, tmp_path):
+    """Ctrl-C once the first point is in the table. Each point simulates about a second (at
+    32 MiB, a tenth: beside two test suites the other eleven once ended before the Ctrl-C
+    was acted on), so the interrupt lands mid-sweep even on a loaded machine."""
     out = tmp_path / "sweep"
-    args = [sys.executable, "-m", "aifabric", "sweep", str(tiny), "--set", "workload.size=32MiB",
+    args = [sys.executable, "-m", "aifabric", "sweep", str(tiny), "--set", "workload.size=256MiB",
             "--set", "workload.gpus=16", "--vary", "ecmp.policy=5tuple,eecmp,pinned,spray",
             "--seeds", "1-3", "--workers", "2", "-o", str(out)]  # fmt: skip
     proc = subprocess.Popen(args, env=_env(), start_new_session=True,
