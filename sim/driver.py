@@ -148,7 +148,8 @@ class Simulation:
         self.wall_s = 0.0
 
     def __getstate__(self) -> dict:
-        """As pickled for another MPI rank (aifabric.sim.mpi): without its lock or a run."""
+        """As copied for a partition (aifabric.sim.partition) or pickled for another MPI
+        rank (aifabric.sim.mpi): without its lock or a run; `__setstate__` gives it a lock."""
         state = dict(self.__dict__)
         state["sample_lock"], state["running"] = None, None
         return state

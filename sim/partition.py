@@ -278,7 +278,6 @@ class PartitionedRun:
         c.outs = [self.box[0, i], self.box[1, i]]
         c.out = c.outs[0]
         c.sample_chunks, c.capture_chunks, c.sample_rows, c.wall_s = [], [], 0, 0.0
-        c.sample_lock, c.running = threading.Lock(), None
         # faults during the run: each partition applies them to its copy (`_fault_apply`)
         c.pending_faults, c.applied_faults = list(sim.pending_faults), list(sim.applied_faults)
         c.route_epoch = sim.route_epoch.copy()

@@ -43,26 +43,32 @@ def cells(row: str) -> list[str]:
     return [x.strip() for x in row.strip().strip("│").split("│")]
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    """The demo run, and every live record it wrote, read from the progress hook (which
-    the simulator calls right after the live file's turn, between two slices)."""
+def run_streaming(out, sc):
+    """Run `sc` into `out` with a live record after every slice of events; the records and
+    the progress each was made at (the simulator calls the progress hook right after the
+    live file's turn, between two slices)."""
     from aifabric.engines import run_scenario
-    from aifabric.scenarios import load_scenario
 
-    out = tmp_path_factory.mktemp("watch") / "demo"
     seen = []
 
     def progress(p, final=False):
         rec = json.loads((out / live_mod.LIVE).read_text())
-        if not seen or rec["written_at"] != seen[-1][0]["written_at"] or rec != seen[-1][0]:
+        if not seen or rec != seen[-1][0]:
             seen.append((rec, p))
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(live_mod, "EVERY_S", 0.0)
-        summary = run_scenario("sim", load_scenario("demo"), out, progress=progress)
+        summary = run_scenario("sim", sc, out, progress=progress)
     assert summary["status"] == "complete", summary
     return out, seen
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo run, and every live record it wrote."""
+    from aifabric.scenarios import load_scenario
+
+    return run_streaming(tmp_path_factory.mktemp("watch") / "demo", load_scenario("demo"))
 
 
 def test_a_run_streams_records_that_follow_its_state_and_end_at_its_results(demo):
@@ -110,24 +116,11 @@ def test_a_run_streams_records_that_follow_its_state_and_end_at_its_results(demo
 @pytest.fixture(scope="module")
 def demo_on_partitions(tmp_path_factory):
     """The demo on two partitions (its flows are too few for "auto" to choose them), and its
-    live records, as `demo` collects them."""
-    from aifabric.engines import run_scenario
+    live records."""
     from aifabric.scenarios import load_scenario
 
-    out = tmp_path_factory.mktemp("watch") / "demo-2"
-    seen = []
-
-    def progress(p, final=False):
-        rec = json.loads((out / live_mod.LIVE).read_text())
-        if not seen or rec != seen[-1][0]:
-            seen.append((rec, p))
-
     sc = load_scenario("demo", overrides=[("simulator.partitions", 2)])
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(live_mod, "EVERY_S", 0.0)
-        summary = run_scenario("sim", sc, out, progress=progress)
-    assert summary["status"] == "complete", summary
-    return out, seen
+    return run_streaming(tmp_path_factory.mktemp("watch") / "demo-2", sc)
 
 
 def test_a_partitioned_run_streams_its_partitions_figures(demo_on_partitions):
