@@ -9,11 +9,19 @@ temporary directories `aifabric-emu-*`, bridges named `af...` in the
 system's Open vSwitch, and what a killed private ovs-vswitchd leaves when
 no ovs-vswitchd runs any more: a kernel datapath holding nothing but ports
 of ours, the userspace datapath's tap `ovs-netdev` (see aifabric.emu.ovs).
+
+A process the run forked without exec (a replay process) has no mark: its
+environment is the run's own. It ends with its run, unless the kill came
+before it could arrange that or it is still ending. The run's temporary
+directory names the run process (`RUN_PROCESS`); once that is gone, a
+process with its command line, group and session that started no earlier
+is one of its forks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -24,7 +32,7 @@ from pathlib import Path
 
 from aifabric.emu import linux, ovs
 from aifabric.emu.linux import ENV_MARK
-from aifabric.emu.net import TMP_PREFIX
+from aifabric.emu.net import RUN_PROCESS, TMP_PREFIX
 from aifabric.emu.plan import PREFIX
 
 
@@ -48,6 +56,19 @@ def our_processes() -> list[int]:
         ):
             out.append(int(d.name))
     return out
+
+
+def orphaned_forks() -> list[int]:
+    """Processes a run that is gone forked and left running: see the module's docstring."""
+    out: set[int] = set()
+    for d in our_tempdirs():
+        try:
+            who = json.loads((d / RUN_PROCESS).read_text())
+        except (OSError, ValueError):
+            continue  # a run killed before it wrote it had forked nothing yet
+        if isinstance(who, dict):
+            out.update(linux.forks_of(who))
+    return sorted(out - {os.getpid()})
 
 
 def our_links() -> list[str]:
@@ -75,7 +96,7 @@ def leftovers() -> dict[str, list]:
     """Everything of ours still present, by kind; empty lists when clean."""
     tap = ovs.stale_netdev_tap()
     return {
-        "processes": our_processes(),
+        "processes": sorted(set(our_processes()) | set(orphaned_forks())),
         "links": our_links() + ([tap] if tap else []),
         "namespaces": our_namespaces(),
         "tempdirs": [str(p) for p in our_tempdirs()],
@@ -85,7 +106,7 @@ def leftovers() -> dict[str, list]:
 
 def clean() -> dict[str, int]:
     """Kill our processes, delete our links, namespaces and temporary directories."""
-    procs = our_processes()
+    procs = sorted(set(our_processes()) | set(orphaned_forks()))
     for pid in procs:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

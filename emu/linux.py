@@ -77,6 +77,49 @@ def pid_namespace(pid: int | str = "self") -> int | None:
         return None
 
 
+def identity(pid: int | str = "self") -> dict | None:
+    """What tells process `pid` and the processes it forks (without exec) from all others:
+    its pid and start time, process group, session and command line (a forked child has
+    the same command line, group and session, and a later start). None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return {
+        "pid": os.getpid() if pid == "self" else int(pid),
+        "start": int(fields[19]),
+        "pgid": int(fields[2]),
+        "sid": int(fields[3]),
+        "cmdline": cmdline.hex(),
+    }
+
+
+def forks_of(who: dict) -> list[int]:
+    """The processes of this PID namespace that process `who` (an `identity`) forked and
+    that outlive it: once `who` is gone, every process with its command line, group and
+    session that started no earlier; while it lives, none (they end with it)."""
+    alive = identity(who["pid"])
+    if alive is not None and alive["start"] == who["start"]:
+        return []
+    here = pid_namespace()
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or pid_namespace(d.name) != here:
+            continue
+        other = identity(d.name)
+        if (
+            other is not None
+            and other["cmdline"] == who["cmdline"]
+            and (other["pgid"], other["sid"]) == (who["pgid"], who["sid"])
+            and other["start"] >= who["start"]
+            and process_state(d.name) not in (None, "Z")
+        ):
+            out.append(other["pid"])
+    return out
+
+
 def live_processes() -> list[int]:
     """Every process that runs, zombies left out."""
     pids = (int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit())

@@ -13,6 +13,7 @@ twice and on a half-built network.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -30,6 +31,9 @@ from aifabric.fabric.model import Fabric, Role
 from aifabric.fabric.routing import EMULATOR_POLICY
 
 TMP_PREFIX = "aifabric-emu-"
+# in the run's temporary directory: the run process's `linux.identity`, by which `aifabric
+# clean` finds what it forked (replay processes) should a kill leave one behind
+RUN_PROCESS = "run-process.json"
 SWITCHES = tuple(EMULATOR_POLICY)  # the kinds of emulated switch, each with its hash policy
 
 
@@ -39,6 +43,8 @@ class Network:
         self.plan = plan
         self._own_dir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix=TMP_PREFIX))
+        if self._own_dir:
+            (self.workdir / RUN_PROCESS).write_text(json.dumps(linux.identity()))
         self.net = None
         self.pid: dict[int, int] = {}  # node id -> pid of its shell (its namespace)
         self.processes: list[subprocess.Popen] = []

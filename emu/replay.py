@@ -89,6 +89,9 @@ RECV_BATCH = 64  # datagrams per recvmmsg
 RECV_ROW_BYTES = 64  # what recvmmsg copies of a datagram: headers; the kernel drops the payload
 PAYLOAD_MTU = 4096
 PR_SET_PDEATHSIG = 1
+# looked up once, before any fork: a child that looked it up itself (dlopen, dlsym) could
+# wait forever for the loader's lock, held at the fork by another of the run's threads
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
 STALL_MIN_S = 60.0  # the replay gives up when nothing was delivered for this long,
 STALL_RTOS = 20  # or for this many retransmission timeouts, whichever is longer
 ERROR_BYTES = 1000  # a replay process's error, as text, in the shared state
@@ -677,9 +680,9 @@ def _warm() -> None:
 def _forked(parent: int) -> bool:
     """Make this freshly forked process a replay process: deaf to SIGINT and SIGTERM, killed
     with its parent. False when the parent (`parent`, its pid) is gone already."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     return os.getppid() == parent
 
 

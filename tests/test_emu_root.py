@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -259,6 +260,64 @@ def test_sigkill_then_clean_leaves_nothing():
     words, left = killed_then_cleaned(KILLED)
     assert words == ["ready"]
     assert left["processes"] and left["tempdirs"]
+    _nothing_left()
+
+
+FORKED = """
+import os, time
+from aifabric.scenarios import scenario_from_dict
+from aifabric.emu.net import Network
+from aifabric.emu.plan import plan
+raw = {"scenario": {"topology": "lab-small"}, "workload": {"pattern": "permutation", "gpus": 16},
+       "congestion_control": {"kind": "none"}}
+sc = scenario_from_dict(raw, "forked")
+net = Network(sc.fabric, plan(sc, ecn="none"))
+pid = os.fork()
+if pid == 0:  # as a replay process the kill caught before it arranged to end with its run
+    time.sleep(600)
+    os._exit(0)
+print("ready", pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_clean_ends_what_a_killed_run_forked_and_nothing_of_a_live_one():
+    """A fork has its run's environment, not the mark: `aifabric clean` finds it by the
+    run process its temporary directory names, once that is gone. The same command in
+    another session (another run, alive) and its fork are left alone."""
+    import signal
+
+    from aifabric.emu.clean import clean, orphaned_forks
+    from aifabric.emu.linux import process_state
+
+    def start(**kw):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", FORKED], stdout=subprocess.PIPE, text=True, **kw
+        )
+        word, pid = proc.stdout.readline().split()
+        assert word == "ready"
+        return proc, int(pid)
+
+    gone = lambda pid: process_state(pid) in (None, "Z")  # noqa: E731
+    a, a_fork = start()
+    b, b_fork = start(start_new_session=True)  # the same command line, another session
+    try:
+        assert a_fork not in orphaned_forks() and b_fork not in orphaned_forks()
+        a.send_signal(signal.SIGKILL)
+        a.wait()
+        assert not gone(a_fork)
+        assert orphaned_forks() == [a_fork]
+        assert clean()["processes"] >= 1
+        assert gone(a_fork)
+        assert not gone(b.pid) and not gone(b_fork)
+    finally:
+        for proc in (a, b):
+            proc.kill()
+            proc.wait()
+        for pid in (a_fork, b_fork):  # clean took b's directory too: b's fork is ours to end
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    clean()
     _nothing_left()
 
 
