@@ -58,6 +58,9 @@ def our_processes() -> list[int]:
     return out
 
 
+ENDING_S = 60.0  # how long `clean` waits for the processes it killed to end
+
+
 def orphaned_forks() -> list[int]:
     """Processes a run that is gone forked and left running: see the module's docstring."""
     out: set[int] = set()
@@ -110,8 +113,11 @@ def clean() -> dict[str, int]:
     for pid in procs:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    # a killed process waits for init to reap it (state Z): it is gone all the same
+    # A killed process ends when its system call returns, and a fork of a killed run may be
+    # in a long one: it holds the last reference to the run's raw sockets (one per port),
+    # and each takes about 12 ms to close here. A process that waits for init to reap it
+    # (state Z) is gone all the same.
+    deadline = time.monotonic() + ENDING_S
     while time.monotonic() < deadline and any(
         linux.process_state(p) not in (None, "Z") for p in procs
     ):

@@ -321,6 +321,61 @@ def test_clean_ends_what_a_killed_run_forked_and_nothing_of_a_live_one():
     _nothing_left()
 
 
+SLOW_TO_END = """
+import os, socket, time
+from aifabric.scenarios import scenario_from_dict
+from aifabric.emu.net import Network
+from aifabric.emu.plan import plan
+raw = {"scenario": {"topology": "lab-small"}, "workload": {"pattern": "permutation", "gpus": 16},
+       "congestion_control": {"kind": "none"}}
+sc = scenario_from_dict(raw, "forked")
+net = Network(sc.fabric, plan(sc, ecn="none"))
+socks = [socket.socket(socket.AF_PACKET, socket.SOCK_RAW) for _ in range(600)]
+for s in socks:
+    s.bind(("lo", 0))
+parent = os.getpid()
+pid = os.fork()
+if pid == 0:  # as a fork that is closing the run's raw sockets when the run is killed
+    while os.getppid() == parent:
+        time.sleep(0.005)
+    os.closerange(3, 65536)  # the last references now: seconds in one system call
+    time.sleep(600)
+    os._exit(0)
+print("ready", pid, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_clean_waits_for_a_fork_that_ends_slowly():
+    """A fork that holds the last references to a killed run's raw sockets (one per port)
+    ends only once it has closed them all, about 12 ms each here: `aifabric clean` waits
+    until it has (600 of them: longer than the 5 s it used to wait)."""
+    import signal
+
+    from aifabric.emu.clean import clean
+    from aifabric.emu.linux import process_state
+
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_TO_END], stdout=subprocess.PIPE, text=True)
+    fork = None
+    try:
+        word, pid = proc.stdout.readline().split()
+        assert word == "ready"
+        fork = int(pid)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        time.sleep(0.1)  # the fork is closing
+        assert clean()["processes"] == 1
+        assert process_state(fork) in (None, "Z")
+    finally:
+        proc.kill()
+        proc.wait()
+        if fork is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(fork, signal.SIGKILL)
+    _nothing_left()
+
+
 @pytest.mark.parametrize("after_s", [None, 0.0, 1.0])
 def test_sigterm_mid_run_cleans_up_and_marks_partial(tmp_path, after_s):
     """Also the race of issue 15: a SIGTERM right after the emulation settings are noted,
