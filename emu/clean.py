@@ -10,9 +10,11 @@ system's Open vSwitch, and what a killed private ovs-vswitchd leaves when
 no ovs-vswitchd runs any more: a kernel datapath holding nothing but ports
 of ours, the userspace datapath's tap `ovs-netdev` (see aifabric.emu.ovs).
 
-A process the run forked without exec (a replay process) has no mark: its
-environment is the run's own. It ends with its run, unless the kill came
-before it could arrange that or it is still ending. The run's temporary
+A process the run forked without exec (a replay process, or a command caught
+between fork and exec) has no mark: its environment is the run's own. A replay
+process ends with its run, unless the kill came before it could arrange that;
+and a fork left holding the last references to the run's raw sockets takes
+seconds to end. The run's temporary
 directory names the run process (`RUN_PROCESS`); once that is gone, a
 process with its command line, group and session that started no earlier
 is one of its forks.

@@ -32,7 +32,7 @@ from aifabric.fabric.routing import EMULATOR_POLICY
 
 TMP_PREFIX = "aifabric-emu-"
 # in the run's temporary directory: the run process's `linux.identity`, by which `aifabric
-# clean` finds what it forked (replay processes) should a kill leave one behind
+# clean` finds what it forked without exec, should a kill leave one behind
 RUN_PROCESS = "run-process.json"
 SWITCHES = tuple(EMULATOR_POLICY)  # the kinds of emulated switch, each with its hash policy
 
