@@ -365,7 +365,7 @@ def test_clean_waits_for_a_fork_that_ends_slowly():
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         time.sleep(0.1)  # the fork is closing
-        assert clean()["processes"] == 1
+        assert clean()["processes"] >= 1
         assert process_state(fork) in (None, "Z")
     finally:
         proc.kill()
