@@ -76,6 +76,11 @@ def orphaned_forks() -> list[int]:
     return sorted(out - {os.getpid()})
 
 
+def _every_process() -> list[int]:
+    """Our marked processes and the forks of runs that are gone."""
+    return sorted(set(our_processes()) | set(orphaned_forks()))
+
+
 def our_links() -> list[str]:
     r = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True)
     names = []
@@ -101,7 +106,7 @@ def leftovers() -> dict[str, list]:
     """Everything of ours still present, by kind; empty lists when clean."""
     tap = ovs.stale_netdev_tap()
     return {
-        "processes": sorted(set(our_processes()) | set(orphaned_forks())),
+        "processes": _every_process(),
         "links": our_links() + ([tap] if tap else []),
         "namespaces": our_namespaces(),
         "tempdirs": [str(p) for p in our_tempdirs()],
@@ -111,7 +116,7 @@ def leftovers() -> dict[str, list]:
 
 def clean() -> dict[str, int]:
     """Kill our processes, delete our links, namespaces and temporary directories."""
-    procs = sorted(set(our_processes()) | set(orphaned_forks()))
+    procs = _every_process()
     for pid in procs:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)

@@ -123,9 +123,7 @@ def forks_of(who: dict) -> list[int]:
 def close_all(sockets: list, threads: int = 32) -> None:
     """Close `sockets` from up to `threads` threads at once: a packet socket's close waits
     for the kernel's RCU grace period, and closes side by side share their waits."""
-    if len(sockets) < 2:
-        for s in sockets:
-            s.close()
+    if not sockets:
         return
     from concurrent.futures import ThreadPoolExecutor
 

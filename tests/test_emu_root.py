@@ -237,21 +237,27 @@ def test_drops_without_pfc_are_resent_go_back_n(tmp_path):
     assert summary["bytes_received"] == int(sc.flows.bytes.sum())
 
 
-KILLED = """
-import sys, time
+# a run's start, as a script: lab-small's network planned (its temporary directory made)
+A_NETWORK = """
+import os, socket, time
 from aifabric.scenarios import scenario_from_dict
 from aifabric.emu.net import Network
 from aifabric.emu.plan import plan
 raw = {"scenario": {"topology": "lab-small"}, "workload": {"pattern": "permutation", "gpus": 16},
        "congestion_control": {"kind": "none"}}
-sc = scenario_from_dict(raw, "killed")
+sc = scenario_from_dict(raw, "run")
 net = Network(sc.fabric, plan(sc, ecn="none"))
+"""
+KILLED = (
+    A_NETWORK
+    + """
 net.build()
 net.apply()
 net.popen(0, ["sleep", "600"])
 print("ready", flush=True)
 time.sleep(600)
 """
+)
 
 
 def test_sigkill_then_clean_leaves_nothing():
@@ -263,15 +269,9 @@ def test_sigkill_then_clean_leaves_nothing():
     _nothing_left()
 
 
-FORKED = """
-import os, time
-from aifabric.scenarios import scenario_from_dict
-from aifabric.emu.net import Network
-from aifabric.emu.plan import plan
-raw = {"scenario": {"topology": "lab-small"}, "workload": {"pattern": "permutation", "gpus": 16},
-       "congestion_control": {"kind": "none"}}
-sc = scenario_from_dict(raw, "forked")
-net = Network(sc.fabric, plan(sc, ecn="none"))
+FORKED = (
+    A_NETWORK
+    + """
 pid = os.fork()
 if pid == 0:  # as a replay process the kill caught before it arranged to end with its run
     time.sleep(600)
@@ -279,6 +279,7 @@ if pid == 0:  # as a replay process the kill caught before it arranged to end wi
 print("ready", pid, flush=True)
 time.sleep(600)
 """
+)
 
 
 def test_clean_ends_what_a_killed_run_forked_and_nothing_of_a_live_one():
@@ -321,15 +322,9 @@ def test_clean_ends_what_a_killed_run_forked_and_nothing_of_a_live_one():
     _nothing_left()
 
 
-SLOW_TO_END = """
-import os, socket, time
-from aifabric.scenarios import scenario_from_dict
-from aifabric.emu.net import Network
-from aifabric.emu.plan import plan
-raw = {"scenario": {"topology": "lab-small"}, "workload": {"pattern": "permutation", "gpus": 16},
-       "congestion_control": {"kind": "none"}}
-sc = scenario_from_dict(raw, "forked")
-net = Network(sc.fabric, plan(sc, ecn="none"))
+SLOW_TO_END = (
+    A_NETWORK
+    + """
 socks = [socket.socket(socket.AF_PACKET, socket.SOCK_RAW) for _ in range(600)]
 for s in socks:
     s.bind(("lo", 0))
@@ -344,6 +339,7 @@ if pid == 0:  # as a fork that is closing the run's raw sockets when the run is 
 print("ready", pid, flush=True)
 time.sleep(600)
 """
+)
 
 
 @pytest.mark.slow
