@@ -180,11 +180,20 @@ def _sink(ev, h, n):
     _move(ev, h, i, n)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def schedule(ev, g, t, kind, a, b):
     """Add an event. The run loop keeps room for what one event schedules (the engine
     grows `ev` between chunks); were that ever short, the event is not written and
-    g[G_OVERFLOW] stops the loop."""
+    g[G_OVERFLOW] stops the loop. It passes every argument on as int64: numba compiles a
+    called kernel once per set of argument types, and a constant (`EV_TX`) or an int32 (a
+    packet row's field) is a type of its own, so the loop's calls compiled 18 copies of
+    `push` (about 0.6 s each), four of them while the loop itself was typed."""
+    _schedule(ev, g, np.int64(t), np.int64(kind), np.int64(a), np.int64(b))
+
+
+@njit(cache=True)
+def _schedule(ev, g, t, kind, a, b):
+    """`schedule`, called: one copy for the loop's arrays and one for Python's."""
     push(ev, g, t, kind, a, b)
 
 

@@ -629,9 +629,17 @@ def release_packet(S, i):
     g[G_NFREE] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def drop(S, i, p, now):
-    """Packet i is lost at port p; the sender finds out after the retransmission timeout."""
+    """Packet i is lost at port p; the sender finds out after the retransmission timeout.
+    By a call with int64 arguments (`_drop`): the loop passes a port from a packet's row,
+    an int32, at most places, and that compiled a second copy while the loop was typed."""
+    _drop(S, np.int64(i), np.int64(p), np.int64(now))
+
+
+@njit(cache=True)
+def _drop(S, i, p, now):
+    """`drop`'s body, compiled once."""
     g, prm, pt, pk, pc = S.g, S.prm, S.pt, S.pk, S.pc
     pt[p, PT_S_DROPS] += 1
     g[G_DROPS] += 1
@@ -953,9 +961,9 @@ def start_frame(S, p, now):
         k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
         if pt[p, PT_SHARED]:
             if buffer.release_data(pt, S.nd, p, k, pk[i, PK_WIRE_BYTES]):
-                send_pfc(S, k, 0, now)
+                send_pfc(S, k, np.int64(0), now)
         elif pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
-            send_pfc(S, k, 0, now)
+            send_pfc(S, k, np.int64(0), now)
     arrive, hint = np.int64(-1), np.int64(0)
     if i >= 0:
         arrive, hint = put_on_wire(S, p, i, now)
@@ -1675,11 +1683,11 @@ def purge(S, p, now):
                 if cls == 0:
                     buffer.release_egress(pt, S.nd, p, 0, pk[i, PK_WIRE_BYTES])
                 elif buffer.release_data(pt, S.nd, p, k, pk[i, PK_WIRE_BYTES]):
-                    send_pfc(S, k, 0, now)
+                    send_pfc(S, k, np.int64(0), now)
             elif cls == 1 and not pt[p, PT_IS_NIC]:
                 k = pk[i, PK_ROUTE + pk[i, PK_HOP] - 1] ^ 1
                 if pt[k, PT_PFC_ON] and pfc.release(pt, k, pk[i, PK_WIRE_BYTES]):
-                    send_pfc(S, k, 0, now)
+                    send_pfc(S, k, np.int64(0), now)
             drop(S, i, p, now)
     pt[p, PT_PFC_PENDING] = -1
     pt[p, PT_XOFF] = 0
