@@ -186,8 +186,9 @@ def schedule(ev, g, t, kind, a, b):
     grows `ev` between chunks); were that ever short, the event is not written and
     g[G_OVERFLOW] stops the loop. It passes every argument on as int64: numba compiles a
     called kernel once per set of argument types, and a constant (`EV_TX`) or an int32 (a
-    packet row's field) is a type of its own, so the loop's calls compiled 18 copies of
-    `push` (about 0.6 s each), four of them while the loop itself was typed."""
+    packet row's field) is a type of its own: called directly, the loop's calls would
+    compile 18 copies of `push` (about 0.6 s each), four of them while the loop itself
+    is typed."""
     _schedule(ev, g, np.int64(t), np.int64(kind), np.int64(a), np.int64(b))
 
 

@@ -633,7 +633,7 @@ def release_packet(S, i):
 def drop(S, i, p, now):
     """Packet i is lost at port p; the sender finds out after the retransmission timeout.
     By a call with int64 arguments (`_drop`): the loop passes a port from a packet's row,
-    an int32, at most places, and that compiled a second copy while the loop was typed."""
+    an int32, at most places, which would compile a second copy while the loop is typed."""
     _drop(S, np.int64(i), np.int64(p), np.int64(now))
 
 

@@ -189,7 +189,8 @@ def test_only_a_full_compile_sets_the_estimate_a_warm_up_announces(tmp_path, mon
 # heap, ECN and DCQCN and the simulator's Python layer pass ordinary ones: a copy for
 # each. A kernel the loop calls from many places with constants and int32 fields takes
 # them through a wrapper inlined at each that passes int64 on (`heap.schedule`,
-# `kernel.drop`): 18 copies of the event list's push before, and a second `drop`.
+# `kernel.drop`); called directly, they compiled 18 copies of the event list's push and
+# two of `drop`.
 SMALL = {
     "heap._schedule", "kernel.record", "kernel.send_pfc", "kernel.wait_tx",
     "queue.dequeue", "queue.enqueue", "queue.settle", "pfc.pause_ps", "buffer.release_egress",
