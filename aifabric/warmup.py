@@ -5,9 +5,9 @@ in the cache directory (`aifabric.fabric._numba_cache`); compiling all of them c
 about two minutes of CPU. `warm_up()` does that once, at install time
 (`aifabric warmup`, run by scripts/install), by running tiny scenarios through
 the public entry points: every congestion-control kind of `aifabric.fabric.cc.KINDS`,
-every ECMP policy, a link failure and a drained switch, a lossy queue, a
-capture read back and analysed, the traffic packetizer, the emulator's packet
-filler. It touches no kernel by name, so it keeps covering them whatever their
+every ECMP policy, a link failure and a drained switch, a lossy queue, a run on two
+partitions, a capture read back and analysed, the traffic packetizer, the emulator's
+packet filler. It touches no kernel by name, so it keeps covering them whatever their
 internals become. When it is done it leaves a marker in the cache directory.
 
 A full compile (an empty cache directory) compiles the kernels the simulator's event loop
@@ -146,6 +146,8 @@ def scenarios(policies) -> list[dict]:
                 }
             )
     nic = f.node_name[f.nic_ids[0]]
+    # two partitions, each in a thread of its own where there are two cores (`windows`)
+    out[1]["simulator"] = {"partitions": 2}
     out[0]["scenario"]["captures"] = [nic]
     out[0]["faults"] = [{"link": f.port_names[up[1]].split("#")[0], "at": "1us"}]
     out[-1]["faults"] = [{"node": spine, "at": "1us", "action": "drain"}]

@@ -452,11 +452,12 @@ class PartitionedRun:
         """Partition k's thread: `windows.windows` until the end, doing what it asks."""
         c = self.parts[k]
         try:
+            loop = W.loop_address(c._state())
             while True:
                 base = c._state()
                 code = W.windows(
                     base._replace(out=c.outs[0]), base._replace(out=c.outs[1]), k, self.n,
-                    self.lookahead, self.box, self.sync, self.flags, c.ctl, SLICE,
+                    self.lookahead, self.box, self.sync, self.flags, c.ctl, SLICE, loop,
                 )  # fmt: skip
                 if code == W.W_END:
                     self.end = (int(c.ctl[W.C_END_T]), int(c.ctl[W.C_END_KEY]))

@@ -299,15 +299,20 @@ def one_at_a_time(counter: str):
 
 def python_layer_kernels(sim) -> None:
     """Compile the loop's entry points for the Python layer (`purge_port`, `sample`; and
-    for partitions `inject` and `earliest_ps`: the state as the driver holds it, int64
-    arguments), which a run otherwise compiles after the loop."""
+    for partitions `windows`, `inject` and `earliest_ps`: the state as the driver holds
+    it, int64 arguments), which a run otherwise compiles after the loop."""
     import numba
     from numba import types
 
     from aifabric.sim import heap, kernel
+    from aifabric.sim import windows as W
 
     counted = numba.typeof(sim._state())
     i64 = types.int64
+    # a partition's thread (`PartitionedRun._spin`): the outboxes, the published figures,
+    # the barrier's flags and its place, then its budget of events and the loop's address
+    box, sync, flags = types.int64[:, :, :, ::1], types.int64[:, :, ::1], types.int64[::1]
+    W.windows.compile((counted, counted, i64, i64, i64, box, sync, flags, flags, i64, i64))
     kernel.purge_port.compile((counted, i64, i64))
     kernel.sample.compile((counted, i64))
     # partitions (aifabric.sim.partition): what the driver and the threads call

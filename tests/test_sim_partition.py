@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from numba import njit
 
 from aifabric import topologies, traffic
 from aifabric.cli import main
@@ -656,3 +657,30 @@ def test_a_partitioned_run_is_one_line_on_the_terminal():
         "for one at another partition)"
     )
     assert partitions_line(short) == "2, windows of 400 ns (1,234 windows)"
+
+
+@njit(cache=False)
+def _stand_in_loop(S, t_stop, max_events):
+    """A kernel with the loop's arguments: a state of arrays, two int64 bounds."""
+    if t_stop < 0:
+        raise ValueError("a stand-in told to stop before time began")
+    S[0][0] += max_events
+    return t_stop + S[1][0]
+
+
+@njit(cache=False)
+def _through(loop, S, t_stop, max_events):
+    return W.call_loop(loop, S, t_stop, max_events)
+
+
+def test_a_partition_calls_the_loop_at_its_address_with_its_result_and_its_errors():
+    """`windows` calls the loop through the address of its compiled code (not linking a
+    copy of it): what the loop returns and writes, and what it raises, come back."""
+    S = (np.zeros(1, np.int64), np.full(1, 5, np.int64))
+    loop = W.loop_address(S, _stand_in_loop)
+    assert loop == W.loop_address(S, _stand_in_loop)  # compiled once, for the state's type
+    assert _through(loop, S, 7, 3) == 12 and S[0][0] == 3
+    assert _through(loop, S, 1, 2) == 6 and S[0][0] == 5
+    with pytest.raises(ValueError, match="before time began"):
+        _through(loop, S, -1, 0)
+    assert S[0][0] == 5

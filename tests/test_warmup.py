@@ -25,6 +25,12 @@ gpus = 2
 size = "4KiB"
 """
 
+# three flows into one NIC, on two partitions
+TWO_PARTITIONS = (
+    ONE_FLOW.replace("senders = 1", "senders = 3").replace("gpus = 2", "gpus = 4")
+    + "\n[simulator]\npartitions = 2\n"
+)
+
 OTHER = """
 [scenario]
 topology = "lab-small"
@@ -219,6 +225,43 @@ def test_every_large_kernel_compiles_once():
     assert 1 <= copies["heap._schedule"] <= 2  # the loop's arrays, and Python's
     more = {name: n for name, n in copies.items() if n > 1 and name not in SMALL}
     assert not more, f"compiled more than once: {more}"
+
+
+def test_after_warm_up_a_run_on_two_partitions_compiles_nothing(tmp_path):
+    """With a core per partition, partitions run in `windows` (aifabric.sim.windows). The
+    warm-up compiled it not; a user's first partitioned run did, for 6-10 s."""
+    import tomllib
+
+    from aifabric.engines import Stop, run_scenario
+    from aifabric.scenarios import scenario_from_dict
+    from aifabric.sim.partition import cores
+
+    if cores() < 2:
+        pytest.skip("partitions run in windows only with a core each")
+    warmup.warm_up()
+    out = io.StringIO()
+    with warmup.compile_notice(out) as notice:
+        sc = scenario_from_dict(tomllib.loads(TWO_PARTITIONS), "two")
+        run_scenario("sim", sc, tmp_path / "run", stop=Stop())
+    summary = json.loads((tmp_path / "run" / "run.json").read_text())["results"]["summary"]
+    assert summary["partitions"]["partitions"] == 2
+    assert notice.compiled_s == 0 and out.getvalue() == ""
+
+
+def test_the_partitions_kernel_holds_no_copy_of_the_event_loop():
+    """numba links a called kernel's code into its caller's and compiles it all again:
+    `windows` calling the loop took 9.5 s to compile, 8 of them the loop once more. It
+    calls the loop at its address now (`windows.call_loop`), so its compiled code in the
+    cache is a fraction of the loop's."""
+    import re
+
+    warmup.warm_up()
+    size: dict[str, list[int]] = {}
+    for f in warmup.cache_dir().glob("sim_*/*.nbc"):
+        name = re.fullmatch(r"(\w+\.\w+)-\d+\.py\d+\.\d+\.nbc", f.name).group(1)
+        size.setdefault(name, []).append(f.stat().st_size)
+    assert size["windows.windows"] and size["kernel.run"]
+    assert max(size["windows.windows"]) < min(size["kernel.run"]) / 3, size
 
 
 def test_the_loops_callees_are_the_kernels_it_calls_each_after_those_it_calls():
@@ -422,6 +465,8 @@ def test_a_full_compile_on_two_processes_leaves_a_cache_the_loop_uses_whole(tmp_
     import sys
     from collections import Counter
 
+    from aifabric.sim.partition import cores
+
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
     r = subprocess.run(
         [sys.executable, "-m", "aifabric", "warmup", "--processes", "2"],
@@ -433,13 +478,21 @@ def test_a_full_compile_on_two_processes_leaves_a_cache_the_loop_uses_whole(tmp_
     # CPU, its share of the callees tens); not CPU against wall time, which the load moves
     took = json.loads((tmp_path / "cache" / warmup.MARKER).read_text())
     assert took["helpers_cpu_s"] > 5, took
-    scenario = tmp_path / "one.toml"
-    scenario.write_text(ONE_FLOW)
-    again = subprocess.run(
-        [sys.executable, "-m", "aifabric", "run", str(scenario), "-o", str(tmp_path / "r")],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+
+    def first_run(text: str, name: str) -> subprocess.CompletedProcess:
+        scenario = tmp_path / f"{name}.toml"
+        scenario.write_text(text)
+        return subprocess.run(
+            [sys.executable, "-m", "aifabric", "run", str(scenario), "-o", str(tmp_path / name)],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    again = first_run(ONE_FLOW, "one")
     assert again.returncode == 0 and "compiling" not in again.stderr, again.stderr
+    if cores() >= 2:  # partitions in `windows`, which a helper compiled beside the loop
+        two = first_run(TWO_PARTITIONS, "two")
+        assert two.returncode == 0 and "compiling" not in two.stderr, two.stderr
+        assert "partitions        2, windows of" in two.stdout, two.stdout
     copies = Counter()
     for f in (tmp_path / "cache").glob("sim_*/*.nbc"):
         copies[re.fullmatch(r"(\w+\.\w+)-\d+\.py\d+\.\d+\.nbc", f.name).group(1)] += 1
