@@ -229,7 +229,7 @@ def test_every_large_kernel_compiles_once():
 
 def test_after_warm_up_a_run_on_two_partitions_compiles_nothing(tmp_path):
     """With a core per partition, partitions run in `windows` (aifabric.sim.windows). The
-    warm-up compiled it not; a user's first partitioned run did, for 6-10 s."""
+    warm-up did not compile it, so a user's first partitioned run did (11-12 s)."""
     import tomllib
 
     from aifabric.engines import Stop, run_scenario
