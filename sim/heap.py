@@ -117,9 +117,11 @@ def pending(ev: np.ndarray, g: np.ndarray) -> np.ndarray:
 
 
 def clear(ev: np.ndarray, g: np.ndarray) -> None:
-    """Drop every pending event."""
+    """Drop every pending event. Only the buckets' counts are reset: the other rows of
+    ev[META] link chunks, read only from a bucket that counts rows, and leaving them
+    untouched leaves a fresh event list's pages unwritten (the kernel's zero pages)."""
     g[G_HEAP] = g[G_FAR] = g[G_WHEEL] = g[G_CHUNKS] = g[G_FREE_CHUNK] = 0
-    ev[META, :, M_COUNT] = 0
+    ev[META, :BUCKETS, M_COUNT] = 0
 
 
 @njit(cache=True, inline="always")

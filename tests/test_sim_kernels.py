@@ -94,14 +94,20 @@ EVENTS = st.tuples(TIMES, st.sampled_from(L.TIE_ORDER), st.integers(0, 50), st.i
 
 @pytest.mark.parametrize("rows", [512, BUCKETS])  # too few rows for the wheel; the wheel
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(st.none(), EVENTS), max_size=400))  # None: a pop
+@given(st.lists(st.one_of(st.none(), st.just("clear"), EVENTS), max_size=400))  # None: a pop
 def test_event_list_pops_every_sequence_of_events_in_time_then_key_order(rows, ops):
     """Not in the order they were scheduled: events of one time that two partitions of a
-    fabric would schedule in different orders are taken in the same order."""
+    fabric would schedule in different orders are taken in the same order. A cleared list
+    (`clear`, which resets the wheel's buckets only) is an empty one."""
     ev, g = event_list(rows)
     out = np.zeros(L.E_N, dtype=np.int64)
     ref, seen = [], set()
     for op in ops:
+        if op == "clear":
+            clear(ev, g)
+            ref, seen = [], set()
+            assert len(pending(ev, g)) == 0
+            continue
         if op is None:
             if ref:
                 assert earliest_ps(ev, g) == ref[0][0]
