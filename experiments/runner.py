@@ -38,6 +38,7 @@ from typing import Any
 
 from aifabric.experiments.spec import Point, Sweep
 from aifabric.fabric.errors import AifabricError
+from aifabric.fabric.files import remove_left_temporaries
 
 SWEEP_LOCK = "sweep.lock"
 RESULT_COLUMNS = ("point", "run_dir", "seed", "status", "error", "scenario_hash", "wall_s")
@@ -401,7 +402,7 @@ def run_sweep(
     Ctrl-C meanwhile is said, not obeyed); the same call again resumes. One sweep at a
     time writes a folder (`sweep_lock`).
     """
-    from aifabric.experiments.results_table import earlier_points
+    from aifabric.experiments.results_table import FILES, earlier_points
 
     out = Path(out)
     points = sweep.points()
@@ -412,6 +413,8 @@ def run_sweep(
         raise AifabricError(f"cannot write the sweep into {out}: {e.strerror}") from None
     try:
         with sweep_lock(out, wait=wait, echo=echo), _forked_workers(), _interrupts_kept():
+            # a sweep killed outright while it wrote its tables left their temporaries
+            remove_left_temporaries(out, (*FILES, "sweep.json"))
             return _run_sweep(sweep, out, points, earlier, workers, scheduler, echo)
     finally:
         getattr(echo, "close", lambda: None)()  # a progress bar gives the terminal back

@@ -41,6 +41,17 @@ def is_temporary(name: str) -> bool:
     return name.startswith(".") and name.endswith(".tmp")
 
 
+def remove_left_temporaries(folder: Path, names) -> list[Path]:
+    """Remove the temporaries of the files `names` in `folder` that a writer killed outright
+    left there (SIGKILL leaves it no time to); returns them. Only for files whose every
+    writer is known to be gone: a sweep's tables, once the sweep holds its folder's lock."""
+    left = [p for name in names for p in Path(folder).glob(f".{name}.*.tmp")]
+    for p in left:
+        with contextlib.suppress(OSError):
+            p.unlink()
+    return left
+
+
 def remove_temporaries() -> None:
     """Remove the temporaries still being written and the scratch folders in use, and end
     the helper processes still running (the process is about to end)."""

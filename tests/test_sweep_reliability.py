@@ -179,6 +179,25 @@ def test_a_retried_point_replaces_its_own_half_written_directory(tiny, tmp_path)
     assert Run(path).status == "complete" and Run(path).meta["owner"] == "task-1"
 
 
+def test_a_resumed_sweep_removes_what_its_killed_predecessor_was_writing(tiny, tmp_path):
+    """A sweep killed outright (SIGKILL) while it wrote results_long.parquet leaves that
+    table's temporary beside it, as the soak below once found; the sweep run again removes
+    it once it holds the folder, and leaves alone what is not a temporary of its own."""
+    out = tmp_path / "sweep"
+    argv = ["sweep", str(tiny), "--seeds", "1", "-o", str(out)]
+    first = CliRunner().invoke(main, argv)
+    assert first.exit_code == 0, first.output
+    left = out / ".results_long.parquet.k1ll3d.tmp"
+    left.write_bytes(b"PAR1 half a table")
+    other = out / ".notes.txt.x.tmp"  # a file the sweep does not write
+    other.write_text("someone else's")
+    again = CliRunner().invoke(main, argv)
+    assert again.exit_code == 0, again.output
+    assert not left.exists() and other.exists()
+    assert [p.name for p in out.iterdir() if is_temporary(p.name)] == [other.name]
+    assert not disagreements(out)
+
+
 # -- a sweep soak: workers killed under their points, the client killed or stopped, then resumed
 
 SOAK = ("--set", "workload.size=32MiB", "--vary", "ecmp.policy=5tuple,eecmp", "--seeds", "1-2")
