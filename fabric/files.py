@@ -12,7 +12,9 @@ written when the process must end at once (`os._exit` after a second signal,
 `aifabric.engines.Stop`) or exits; `is_temporary` tells them from results. The
 same holds for a scratch folder (`temporary_directory`) and for the helper
 processes a step starts (`ended_with_us`): a process ending at once removes the
-one and ends the others.
+one and ends the others. A process killed outright (SIGKILL) removes nothing: the
+next writer of the same files, once it holds their lock, removes what it left
+(`remove_left_temporaries`).
 """
 
 from __future__ import annotations
