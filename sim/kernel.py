@@ -917,7 +917,11 @@ def start_frame(S, p, now):
     is queued by `deliver`), with what a NIC calls to send data (`nic_pick`, `send_data`):
     a call passes every array of the state one field at a time, a large part of a hop's
     cost. Whatever the frame, it goes on the wire at one place and the port's next look
-    is asked at one place: each is an event push the compiler would otherwise copy."""
+    is asked at one place: each is an event push the compiler would otherwise copy.
+
+    A switch port that has put its last queued frame on the wire asks for no look: the
+    frame that is queued next calls this, which starts it or, while the port is busy,
+    asks for the look then (a look that found nothing was a quarter of the events)."""
     g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
     i = -1  # the packet to put on the wire
     f = -1  # its flow, where a NIC sends data
@@ -970,6 +974,8 @@ def start_frame(S, p, now):
         look = pt[p, PT_FREE_AT_PS]
         if f >= 0:
             look = next_look(S, p, f, look)
+        elif not pt[p, PT_IS_NIC] and pt[p, PT_HEAD0] < 0 and pt[p, PT_HEAD1] < 0:
+            look = NEVER  # a switch port with nothing left to send: what queues one asks
     # the frame's arrival, then the port's next look (`want_tx`): one push for both
     ev = S.ev
     for j in range(2):
