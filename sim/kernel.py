@@ -910,6 +910,14 @@ def kick_sender(S, f, now):
 
 
 @njit(cache=True, inline="always")
+def idle_nic_or_switch(S, p):
+    """Port p is a switch's, or a NIC's with no flow to send: once its queues are empty it
+    has nothing to look for until a frame is queued there or a flow is added, and each
+    of those starts the port's next frame (`start_frame`, `kick_sender`)."""
+    return not S.pt[p, PT_IS_NIC] or S.nd[S.pt[p, PT_NODE], ND_CNT] == 0
+
+
+@njit(cache=True, inline="always")
 def start_frame(S, p, now):
     """Port p starts its next frame if it is free: PFC first, then control, then data; and
     asks to look again when it may start another. Inlined where a hop calls it (the loop,
@@ -919,9 +927,10 @@ def start_frame(S, p, now):
     cost. Whatever the frame, it goes on the wire at one place and the port's next look
     is asked at one place: each is an event push the compiler would otherwise copy.
 
-    A switch port that has put its last queued frame on the wire asks for no look: the
-    frame that is queued next calls this, which starts it or, while the port is busy,
-    asks for the look then (a look that found nothing was a quarter of the events)."""
+    A port that has put its last queued frame on the wire and has no flow to send asks
+    for no look (`idle_nic_or_switch`): the frame queued next, or the flow added next,
+    calls this, which starts it or, while the port is busy, asks for the look then (a
+    look that found nothing was a quarter of the events)."""
     g, pt, pmax, pk = S.g, S.pt, S.pmax, S.pk
     i = -1  # the packet to put on the wire
     f = -1  # its flow, where a NIC sends data
@@ -974,8 +983,8 @@ def start_frame(S, p, now):
         look = pt[p, PT_FREE_AT_PS]
         if f >= 0:
             look = next_look(S, p, f, look)
-        elif not pt[p, PT_IS_NIC] and pt[p, PT_HEAD0] < 0 and pt[p, PT_HEAD1] < 0:
-            look = NEVER  # a switch port with nothing left to send: what queues one asks
+        elif pt[p, PT_HEAD0] < 0 and pt[p, PT_HEAD1] < 0 and idle_nic_or_switch(S, p):
+            look = NEVER  # nothing left to send: what queues a frame or adds a flow asks
     # the frame's arrival, then the port's next look (`want_tx`): one push for both
     ev = S.ev
     for j in range(2):

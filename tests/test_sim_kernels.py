@@ -401,25 +401,31 @@ def test_event_loop_matches_a_store_and_forward_reference_to_the_picosecond():
     assert sim.fl[0, L.FL_T_END_PS] == end_ps + ack_return_ps(fab, ports)
 
 
-def test_a_switch_port_left_with_nothing_queued_does_not_look_again():
-    """A switch port that puts its last queued frame on the wire has nothing to look for
-    when the frame is out; whatever queues the next one starts it (or asks for a look,
-    if the port is still busy). So each switch a frame crosses adds one event, its
+def test_a_port_left_with_nothing_to_send_does_not_look_again():
+    """A switch port that puts its last queued frame on the wire, or a NIC's that puts
+    out an ACK and has no flow of its own to send, has nothing to look for when the frame
+    is out; whatever queues the next frame (or adds a flow) starts it, or asks for a look
+    if the port is still busy. So each switch a frame crosses adds one event, its
     arrival, and not also a look that finds nothing (which was 0.46 of 2.01 events per
-    packet-hop on bench_sim's (a)). One flow on fat-tree-k8, to a host under its own
-    rack switch (2 links) and to one in another pod (6 links): the same frames, data and
-    ACKs, with 4 more hops each."""
+    packet-hop on bench_sim's (a)); and a receiver's ACKs add none beyond their arrivals.
+    One flow on fat-tree-k8, to a host under its own rack switch (2 links) and to one in
+    another pod (6 links): the same frames, data and ACKs, with 4 more hops each."""
     fab = preset("fat-tree-k8")
+    size = 400_000
     counted = {}
     for dst in (1, 127):
-        sim = run(fab, flows([0], [dst], 400_000), cc="none")
+        sim = run(fab, flows([0], [dst], size), cc="none")
         links = int(sim.path_ptr[1] - sim.path_ptr[0])
         c = sim.counters()
-        counted[links] = (c["events"], c["packet_hops"] // links)
-    (near, frames), (far, same_frames) = counted[2], counted[6]
+        counted[links] = (c["events"], c["packet_hops"], c["packet_hops"] // links)
+    (near, hops, frames), (far, _, same_frames) = counted[2], counted[6]
     assert frames == same_frames > 100
     # a sample interval more or less for the longer run (a few events), not 4 per frame
     assert 4 * frames <= far - near <= 4 * frames + 4, (far - near, frames)
+    # each frame's arrivals, the sender's look for each data frame, the flow's start and
+    # the sample intervals: no look after each of the receiver's ACKs
+    data = -(-size // int(fab.link_mtu_bytes.max()))
+    assert hops + data < near <= hops + data + 5, (near, hops, data)
 
 
 # purge, grant and complete against slow models ---------------------------------------------
