@@ -18,7 +18,11 @@ buffers, 64 bytes of header overhead, no congestion control). `--lossy KIB` runs
 switch with PFC off and a static buffer of KIB per port (ECN from a quarter to half of
 it) under DCQCN, so packets drop; `--loss-recovery` picks go-back-N (the default) or
 selective repeat. `--finish receiver` ends flows at their receivers (the scenario key
-`finish`).
+`finish`). `--ceiling` also runs, in each round, the one-partition run alone and N copies of it
+at once, each copy in a process of its own: N x alone / the slowest copy is what this
+machine's cores give N pieces of work that never wait for each other (well under N where the
+hypervisor's cores share hardware or are busy elsewhere), the ceiling of N partitions'
+speed-up (a little low: N copies hold N times one run's memory, N partitions one run's).
 Issue 27's goal: (b) on 2 partitions at least 1.7 times faster in wall time than on one.
 Under `mpirun -n N` the partitions run on the MPI job's ranks (aifabric.sim.mpi): rank 0
 runs the benchmark and prints, the others serve.
@@ -85,6 +89,57 @@ def same(one: Simulation, other: Simulation) -> bool:
     return one.counters() == other.counters()
 
 
+_COPY: dict = {}  # what a forked copy runs: set in the parent before the pool forks
+
+
+def _copy_init(barrier) -> None:
+    _COPY["barrier"] = barrier
+
+
+def _copy_run(together: bool) -> tuple[float, float]:
+    """One copy of the one-partition run in this worker: wall and this process's CPU
+    seconds; `together`: it starts when every copy is ready."""
+    sim = Simulation(_COPY["fabric"], _COPY["flows"], partitions=1, **_COPY["kw"])
+    if together:
+        _COPY["barrier"].wait()
+    w, c = time.perf_counter(), time.process_time()
+    assert sim.run()
+    out = time.perf_counter() - w, time.process_time() - c
+    sim.close()
+    return out
+
+
+class Copies:
+    """N copies of the one-partition run, each in a forked worker of one pool (warm: the
+    kernels are loaded before the fork). `round()`: one copy alone, then N at once; their
+    wall seconds go to `alone` and (the slowest of the N) to `slowest`."""
+
+    def __init__(self, fabric, flows, kw: dict, n: int):
+        import multiprocessing
+
+        _COPY.update(fabric=fabric, flows=flows, kw=kw)
+        ctx = multiprocessing.get_context("fork")
+        self.n = n
+        self.pool = ctx.Pool(n, initializer=_copy_init, initargs=(ctx.Barrier(n),))
+        self.pool.map(_copy_run, [False] * n, chunksize=1)  # each worker's memory, touched
+        self.alone: list[float] = []
+        self.slowest: list[float] = []
+
+    def round(self) -> None:
+        self.alone.append(self.pool.apply(_copy_run, (False,))[0])
+        together = self.pool.map(_copy_run, [True] * self.n, chunksize=1)
+        self.slowest.append(max(w for w, _ in together))
+
+    def ceiling(self) -> tuple[float, float, float]:
+        """The medians of `alone` and `slowest`, and N x the one / the other: the most N
+        partitions could gain on these cores."""
+        a, s = statistics.median(self.alone), statistics.median(self.slowest)
+        return a, s, self.n * a / s
+
+    def close(self) -> None:
+        self.pool.terminate()
+
+
 def main() -> None:
     from aifabric.sim import mpi
 
@@ -99,6 +154,9 @@ def main() -> None:
     ap.add_argument("--lossy", type=int, metavar="KIB", help="PFC off, KIB per switch port")
     ap.add_argument("--loss-recovery", choices=["go-back-n", "selective"], default="go-back-n")
     ap.add_argument("--finish", choices=["sender", "receiver"])
+    ap.add_argument(
+        "--ceiling", action="store_true", help="also N independent copies at once (see above)"
+    )
     args = ap.parse_args()
     kw: dict = {}
     if args.htsim_conventions:
@@ -125,7 +183,12 @@ def main() -> None:
         Simulation(fabric, flows, partitions=1, **kw).run()  # the kernels, loaded
         for p in args.partitions:  # the partitions' own kernels, compiled or loaded
             Simulation(fabric, flows, partitions=p, **kw).run()
-        for _ in range(args.repeat):
+        copies = (
+            {p: Copies(fabric, flows, kw, p) for p in args.partitions if p > 1}
+            if args.ceiling
+            else {}
+        )
+        for _ in range(args.repeat):  # each round: every count, then the copies
             for p in counts:
                 sim = Simulation(fabric, flows, partitions=p, **kw)
                 w, c = time.perf_counter(), time.process_time()
@@ -133,6 +196,10 @@ def main() -> None:
                 ran[p].append((time.perf_counter() - w, time.process_time() - c))
                 sim.close()
                 last[p] = sim
+            for each in copies.values():
+                each.round()
+        for each in copies.values():
+            each.close()
         wall1 = statistics.median(w for w, _ in ran[1])
         lossy = (
             f", lossy ({args.lossy} KiB a port, {args.loss_recovery}): "
@@ -160,6 +227,13 @@ def main() -> None:
                 f"  partitions={p}: wall {wall:6.3f} s  CPU {cpu:6.3f} s  "
                 f"speed-up {wall1 / wall:4.2f}x  ({shown}){identical}"
             )
+            if p in copies:
+                a, s, c = copies[p].ceiling()
+                print(
+                    f"    {p} copies of one partition at once, each its own process: alone "
+                    f"{a:6.3f} s, the slowest of {p} {s:6.3f} s: ceiling {c:4.2f}x; "
+                    f"partitions={p} reached {wall1 / wall / c:.0%} of it"
+                )
 
 
 if __name__ == "__main__":
