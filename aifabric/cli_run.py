@@ -246,10 +246,18 @@ def partitions_line(part: dict) -> str:
             return f"{part['partitions']}{ranks}, stopped before the end"
         by = part.get("lookahead_by")
         by = f", shorter than a link's delay: {by}" if by else ""
-        return (
+        line = (
             f"{part['partitions']}{ranks}, windows of {part['lookahead_ns']:,.0f} ns "
             f"({part['windows']:,} windows{by})"
         )
+        cores = part.get("by_message")  # more partitions than cores
+        if cores:
+            each = part["wall_s"] / max(part["windows"], 1) * 1e3
+            line += (
+                f"; only {cores} core{'' if cores == 1 else 's'}, so they met from Python "
+                f'after each window ({each:.2f} ms a window; "auto" takes one per core)'
+            )
+        return line
     if "mpi_ranks" in part:
         return f"1, on MPI rank 0 alone ({part['mpi_ranks']} ranks): {part['why']}"
     return f"1 ({part['asked']} asked): {part['why']}"

@@ -749,6 +749,9 @@ class Simulation:
                     **({"lookahead_by": run.shortened_by} if run.shortened_by else {}),
                     "windows": run.windows,
                     "outboxes_filled": run.spills,
+                    "wall_s": round(run.wall_s, 3),
+                    # more partitions than cores: threads that meet from Python (slow)
+                    **({"by_message": run.cores} if getattr(run, "by_message", False) else {}),
                 }
                 return True
             finally:

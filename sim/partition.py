@@ -390,7 +390,9 @@ class PartitionedRun:
         every partition has a core, else window by window from Python."""
         n = self.n
         self._t0 = time.perf_counter()
-        if n <= cores():
+        self.cores = cores()
+        self.by_message = n > self.cores
+        if not self.by_message:
             self._run_spinning(progress)
             return
         ranks = ThreadRanks(n)

@@ -691,6 +691,31 @@ def test_a_partitioned_run_is_one_line_on_the_terminal():
     assert partitions_line(short) == "2, windows of 400 ns (1,234 windows)"
 
 
+@pytest.mark.parametrize("cores", [1, 2])
+def test_more_partitions_than_cores_says_so_on_the_terminal(tmp_path, monkeypatch, cores):
+    """Two partitions on one core meet from Python after every window, and a run says so
+    with what a window cost (on incast-pfc, about a millisecond here, against a
+    few microseconds in numba); on two cores the line is as ever, and so are the results."""
+    monkeypatch.setattr(partition, "cores", lambda: cores)
+    out = tmp_path / "run"
+    result = CliRunner().invoke(
+        main, ["run", "incast-pfc", "-o", str(out), "--set", "simulator.partitions=2"]
+    )
+    assert result.exit_code == 0, result.output
+    part = json.loads((out / "run.json").read_text())["results"]["summary"]["partitions"]
+    assert part["partitions"] == 2 and part["windows"] > 1 and part["wall_s"] > 0
+    line = next(x for x in result.output.splitlines() if x.startswith("partitions"))
+    if cores == 1:
+        assert part["by_message"] == 1
+        each = part["wall_s"] / part["windows"] * 1e3
+        assert line.endswith(
+            f"; only 1 core, so they met from Python after each window "
+            f'({each:.2f} ms a window; "auto" takes one per core)'
+        )
+    else:
+        assert "by_message" not in part and "Python" not in line
+
+
 @njit(cache=False)
 def _stand_in_loop(S, t_stop, max_events):
     """A kernel with the loop's arguments: a state of arrays, two int64 bounds."""
