@@ -694,8 +694,8 @@ def test_a_partitioned_run_is_one_line_on_the_terminal():
 @pytest.mark.parametrize("cores", [1, 2])
 def test_more_partitions_than_cores_says_so_on_the_terminal(tmp_path, monkeypatch, cores):
     """Two partitions on one core meet from Python after every window, and a run says so
-    with what a window cost (on incast-pfc, about a millisecond here, against a
-    few microseconds in numba); on two cores the line is as ever, and so are the results."""
+    with what a window cost (on incast-pfc, about a millisecond here); on two cores, where
+    they meet in numba, the line is as it was."""
     monkeypatch.setattr(partition, "cores", lambda: cores)
     out = tmp_path / "run"
     result = CliRunner().invoke(
