@@ -121,7 +121,8 @@ class Copies:
         ctx = multiprocessing.get_context("fork")
         self.n = n
         self.pool = ctx.Pool(n, initializer=_copy_init, initargs=(ctx.Barrier(n),))
-        self.pool.map(_copy_run, [False] * n, chunksize=1)  # each worker's memory, touched
+        # a first run in every worker, its memory touched (at the barrier: none takes two)
+        self.pool.map(_copy_run, [True] * n, chunksize=1)
         self.alone: list[float] = []
         self.slowest: list[float] = []
 
