@@ -750,8 +750,8 @@ class Simulation:
                     "windows": run.windows,
                     "outboxes_filled": run.spills,
                     "wall_s": round(run.wall_s, 3),
-                    # more partitions than cores: threads that meet from Python (slow)
-                    **({"by_message": run.cores} if getattr(run, "by_message", False) else {}),
+                    # more partitions than cores: threads that met from Python (slow)
+                    **({"by_message": c} if (c := getattr(run, "too_few_cores", 0)) else {}),
                 }
                 return True
             finally:

@@ -390,9 +390,9 @@ class PartitionedRun:
         every partition has a core, else window by window from Python."""
         n = self.n
         self._t0 = time.perf_counter()
-        self.cores = cores()
-        self.by_message = n > self.cores
-        if not self.by_message:
+        have = cores()  # when fewer than the partitions, they meet from Python
+        self.too_few_cores = have if n > have else 0
+        if not self.too_few_cores:
             self._run_spinning(progress)
             return
         ranks = ThreadRanks(n)
