@@ -250,7 +250,7 @@ def partitions_line(part: dict) -> str:
             f"{part['partitions']}{ranks}, windows of {part['lookahead_ns']:,.0f} ns "
             f"({part['windows']:,} windows{by})"
         )
-        cores = part.get("by_message")  # more partitions than cores
+        cores = part.get("too_few_cores")  # more partitions than cores
         if cores:
             each = part["wall_s"] / max(part["windows"], 1) * 1e3
             line += (

@@ -751,7 +751,7 @@ class Simulation:
                     "outboxes_filled": run.spills,
                     "wall_s": round(run.wall_s, 3),
                     # more partitions than cores: threads that met from Python (slow)
-                    **({"by_message": c} if (c := getattr(run, "too_few_cores", 0)) else {}),
+                    **({"too_few_cores": run.too_few_cores} if run.too_few_cores else {}),
                 }
                 return True
             finally:

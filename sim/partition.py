@@ -217,6 +217,8 @@ def message_delays(sim, part: np.ndarray) -> dict[str, int]:
 class PartitionedRun:
     """`Simulation.run` on `parts` partitions (`sim` keeps its state until `merge`)."""
 
+    too_few_cores = 0  # the cores, when fewer than the partitions: they met from Python
+
     def __init__(self, sim, parts: int, local=None):
         self.sim = sim
         f = sim.fabric
@@ -390,7 +392,7 @@ class PartitionedRun:
         every partition has a core, else window by window from Python."""
         n = self.n
         self._t0 = time.perf_counter()
-        have = cores()  # when fewer than the partitions, they meet from Python
+        have = cores()
         self.too_few_cores = have if n > have else 0
         if not self.too_few_cores:
             self._run_spinning(progress)

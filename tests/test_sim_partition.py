@@ -706,14 +706,14 @@ def test_more_partitions_than_cores_says_so_on_the_terminal(tmp_path, monkeypatc
     assert part["partitions"] == 2 and part["windows"] > 1 and part["wall_s"] > 0
     line = next(x for x in result.output.splitlines() if x.startswith("partitions"))
     if cores == 1:
-        assert part["by_message"] == 1
+        assert part["too_few_cores"] == 1
         each = part["wall_s"] / part["windows"] * 1e3
         assert line.endswith(
             f"; only 1 core, so they met from Python after each window "
             f'({each:.2f} ms a window; "auto" takes one per core)'
         )
     else:
-        assert "by_message" not in part and "Python" not in line
+        assert "too_few_cores" not in part and "Python" not in line
 
 
 @njit(cache=False)
