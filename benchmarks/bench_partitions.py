@@ -96,17 +96,17 @@ def _copy_init(barrier) -> None:
     _COPY["barrier"] = barrier
 
 
-def _copy_run(together: bool) -> tuple[float, float]:
-    """One copy of the one-partition run in this worker: wall and this process's CPU
-    seconds; `together`: it starts when every copy is ready."""
+def _copy_run(together: bool) -> float:
+    """One copy of the one-partition run in this worker: its wall seconds; `together`: it
+    starts when every copy is ready."""
     sim = Simulation(_COPY["fabric"], _COPY["flows"], partitions=1, **_COPY["kw"])
     if together:
         _COPY["barrier"].wait()
-    w, c = time.perf_counter(), time.process_time()
+    w = time.perf_counter()
     assert sim.run()
-    out = time.perf_counter() - w, time.process_time() - c
+    w = time.perf_counter() - w
     sim.close()
-    return out
+    return w
 
 
 class Copies:
@@ -127,9 +127,8 @@ class Copies:
         self.slowest: list[float] = []
 
     def round(self) -> None:
-        self.alone.append(self.pool.apply(_copy_run, (False,))[0])
-        together = self.pool.map(_copy_run, [True] * self.n, chunksize=1)
-        self.slowest.append(max(w for w, _ in together))
+        self.alone.append(self.pool.apply(_copy_run, (False,)))
+        self.slowest.append(max(self.pool.map(_copy_run, [True] * self.n, chunksize=1)))
 
     def ceiling(self) -> tuple[float, float, float]:
         """The medians of `alone` and `slowest`, and N x the one / the other: the most N
